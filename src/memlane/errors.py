@@ -1,0 +1,87 @@
+"""The whole memlane error tree.
+
+::
+
+    MemlaneError
+    ├── UsageError                 bad configuration or an API used the wrong way
+    │   ├── ConfigError            unknown backend/provider, missing optional extra
+    │   └── NotSupportedError      a feature this backend or build does not offer (yet)
+    ├── InvalidInputError          bad input (also a ValueError); nothing was changed
+    │   ├── ScopeError             missing/unknown user_id, agent_id or app
+    │   └── DimensionMismatchError a vector of the wrong size
+    ├── NotFoundError              (also a KeyError) no such fact / session
+    ├── StorageError               the database failed; original error chained
+    │   └── CorruptDatabaseError   not a memlane database, or damaged
+    └── ProviderError              an embedder or LLM call failed
+        └── EmbedderError          carries status_code and retryable
+
+Every message says how to fix the problem.
+"""
+
+from __future__ import annotations
+
+
+class MemlaneError(Exception):
+    """Root of every error memlane raises on purpose."""
+
+
+class UsageError(MemlaneError):
+    """The API or configuration was used the wrong way."""
+
+
+class ConfigError(UsageError):
+    """Unknown backend or provider name, bad setting, or a missing optional extra."""
+
+
+class NotSupportedError(UsageError):
+    """The feature is not available with this backend or in this version."""
+
+
+class InvalidInputError(MemlaneError, ValueError):
+    """Input was rejected; nothing was written."""
+
+
+class ScopeError(InvalidInputError):
+    """A scope (user_id / agent_id) is missing or invalid."""
+
+
+class DimensionMismatchError(InvalidInputError):
+    """A vector's dimension does not match the embedder or the store."""
+
+    def __init__(self, message: str, *, expected: int | None = None, got: int | None = None) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.got = got
+
+
+class NotFoundError(MemlaneError, KeyError):
+    """The fact, session or other object does not exist (in this scope)."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we don't want that
+        return str(self.args[0]) if self.args else ""
+
+
+class StorageError(MemlaneError):
+    """The storage backend failed."""
+
+
+class CorruptDatabaseError(StorageError):
+    """The file is not a memlane database, or it is damaged."""
+
+
+class ProviderError(MemlaneError):
+    """A call to a model provider failed.
+
+    Attributes:
+        status_code: HTTP status when there was one.
+        retryable: True when trying again later may succeed (timeouts, 429, 5xx).
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.retryable = retryable
+
+
+class EmbedderError(ProviderError):
+    """An embedding call failed."""

@@ -1,0 +1,501 @@
+"""The engine: :class:`AsyncMemory`. Its sync facade :class:`Memory` is in ``memlane.sync``.
+
+Data flow: ``add`` validates input -> builds :class:`Fact` rows (verbatim turns keep
+author, time, session position) -> one batched embedding call -> the fact store writes
+facts, keyword index and vectors in one transaction. ``search`` parses each query (up to
+three, run concurrently) -> keyword and vector candidates per scope partition -> weighted
+RRF -> facts fetched, access counts bumped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal
+
+from memlane.config import default_db_path
+from memlane.errors import (
+    EmbedderError,
+    InvalidInputError,
+    NotFoundError,
+    NotSupportedError,
+    ProviderError,
+    ScopeError,
+)
+from memlane.models import (
+    Event,
+    Fact,
+    HistoryEntry,
+    Hit,
+    MemoryEntry,
+    Page,
+    Scope,
+    SearchMemoryResponse,
+    SearchResult,
+    Session,
+    content_hash,
+)
+from memlane.providers.embed.base import Embedder, Matrix, check_matrix
+from memlane.registry import make_embedder, make_session_store
+from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig, fuse
+from memlane.retrieval.text import parse_query
+from memlane.stores.base import Candidate, SessionStore, StoreStats
+from memlane.stores.sqlite.db import Database
+from memlane.stores.sqlite.facts import SqliteFactStore
+
+log = logging.getLogger("memlane")
+
+#: Longest text accepted for one memory or query (characters). Longer input is rejected,
+#: not truncated, so nothing is stored half.
+MAX_TEXT_CHARS = 32_000
+#: Most messages accepted by one ``add`` call.
+MAX_BATCH = 10_000
+
+Message = Mapping[str, Any] | Event
+
+
+def _clean_text(value: object, what: str) -> str:
+    if isinstance(value, bytes | bytearray):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be text, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(f"{what} is not valid UTF-8 (lone surrogate at {exc.start})") from exc
+    if not value.strip():
+        raise InvalidInputError(f"{what} is empty")
+    if len(value) > MAX_TEXT_CHARS:
+        raise InvalidInputError(f"{what} has {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
+    return value
+
+
+def _ns(app: str | None) -> str | None:
+    """An ADK app name as memlane's agent namespace ("default" means none)."""
+    return None if app in (None, "", "default") else app
+
+
+def _message_key(session_id: str | None, author: str | None, when: datetime | None, text: str) -> str:
+    """Idempotency key of a verbatim turn: the same turn re-sent is not stored twice,
+    while a repeated "thanks" at another time is a new memory."""
+    return content_hash(f"{session_id}\x1f{author}\x1f{when.isoformat() if when else ''}\x1f{text}")
+
+
+class AsyncMemory:
+    """memlane's memory engine (async). Use :class:`memlane.Memory` from sync code.
+
+    Args:
+        db: SQLite file for sessions and long-term memory (default ``$MEMLANE_DB`` or the
+            user data dir); ``":memory:"`` for a throwaway database.
+        embedder: ``"auto"`` (local MiniLM when installed, else keyword-only), ``"local"``,
+            ``"local:/path/to/model"``, ``"hash"``, ``"openai:MODEL"``, ``"gemini:MODEL"``,
+            ``"none"``, or an :class:`~memlane.providers.embed.base.Embedder` instance.
+        sessions: session store: ``"sqlite"`` (durable, same file), ``"local"``
+            (in-process), ``"null"`` (disabled), or a :class:`SessionStore`.
+        retrieval: fusion weights and thresholds.
+    """
+
+    def __init__(
+        self,
+        db: str | os.PathLike[str] | None = None,
+        *,
+        embedder: str | Embedder | None = "auto",
+        sessions: str | SessionStore = "sqlite",
+        retrieval: RetrievalConfig | None = None,
+    ) -> None:
+        self.db_path = str(db) if db is not None else default_db_path()
+        self._db = Database(self.db_path).open_sync()
+        self.facts = SqliteFactStore(self._db)
+        self.embedder = make_embedder(embedder)
+        if self.embedder is not None:
+            self.facts.bind_embedder(self.embedder.name, self.embedder.dim)
+        if isinstance(sessions, str):
+            kwargs: dict[str, Any] = {"db": self._db} if sessions == "sqlite" else {}
+            self.sessions: SessionStore = make_session_store(sessions, **kwargs)
+        else:
+            self.sessions = sessions
+        self.retrieval = retrieval or RetrievalConfig()
+        self._pending_embeddings = True  # check once for facts a failed embedder left behind
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def close(self) -> None:
+        """Close stores and providers (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.sessions.close()
+        await self.facts.close()
+        if self.embedder is not None:
+            await self.embedder.aclose()
+        self._db.release_sync()
+
+    async def __aenter__(self) -> AsyncMemory:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ helpers
+    async def _embed(self, texts: list[str]) -> Matrix | None:
+        if self.embedder is None or not texts:
+            return None
+        out = await self.embedder.embed_batch(texts)
+        return check_matrix(out, len(texts), self.embedder.dim, self.embedder.name)
+
+    async def _embed_or_defer(self, texts: list[str]) -> Matrix | None:
+        """Embed for storage; on provider failure store without vectors (backfilled later)."""
+        try:
+            return await self._embed(texts)
+        except ProviderError as exc:
+            log.warning("memlane: embedding failed (%s); stored keyword-only, will backfill later", exc)
+            self._pending_embeddings = True
+            return None
+
+    @staticmethod
+    def _scope(user_id: str | None, agent_id: str | None, session_id: str | None = None) -> Scope:
+        return Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
+
+    # ------------------------------------------------------------------ writes
+    async def add(
+        self,
+        messages: str | Sequence[Message],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        infer: bool = False,
+        scope: Literal["user", "agent"] = "user",
+        timestamp: datetime | None = None,
+    ) -> list[Fact]:
+        """Store memories verbatim.
+
+        Args:
+            messages: one text (stored as one fact), or chat messages (``{"role", "content",
+                "name"?, "timestamp"?}`` dicts or :class:`Event` objects), each stored as one
+                memory that keeps its author, time and position in ``session_id``.
+            user_id: owner (required for ``scope="user"``).
+            agent_id: the agent / app namespace (required for ``scope="agent"``).
+            session_id: source session; orders turns and links neighbours for retrieval.
+            metadata: stored on every memory.
+            infer: extract facts with an LLM instead; arrives with memory formation.
+            scope: ``"user"`` (the user's own) or ``"agent"`` (shared by the agent's users).
+            timestamp: when a plain text was said (messages carry their own).
+
+        Returns:
+            The stored facts in input order; an identical memory already stored is returned
+            as it was (idempotent), not duplicated.
+
+        Raises:
+            InvalidInputError: empty or oversized text, invalid UTF-8, bad message shape.
+            ScopeError: missing user_id / agent_id for the scope.
+        """
+        if infer:
+            raise NotSupportedError(
+                "infer=True (LLM fact extraction) is not available yet; store verbatim with infer=False"
+            )
+        if scope == "user" and not user_id:
+            raise ScopeError("add() needs user_id=... for user-scoped memory")
+        if scope == "agent" and not agent_id:
+            raise ScopeError("add() with scope='agent' needs agent_id=...")
+        self._scope(user_id, agent_id)  # validates the ids
+        meta = dict(metadata or {})
+        facts: list[Fact] = []
+        if isinstance(messages, str | bytes):
+            text = _clean_text(messages, "text")
+            facts.append(
+                Fact(content=text, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
+                     kind="fact", occurred_at=timestamp, metadata=meta, hash=content_hash(text))
+            )  # fmt: skip
+        else:
+            if not isinstance(messages, Sequence) or not messages:
+                raise InvalidInputError("messages must be a non-empty text or list of messages")
+            if len(messages) > MAX_BATCH:
+                raise InvalidInputError(f"{len(messages)} messages in one call; the limit is {MAX_BATCH}")
+            for i, m in enumerate(messages):
+                facts.append(self._message_fact(m, i, scope, user_id, agent_id, session_id, meta))
+        vectors = await self._embed_or_defer([f.content for f in facts])
+        await self._backfill_if_pending()
+        stored = await self.facts.put_facts(facts, vectors, actor="api")
+        return [f for f, _ in stored]
+
+    def _message_fact(
+        self,
+        m: Message,
+        i: int,
+        scope: Literal["user", "agent"],
+        user_id: str | None,
+        agent_id: str | None,
+        session_id: str | None,
+        meta: dict[str, Any],
+    ) -> Fact:
+        if isinstance(m, Event):
+            text = _clean_text(m.text, f"message {i}")
+            author, when, src = m.author, m.timestamp, [m.id]
+        elif isinstance(m, Mapping):
+            if "content" not in m:
+                raise InvalidInputError(f"message {i} has no 'content'")
+            text = _clean_text(m["content"], f"message {i}")
+            author = str(m.get("name") or m.get("role") or "user")
+            raw_when = m.get("timestamp")
+            if raw_when is None or isinstance(raw_when, datetime):
+                when = raw_when
+            else:
+                try:
+                    when = datetime.fromisoformat(str(raw_when))
+                except ValueError as exc:
+                    raise InvalidInputError(f"message {i} has an invalid timestamp {raw_when!r}") from exc
+            src = [str(m["id"])] if m.get("id") else []
+        else:
+            raise InvalidInputError(f"message {i} must be a dict or Event, got {type(m).__name__}")
+        return Fact(
+            content=text, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
+            kind="message", author=author, occurred_at=when, source_event_ids=src, metadata=dict(meta),
+            hash=_message_key(session_id, author, when, text),
+        )  # fmt: skip
+
+    async def _backfill_if_pending(self) -> None:
+        if self._pending_embeddings and self.embedder is not None:
+            try:
+                await self.backfill_embeddings()
+            except ProviderError as exc:
+                log.warning("memlane: embedding backfill failed again (%s); will retry later", exc)
+
+    async def backfill_embeddings(self, *, batch_size: int = 256) -> int:
+        """Embed facts stored without vectors (e.g. while the embedder was failing).
+
+        Returns:
+            How many facts got vectors.
+        """
+        if self.embedder is None:
+            return 0
+        done = 0
+        while True:
+            rows = await self.facts.missing_embeddings(limit=batch_size)
+            if not rows:
+                break
+            vectors = await self._embed([text for _, text in rows])
+            assert vectors is not None
+            await self.facts.set_embeddings([fid for fid, _ in rows], vectors)
+            done += len(rows)
+        self._pending_embeddings = False
+        return done
+
+    async def update(
+        self, fact_id: str, text: str, *, user_id: str | None = None, agent_id: str | None = None
+    ) -> Fact:
+        """Replace a fact's text (version + 1; the old text stays in history)."""
+        text = _clean_text(text, "text")
+        scope = self._scope(user_id, agent_id)
+        try:
+            vectors = await self._embed([text])
+        except EmbedderError:
+            vectors = None
+            self._pending_embeddings = True
+        return await self.facts.update_fact(
+            fact_id, scope, text, vectors[0] if vectors is not None else None, actor="api"
+        )
+
+    async def delete(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
+        """Soft delete: the fact leaves search but stays in history with ``invalid_at`` set."""
+        return await self.facts.invalidate_fact(fact_id, self._scope(user_id, agent_id), actor="api")
+
+    async def forget(self, user_id: str) -> int:
+        """Hard purge everything of ``user_id``: facts, history, reflections, and sessions
+        the user took part in alone. Returns the number of rows removed."""
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise ScopeError("forget() needs a non-empty user_id")
+        removed = await self.facts.purge_user(user_id)
+        for app in await self._apps():
+            for s in await self.sessions.list_sessions(app=app, user_id=user_id):
+                if set(s.user_ids) <= {user_id} and await self.sessions.delete_session(s.id, app=app):
+                    removed += 1
+        return removed
+
+    async def _apps(self) -> list[str]:
+        rows = await self._db.run(lambda c: c.execute("SELECT DISTINCT app FROM sessions").fetchall())
+        return [r[0] for r in rows] or ["default"]
+
+    # ------------------------------------------------------------------ reads
+    async def get(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
+        """One fact by id (NotFoundError if absent or outside the scope)."""
+        fact = await self.facts.get_fact(fact_id, self._scope(user_id, agent_id))
+        if fact is None:
+            raise NotFoundError(f"no fact {fact_id!r} for this user/agent")
+        return fact
+
+    async def list(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        include_invalid: bool = False,
+    ) -> Page:
+        """Facts newest first; pass ``page.next_cursor`` as ``cursor`` for the next page."""
+        return await self.facts.list_facts(
+            self._scope(user_id, agent_id, session_id), limit=limit, cursor=cursor,
+            include_invalid=include_invalid,
+        )  # fmt: skip
+
+    async def history(
+        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None
+    ) -> list[HistoryEntry]:
+        """Every change to a fact, oldest first."""
+        return await self.facts.history(fact_id, self._scope(user_id, agent_id))
+
+    async def stats(self, *, user_id: str | None = None, agent_id: str | None = None) -> StoreStats:
+        """Counts for one scope, or for the whole database when no id is given."""
+        scope = self._scope(user_id, agent_id) if (user_id or agent_id) else None
+        return await self.facts.stats(scope)
+
+    async def search(
+        self,
+        query: str | Sequence[str],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        top_k: int = 10,
+        filters: Mapping[str, Any] | None = None,
+        debug: bool = False,
+    ) -> SearchResult:
+        """Hybrid search (keyword + vector, weighted RRF) within one scope.
+
+        Args:
+            query: a query, or up to 3 queries run concurrently and fused.
+            user_id: search this user's memories (and the agent's shared ones when
+                ``agent_id`` is given).
+            agent_id: the agent / app namespace.
+            session_id: only memories from this session.
+            top_k: results to return (1..100).
+            filters: exact-match filters on fact fields (``kind``, ``author``) or on
+                ``metadata`` keys.
+            debug: include per-stage timings and candidate lists.
+        """
+        t0 = time.perf_counter()
+        scope = self._scope(user_id, agent_id, session_id)
+        queries = [query] if isinstance(query, str | bytes) else list(query)
+        if not queries or len(queries) > MAX_QUERIES:
+            raise InvalidInputError(f"give 1 to {MAX_QUERIES} queries, got {len(queries)}")
+        queries = [_clean_text(q, "query") for q in queries]
+        if not 1 <= top_k <= 100:
+            raise InvalidInputError("top_k must be between 1 and 100")
+        cfg = self.retrieval
+        parts = scope.partitions()
+        depth = max(cfg.depth, top_k)
+        fetch_depth = depth * 3 if filters else depth
+        timings: dict[str, float] = {}
+
+        async def keyword_list(q: str, authors: list[str]) -> list[Candidate]:
+            kq = parse_query(q, authors, author_boost=cfg.author_boost)
+            return await self.facts.keyword_search(parts, kq, limit=fetch_depth, session_id=session_id)
+
+        use_vectors = self.embedder is not None and cfg.vector_weight > 0
+        t = time.perf_counter()
+        authors = await self.facts.authors(parts)
+        qvecs: Matrix | None = None
+        embed_task = asyncio.ensure_future(self._embed(queries)) if use_vectors else None
+        kw_lists = await asyncio.gather(*(keyword_list(q, authors) for q in queries))
+        timings["keyword_ms"] = (time.perf_counter() - t) * 1000
+        vec_lists: list[list[Candidate]] = []
+        if embed_task is not None:
+            try:
+                qvecs = await embed_task
+            except ProviderError as exc:
+                log.warning("memlane: query embedding failed (%s); keyword-only results", exc)
+            timings["embed_ms"] = (time.perf_counter() - t) * 1000 - timings["keyword_ms"]
+            if qvecs is not None:
+                t = time.perf_counter()
+                vec_lists = list(
+                    await asyncio.gather(
+                        *(
+                            self.facts.vector_search(
+                                parts, qvecs[i], limit=fetch_depth, session_id=session_id
+                            )
+                            for i in range(len(queries))
+                        )
+                    )
+                )
+                timings["vector_ms"] = (time.perf_counter() - t) * 1000
+        t = time.perf_counter()
+        fused = fuse(kw_lists, vec_lists, cfg, top_k=fetch_depth if filters else top_k)
+        found = await self.facts.get_facts([f.key for f in fused], scope)
+        hits: list[Hit] = []
+        for f in fused:
+            fact = found.get(f.key)
+            if fact is None or not _matches(fact, filters):
+                continue
+            kr = min((r for n, r in f.ranks.items() if n.startswith("keyword")), default=None)
+            vr = min((r for n, r in f.ranks.items() if n.startswith("vector")), default=None)
+            ks = max((s for n, s in f.raw.items() if n.startswith("keyword")), default=None)
+            vs = max((s for n, s in f.raw.items() if n.startswith("vector")), default=None)
+            hits.append(Hit(fact=fact, score=f.score, keyword_rank=kr, vector_rank=vr, keyword_score=ks,
+                            vector_score=vs))  # fmt: skip
+            if len(hits) == top_k:
+                break
+        timings["fuse_fetch_ms"] = (time.perf_counter() - t) * 1000
+        await self.facts.record_access([h.fact.id for h in hits])
+        timings["total_ms"] = (time.perf_counter() - t0) * 1000
+        dbg = None
+        if debug:
+            dbg = {
+                "timings": timings,
+                "queries": queries,
+                "keyword": [[(c.fact_id, c.score) for c in lst] for lst in kw_lists],
+                "vector": [[(c.fact_id, c.score) for c in lst] for lst in vec_lists],
+                "config": cfg.model_dump(),
+                "vectors_used": qvecs is not None,
+            }
+        return SearchResult(hits=hits, debug=dbg)
+
+    # ------------------------------------------------------------------ ADK surface
+    async def add_session_to_memory(self, session: Session) -> list[Fact]:
+        """Index a session's events into long-term memory (ADK semantics): one memory per
+        event with text, keeping author and timestamp. A group session (several users)
+        goes to the app's shared memory, never into one user's."""
+        events = [e for e in session.events if e.text.strip()]
+        if not events:
+            return []
+        ns = _ns(session.app)
+        if session.is_group or session.user_id is None:
+            if ns is None:
+                raise ScopeError("a group session needs an app name to be stored as shared memory")
+            return await self.add(events, agent_id=ns, session_id=session.id, scope="agent")
+        return await self.add(events, user_id=session.user_id, agent_id=ns, session_id=session.id)
+
+    async def search_memory(self, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
+        """ADK's ``search_memory``: the (app, user) memories matching ``query``."""
+        result = await self.search(query, user_id=user_id, agent_id=_ns(app_name))
+        return SearchMemoryResponse(
+            memories=[
+                MemoryEntry(content=h.fact.content, author=h.fact.author, timestamp=h.fact.occurred_at,
+                            id=h.fact.id)
+                for h in result.hits
+            ]
+        )  # fmt: skip
+
+
+def _matches(fact: Fact, filters: Mapping[str, Any] | None) -> bool:
+    if not filters:
+        return True
+    for key, want in filters.items():
+        if key in ("kind", "author", "session_id", "scope"):
+            if getattr(fact, key) != want:
+                return False
+        elif fact.metadata.get(key) != want:
+            return False
+    return True

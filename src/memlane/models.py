@@ -1,0 +1,376 @@
+"""memlane's domain model: events and sessions (short-term), facts (long-term),
+reflections and consolidated blobs (always-in-context), scopes and search hits.
+
+All models are pydantic v2 models; timestamps are timezone-aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memlane.errors import ScopeError
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    """A new random identifier (hex UUID4)."""
+    return uuid.uuid4().hex
+
+
+def content_hash(text: str) -> str:
+    """MD5 of the whitespace-normalised text (Eden's fact ``hash``), for idempotent writes."""
+    return hashlib.md5(" ".join(text.split()).encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- short-term
+
+
+class EventType(StrEnum):
+    """The kinds of event a session records (KAOS event types)."""
+
+    USER_MESSAGE = "user_message"
+    TASK_DELEGATION_RECEIVED = "task_delegation_received"
+    AGENT_RESPONSE = "agent_response"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    DELEGATION_REQUEST = "delegation_request"
+    DELEGATION_RESPONSE = "delegation_response"
+    ERROR = "error"
+
+
+#: Event types whose text counts as a conversational turn.
+TEXT_EVENT_TYPES = frozenset(
+    {
+        EventType.USER_MESSAGE,
+        EventType.AGENT_RESPONSE,
+        EventType.TASK_DELEGATION_RECEIVED,
+        EventType.DELEGATION_RESPONSE,
+    }
+)
+
+
+class Event(BaseModel):
+    """One entry of a session's ordered event log."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=new_id)
+    """Unique event id."""
+    type: EventType = EventType.USER_MESSAGE
+    """What happened (user message, agent response, tool call, ...)."""
+    timestamp: datetime = Field(default_factory=utcnow)
+    """When it happened (UTC)."""
+    author: str = "user"
+    """Who produced it: ``"user"``, an agent name, a tool name, or a speaker's name."""
+    content: Any = None
+    """The payload: text for messages, a dict for tool calls/results."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form extra data (source channel, tool call id, ...)."""
+
+    @property
+    def text(self) -> str:
+        """The event's text, or "" when its content is not text."""
+        if isinstance(self.content, str):
+            return self.content
+        if isinstance(self.content, dict):
+            value = self.content.get("text")
+            return value if isinstance(value, str) else ""
+        return ""
+
+    @property
+    def role(self) -> str:
+        """``"user"`` for incoming events, ``"assistant"`` for the agent's own, else ``"tool"``."""
+        if self.type in (EventType.USER_MESSAGE, EventType.TASK_DELEGATION_RECEIVED):
+            return "user"
+        if self.type in (EventType.AGENT_RESPONSE, EventType.DELEGATION_REQUEST):
+            return "assistant"
+        return "tool"
+
+
+class Session(BaseModel):
+    """A conversation: identity plus its ordered events."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=new_id)
+    """Session id; Gaia's stable key is ``"{user_id}:{channel}"`` (see :func:`session_key`)."""
+    app: str = "default"
+    """The application / agent namespace the session belongs to."""
+    user_ids: list[str] = Field(default_factory=list)
+    """Participants; more than one means a group session (user-scoped memory is then off)."""
+    agent_id: str | None = None
+    """The agent taking part, if any."""
+    channel: str | None = None
+    """Where the conversation happens (``"cli"``, ``"telegram"``, ...)."""
+    state: dict[str, Any] = Field(default_factory=dict)
+    """Free-form session state."""
+    events: list[Event] = Field(default_factory=list)
+    """The event log, oldest first (may be a window; see ``SessionStore.get_events``)."""
+    created_at: datetime = Field(default_factory=utcnow)
+    """When the session was created."""
+    updated_at: datetime = Field(default_factory=utcnow)
+    """When an event was last added."""
+
+    @property
+    def user_id(self) -> str | None:
+        """The single user of a one-to-one session, else None."""
+        return self.user_ids[0] if len(self.user_ids) == 1 else None
+
+    @property
+    def is_group(self) -> bool:
+        """True when more than one user takes part."""
+        return len(self.user_ids) > 1
+
+
+def session_key(user_id: str, channel: str) -> str:
+    """Gaia's stable session id for a user on a channel: a restart resumes it."""
+    return f"{user_id}:{channel}"
+
+
+# --------------------------------------------------------------------------- scopes
+
+FactScope = Literal["user", "agent"]
+ReflectionScope = Literal["session", "user", "agent"]
+
+
+class Scope(BaseModel):
+    """Who a memory belongs to. Every store query is filtered by a scope.
+
+    ``user_id`` set: the user's own facts (within ``agent_id``'s namespace when given).
+    ``agent_id`` set: additionally the agent's shared facts (``scope="agent"``).
+    A scope with neither is rejected: there is no "everything" query.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    user_id: str | None = None
+    """The user whose memory this is."""
+    agent_id: str | None = None
+    """The agent / app namespace."""
+    session_id: str | None = None
+    """Narrows to one session when set (filter only; facts are not session-scoped)."""
+
+    def model_post_init(self, __context: Any) -> None:
+        for name in ("user_id", "agent_id", "session_id"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ScopeError(f"{name} must be a non-empty string, got {value!r}")
+        if self.user_id is None and self.agent_id is None:
+            raise ScopeError("a scope needs user_id or agent_id: pass user_id=... (there is no global query)")
+
+    def partitions(self) -> list[str]:
+        """The storage partitions this scope reads: the user's, then the agent's shared one."""
+        parts = []
+        if self.user_id is not None:
+            parts.append(user_partition(self.user_id, self.agent_id))
+        if self.agent_id is not None:
+            parts.append(agent_partition(self.agent_id))
+        return parts
+
+
+def user_partition(user_id: str, agent_id: str | None) -> str:
+    """Storage partition key of a user's facts within an agent namespace."""
+    return f"u\x1f{agent_id or ''}\x1f{user_id}"
+
+
+def agent_partition(agent_id: str) -> str:
+    """Storage partition key of an agent's shared facts."""
+    return f"a\x1f{agent_id}"
+
+
+# --------------------------------------------------------------------------- long-term
+
+
+class Fact(BaseModel):
+    """An atomic memory (Eden's fact schema) with provenance and validity.
+
+    Verbatim memories (``infer=False``) are facts too, with ``kind="message"``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=new_id)
+    """Unique fact id."""
+    content: str
+    """The fact text; stands alone without context."""
+    hash: str = ""
+    """MD5 of the normalised content; writes are idempotent by hash within a scope."""
+    embedding: list[float] | None = Field(default=None, repr=False)
+    """The content's embedding (None when no embedder is configured)."""
+    scope: FactScope = "user"
+    """``user``: one user's; ``agent``: shared by all users of the agent."""
+    agent_id: str | None = None
+    """The agent / app namespace."""
+    user_id: str | None = None
+    """Owner when ``scope == "user"``."""
+    session_id: str | None = None
+    """Source session."""
+    kind: Literal["message", "fact"] = "fact"
+    """``message``: a verbatim turn; ``fact``: an extracted or remembered statement."""
+    author: str | None = None
+    """Who said it (role or speaker name) for verbatim memories."""
+    seq: int | None = None
+    """Position within the source session (orders neighbouring turns)."""
+    occurred_at: datetime | None = None
+    """When the underlying event happened (a message's timestamp, a session date)."""
+    formed_at: datetime = Field(default_factory=utcnow)
+    """When the fact was stored."""
+    updated_at: datetime = Field(default_factory=utcnow)
+    """Last content change."""
+    access_count: int = 0
+    """How often retrieval returned it."""
+    version: int = 1
+    """Incremented on each UPDATE."""
+    source_event_ids: list[str] = Field(default_factory=list)
+    """Provenance: ids of the events it came from."""
+    valid_from: datetime = Field(default_factory=utcnow)
+    """From when the fact holds."""
+    invalid_at: datetime | None = None
+    """Set when superseded or deleted; invalid facts are kept for history, not returned by search."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form extra data."""
+
+    @property
+    def partition(self) -> str:
+        """The storage partition the fact lives in."""
+        if self.scope == "agent":
+            if not self.agent_id:
+                raise ScopeError("an agent-scoped fact needs agent_id")
+            return agent_partition(self.agent_id)
+        if not self.user_id:
+            raise ScopeError("a user-scoped fact needs user_id")
+        return user_partition(self.user_id, self.agent_id)
+
+    @property
+    def is_valid(self) -> bool:
+        """False once the fact was deleted or superseded."""
+        return self.invalid_at is None
+
+
+class HistoryEntry(BaseModel):
+    """One change to a fact (ADD, UPDATE, DELETE, ...)."""
+
+    id: str = Field(default_factory=new_id)
+    fact_id: str
+    """The fact changed."""
+    event: Literal["ADD", "UPDATE", "DELETE", "NONE", "ACCESS"]
+    """What happened."""
+    old_content: str | None = None
+    """Content before the change."""
+    new_content: str | None = None
+    """Content after the change."""
+    actor: str = "api"
+    """Who made it: ``api``, ``cli``, ``formation``, ..."""
+    at: datetime = Field(default_factory=utcnow)
+    """When."""
+
+
+class Reflection(BaseModel):
+    """An interpreted memory waiting to be consolidated (Eden's schema)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=new_id)
+    content: str
+    """The reflection (at most 35 words when formed by an LLM)."""
+    scope: ReflectionScope
+    """session / user / agent."""
+    agent_id: str | None = None
+    user_id: str | None = None
+    """Set when ``scope == "user"``."""
+    session_id: str | None = None
+    """Source session (always populated by formation)."""
+    absorbed: bool = False
+    """True once merged into a consolidated blob."""
+    formed_at: datetime = Field(default_factory=utcnow)
+
+
+class ConsolidatedMemory(BaseModel):
+    """A versioned blob merging a scope's reflections (Eden's schema)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=new_id)
+    scope: ReflectionScope
+    agent_id: str | None = None
+    user_id: str | None = None
+    session_id: str | None = None
+    consolidated_content: str = ""
+    """The merged blob, starting with ``VERSION: n``."""
+    word_limit: int
+    """Max words for this blob (agent 1200, user 300, session 200)."""
+    version: int = 0
+    """Incremented on every consolidation."""
+    unabsorbed_ids: list[str] = Field(default_factory=list)
+    """Pending reflection ids."""
+    last_consolidated_at: datetime | None = None
+
+
+# --------------------------------------------------------------------------- search results
+
+
+class Hit(BaseModel):
+    """One search result."""
+
+    fact: Fact
+    """The matching fact."""
+    score: float
+    """Fused score (higher is better; RRF scale, about 0.0 .. 0.033)."""
+    keyword_rank: int | None = None
+    """1-based rank in the keyword list, None when absent from it."""
+    vector_rank: int | None = None
+    """1-based rank in the vector list, None when absent from it."""
+    keyword_score: float | None = None
+    """Keyword relevance (negated BM25: higher is better)."""
+    vector_score: float | None = None
+    """Cosine similarity (-1 .. 1)."""
+
+
+class SearchResult(BaseModel):
+    """What ``search`` returns: hits plus, with ``debug=True``, per-stage timings."""
+
+    hits: list[Hit] = Field(default_factory=list)
+    """Ranked results, best first."""
+    debug: dict[str, Any] | None = None
+    """Per-stage timings (ms) and candidate lists when ``debug=True``."""
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    @property
+    def facts(self) -> list[Fact]:
+        """The facts of the hits, best first."""
+        return [h.fact for h in self.hits]
+
+
+class MemoryEntry(BaseModel):
+    """ADK's recalled snippet: text plus provenance."""
+
+    content: str
+    author: str | None = None
+    timestamp: datetime | None = None
+    id: str | None = None
+
+
+class SearchMemoryResponse(BaseModel):
+    """ADK's ``search_memory`` envelope."""
+
+    memories: list[MemoryEntry] = Field(default_factory=list)
+
+
+class Page(BaseModel):
+    """A page of a listing; pass ``next_cursor`` back as ``cursor`` for the next."""
+
+    items: list[Fact]
+    next_cursor: str | None = None
+    total: int

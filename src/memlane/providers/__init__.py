@@ -1,0 +1,1 @@
+"""Model providers: embedders (``embed/``) and, later, LLMs (``llm/``)."""

@@ -1,0 +1,72 @@
+"""The Embedder protocol.
+
+An embedder turns a batch of texts into a float32 matrix of shape ``(len(texts), dim)``.
+Rows are L2-normalised, so a dot product is the cosine similarity (range -1..1, higher is
+more similar). ``embed_batch`` is the one method an implementation must provide; it is
+batch-first and async. Pure-CPU implementations run their work in a worker thread so the
+event loop stays responsive; network ones use an async HTTP client.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from memlane.errors import DimensionMismatchError
+
+Matrix = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Batch text embedder.
+
+    Attributes:
+        name: a stable identifier such as ``"local:all-MiniLM-L6-v2"``; stored with the
+            database so a later open with a different model is detected.
+        dim: the dimension of every vector returned.
+    """
+
+    name: str
+    dim: int
+
+    async def embed_batch(self, texts: list[str]) -> Matrix:
+        """Embed ``texts``; returns float32 ``(len(texts), dim)``, rows L2-normalised.
+
+        Raises:
+            EmbedderError: the model or service failed (``retryable`` says whether to retry).
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release resources (HTTP clients, thread pools)."""
+        ...
+
+
+def normalize(matrix: npt.ArrayLike) -> Matrix:
+    """Return ``matrix`` as float32 with L2-normalised rows (zero rows stay zero)."""
+    m = np.asarray(matrix, dtype=np.float32)
+    if m.ndim == 1:
+        m = m[None, :]
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (m / norms).astype(np.float32, copy=False)
+
+
+def check_matrix(matrix: Matrix, n: int, dim: int, who: str) -> Matrix:
+    """Validate an embedder's output shape; raise DimensionMismatchError when it is off."""
+    if matrix.ndim != 2 or matrix.shape[0] != n:
+        raise DimensionMismatchError(
+            f"{who} returned shape {matrix.shape} for {n} texts; expected ({n}, {dim})",
+            expected=dim,
+            got=int(matrix.shape[-1]) if matrix.ndim else None,
+        )
+    if matrix.shape[1] != dim:
+        raise DimensionMismatchError(
+            f"{who} returned {matrix.shape[1]}-dimensional vectors but declares dim={dim}",
+            expected=dim,
+            got=int(matrix.shape[1]),
+        )
+    return matrix

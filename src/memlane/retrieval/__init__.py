@@ -1,0 +1,1 @@
+"""Retrieval: keyword query building, vector search, Reciprocal Rank Fusion (pure logic)."""

@@ -1,0 +1,218 @@
+"""Pure helpers over session events: windowing, message mapping, and the input checks
+every :class:`~memlane.stores.base.SessionStore` applies. No I/O.
+
+* :func:`window_events` bounds what is replayed to a model (KAOS ``memory_context_limit``,
+  Gaia ``sessions.window_turns``).
+* :func:`events_to_messages` maps events to ``{role, content, name}`` chat messages
+  (KAOS's Pydantic AI bridge, Gaia's ``_events_to_messages``) for memory formation.
+* ``check_*`` / :func:`prepare_event` / :func:`event_type_filter` are shared by the stores so
+  that every backend accepts and rejects exactly the same input.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from memlane.errors import InvalidInputError
+from memlane.models import Event, EventType
+
+#: Event types that start a user turn (Gaia's window counts these).
+TURN_START_TYPES = frozenset({EventType.USER_MESSAGE, EventType.TASK_DELEGATION_RECEIVED})
+
+#: KAOS event-type -> chat role mapping used by :func:`events_to_messages`.
+MESSAGE_ROLES: dict[EventType, str] = {
+    EventType.USER_MESSAGE: "user",
+    EventType.TASK_DELEGATION_RECEIVED: "user",
+    EventType.AGENT_RESPONSE: "assistant",
+    EventType.TOOL_CALL: "tool",
+    EventType.TOOL_RESULT: "tool",
+}
+
+
+# --------------------------------------------------------------------------- windowing
+
+
+def window_events(
+    events: Sequence[Event], *, last_n: int | None = None, user_turns: int | None = None
+) -> list[Event]:
+    """The tail of ``events`` worth replaying to a model.
+
+    Args:
+        events: a session's events, oldest first.
+        last_n: keep at most the last ``last_n`` events.
+        user_turns: keep the last ``user_turns`` user turns: a turn starts at a
+            ``user_message`` or ``task_delegation_received`` event, and everything from the
+            oldest kept turn start onwards is returned. With fewer turns than that in
+            ``events`` (or none at all) nothing is trimmed.
+
+    Both limits may be given: the shorter window wins. Neither: a copy of ``events``.
+    ``0`` gives an empty list.
+
+    Returns:
+        A new list (the events themselves are not copied), oldest first.
+
+    Raises:
+        InvalidInputError: a negative limit.
+    """
+    _check_limit("last_n", last_n)
+    _check_limit("user_turns", user_turns)
+    start = 0
+    if user_turns is not None:
+        if user_turns == 0:
+            return []
+        starts = [i for i, e in enumerate(events) if e.type in TURN_START_TYPES]
+        if len(starts) >= user_turns:
+            start = starts[-user_turns]
+    if last_n is not None:
+        start = max(start, len(events) - last_n)
+    return list(events[start:])
+
+
+def _check_limit(name: str, value: int | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(f"{name} must be a non-negative integer or None, got {value!r}")
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def events_to_messages(events: Iterable[Event]) -> list[dict[str, str]]:
+    """Map events to chat messages ``{"role", "content", "name"}`` (KAOS / Gaia mapping).
+
+    ``user_message`` and ``task_delegation_received`` become ``user``, ``agent_response``
+    ``assistant``, ``tool_call`` and ``tool_result`` ``tool``; ``name`` is the event's author.
+    Other event types (delegations out, errors) and events without text (see
+    :attr:`Event.text`: a string content, or a dict content with a ``"text"`` string) are
+    skipped, so a tool event only contributes when it carries text.
+    """
+    messages: list[dict[str, str]] = []
+    for event in events:
+        role = MESSAGE_ROLES.get(event.type)
+        if role is None:
+            continue
+        text = event.text
+        if not text.strip():
+            continue
+        messages.append({"role": role, "content": text, "name": event.author})
+    return messages
+
+
+# --------------------------------------------------------------------------- store input checks
+
+
+def check_session_id(session_id: object) -> str:
+    """Return ``session_id`` if it is a non-blank string, else raise InvalidInputError."""
+    if not isinstance(session_id, str) or not session_id.strip():
+        raise InvalidInputError(
+            f"session_id must be a non-empty string, got {session_id!r}; "
+            "omit it on create_session to get a generated id"
+        )
+    return session_id
+
+
+def check_app(app: object) -> str:
+    """Return ``app`` if it is a non-blank string, else raise InvalidInputError."""
+    if not isinstance(app, str) or not app.strip():
+        raise InvalidInputError(f"app must be a non-empty string (default 'default'), got {app!r}")
+    return app
+
+
+def check_user_ids(user_ids: Sequence[str]) -> list[str]:
+    """Validated participants, duplicates removed (first occurrence kept)."""
+    if isinstance(user_ids, str):
+        raise InvalidInputError(f"user_ids must be a list of ids, not a string: pass user_ids=[{user_ids!r}]")
+    out: list[str] = []
+    for user_id in user_ids:
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise InvalidInputError(f"each user id must be a non-empty string, got {user_id!r}")
+        if user_id not in out:
+            out.append(user_id)
+    return out
+
+
+def check_optional_name(name: str, value: object) -> str | None:
+    """``agent_id`` / ``channel``: None or a non-blank string."""
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise InvalidInputError(f"{name} must be None or a non-empty string, got {value!r}")
+    return value
+
+
+def check_json(what: str, value: Any) -> str:
+    """Serialise ``value`` to JSON text, or raise InvalidInputError naming ``what``."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(
+            f"{what} must be JSON-serialisable (str, number, bool, None, list, dict): {exc}"
+        ) from exc
+
+
+def to_utc(value: datetime) -> datetime:
+    """``value`` as an aware UTC datetime; a naive datetime is taken to be UTC already."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def prepare_event(event: Event) -> Event:
+    """A validated deep copy of ``event`` as a store keeps it: UTC timestamp, JSON payload.
+
+    Raises:
+        InvalidInputError: not an Event, an unknown type, a blank id, or a non-JSON payload.
+    """
+    if not isinstance(event, Event):
+        raise InvalidInputError(f"expected an Event, got {type(event).__name__}")
+    copy = event.model_copy(deep=True)
+    try:
+        copy.type = EventType(copy.type)
+    except ValueError:
+        raise InvalidInputError(
+            f"unknown event type {copy.type!r}; use one of {[t.value for t in EventType]}"
+        ) from None
+    if not isinstance(copy.id, str) or not copy.id.strip():
+        raise InvalidInputError(f"event id must be a non-empty string, got {copy.id!r}")
+    if not isinstance(copy.author, str):
+        raise InvalidInputError(f"event author must be a string, got {copy.author!r}")
+    if not isinstance(copy.timestamp, datetime):
+        raise InvalidInputError(f"event timestamp must be a datetime, got {copy.timestamp!r}")
+    if not isinstance(copy.metadata, dict):
+        raise InvalidInputError(f"event metadata must be a dict, got {type(copy.metadata).__name__}")
+    copy.timestamp = to_utc(copy.timestamp)
+    check_json("event content", copy.content)
+    check_json("event metadata", copy.metadata)
+    return copy
+
+
+def event_type_filter(
+    event_types: Sequence[EventType | str] | EventType | str | None,
+) -> frozenset[EventType] | None:
+    """Normalise ``get_events``' type filter: None (no filter) or a set of EventType.
+
+    A single type (string or EventType) is accepted as a one-element filter.
+
+    Raises:
+        InvalidInputError: an unknown type name.
+    """
+    if event_types is None:
+        return None
+    items: Iterable[EventType | str] = [event_types] if isinstance(event_types, str) else event_types
+    out: set[EventType] = set()
+    for item in items:
+        try:
+            out.add(EventType(item))
+        except ValueError:
+            raise InvalidInputError(
+                f"unknown event type {item!r}; use one of {[t.value for t in EventType]}"
+            ) from None
+    return frozenset(out)
+
+
+def check_limit(limit: int | None) -> int | None:
+    """``get_events``' ``limit``: None (all) or a non-negative int."""
+    _check_limit("limit", limit)
+    return limit

@@ -1,0 +1,1 @@
+"""Storage backends behind the protocols in :mod:`memlane.stores.base`."""

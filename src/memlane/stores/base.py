@@ -1,0 +1,264 @@
+"""Storage protocols. Stores return candidates; ranking, fusion and policy live in core.
+
+Two small contracts:
+
+* :class:`SessionStore` — short-term memory: sessions as ordered, bounded event logs
+  (KAOS / ADK API). Implementations: ``LocalMemory`` (in-process), ``SqliteSessionStore``
+  (durable), ``NullMemory`` (memory disabled).
+* :class:`FactStore` — long-term memory: facts with keyword and vector candidate search,
+  reflections, consolidated blobs and history. Implementation: ``SqliteFactStore``.
+
+Every read takes a scope (app / user / agent) and returns nothing outside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from memlane.models import (
+    ConsolidatedMemory,
+    Event,
+    EventType,
+    Fact,
+    HistoryEntry,
+    Page,
+    Reflection,
+    Scope,
+    Session,
+)
+
+Vector = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Short-term memory: sessions and their events.
+
+    Sessions belong to an ``app``; a session id is unique within its app and a read with
+    another app's name finds nothing. ``add_event`` on a full session drops the oldest
+    events only where the implementation documents a bound (``LocalMemory``).
+    """
+
+    async def create_session(
+        self,
+        *,
+        app: str = "default",
+        user_ids: Sequence[str] = (),
+        agent_id: str | None = None,
+        channel: str | None = None,
+        session_id: str | None = None,
+        state: dict[str, object] | None = None,
+    ) -> Session:
+        """Create a session; raises InvalidInputError if ``session_id`` exists in ``app``."""
+        ...
+
+    async def get_or_create_session(
+        self,
+        *,
+        session_id: str,
+        app: str = "default",
+        user_ids: Sequence[str] = (),
+        agent_id: str | None = None,
+        channel: str | None = None,
+    ) -> Session:
+        """Return the session (with its events) or create it: idempotent."""
+        ...
+
+    async def get_session(self, session_id: str, *, app: str = "default") -> Session | None:
+        """The session with all its stored events, or None."""
+        ...
+
+    async def list_sessions(self, *, app: str = "default", user_id: str | None = None) -> list[Session]:
+        """Sessions of ``app`` (optionally of one user), newest activity first, without events."""
+        ...
+
+    async def delete_session(self, session_id: str, *, app: str = "default") -> bool:
+        """Delete a session and its events; True if it existed."""
+        ...
+
+    async def add_event(self, session_id: str, event: Event, *, app: str = "default") -> Event:
+        """Append an event; raises NotFoundError when the session does not exist."""
+        ...
+
+    async def get_events(
+        self,
+        session_id: str,
+        event_types: Sequence[EventType | str] | None = None,
+        limit: int | None = None,
+        *,
+        app: str = "default",
+    ) -> list[Event]:
+        """Events oldest first, optionally filtered by type; ``limit`` keeps the newest N."""
+        ...
+
+    async def close(self) -> None:
+        """Release resources."""
+        ...
+
+
+@dataclass(frozen=True)
+class KeywordQuery:
+    """A parsed keyword query (see ``memlane.retrieval.text``)."""
+
+    terms: tuple[str, ...]
+    """Query words with stopwords removed, lowercase."""
+    boost_authors: tuple[str, ...] = ()
+    """Authors named in the query: their memories' keyword scores are multiplied by ``author_boost``."""
+    author_boost: float = 2.0
+
+
+@dataclass
+class Candidate:
+    """A store's candidate for one search list: fact id and a raw score (higher is better)."""
+
+    fact_id: str
+    score: float
+
+
+@dataclass
+class StoreStats:
+    """Counts per store, for ``memlane stats``."""
+
+    facts: int = 0
+    valid_facts: int = 0
+    partitions: int = 0
+    reflections: int = 0
+    consolidated: int = 0
+    sessions: int = 0
+    events: int = 0
+    embedder: str | None = None
+    dim: int | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+@runtime_checkable
+class FactStore(Protocol):
+    """Long-term memory: facts, reflections, consolidated blobs, history.
+
+    Contract:
+      * Writes are idempotent by content hash within a partition: putting a valid fact whose
+        hash already exists returns the existing fact (``created=False``) and changes nothing.
+      * Deletion is soft (``invalid_at`` set, kept in history); ``purge_user`` is the hard delete.
+      * ``keyword_search`` scores are negated BM25 (higher is better);
+        ``vector_search`` scores are cosine similarity in -1..1 (higher is better).
+      * Every read names its partitions / scope; there is no unscoped read.
+    """
+
+    dim: int | None
+
+    async def put_facts(
+        self, facts: Sequence[Fact], vectors: Vector | None, *, actor: str = "api"
+    ) -> list[tuple[Fact, bool]]:
+        """Store facts atomically (all or none); returns (stored fact, created) per input."""
+        ...
+
+    async def get_fact(self, fact_id: str, scope: Scope) -> Fact | None:
+        """One fact if it is visible from ``scope`` (valid or not), else None."""
+        ...
+
+    async def get_facts(self, fact_ids: Sequence[str], scope: Scope) -> dict[str, Fact]:
+        """Facts by id, only those visible from ``scope``."""
+        ...
+
+    async def list_facts(
+        self,
+        scope: Scope,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        include_invalid: bool = False,
+    ) -> Page:
+        """Facts newest first, paginated by an opaque cursor."""
+        ...
+
+    async def update_fact(
+        self, fact_id: str, scope: Scope, content: str, vector: Vector | None, *, actor: str = "api"
+    ) -> Fact:
+        """Change a fact's content (version + 1, history row)."""
+        ...
+
+    async def invalidate_fact(self, fact_id: str, scope: Scope, *, actor: str = "api") -> Fact:
+        """Soft delete: set ``invalid_at``, drop from search, keep in history."""
+        ...
+
+    async def history(self, fact_id: str, scope: Scope) -> list[HistoryEntry]:
+        """All changes to a fact, oldest first."""
+        ...
+
+    async def purge_user(self, user_id: str) -> int:
+        """Hard delete all of ``user_id``'s facts, history, reflections, blobs; returns rows removed."""
+        ...
+
+    async def keyword_search(
+        self, partitions: Sequence[str], query: KeywordQuery, *, limit: int, session_id: str | None = None
+    ) -> list[Candidate]:
+        """Valid facts matching any query term, best first."""
+        ...
+
+    async def vector_search(
+        self, partitions: Sequence[str], vector: Vector, *, limit: int, session_id: str | None = None
+    ) -> list[Candidate]:
+        """Valid facts with embeddings, by cosine similarity, best first."""
+        ...
+
+    async def missing_embeddings(self, *, limit: int = 256) -> list[tuple[str, str]]:
+        """Valid facts without a vector, ``[(fact_id, content)]``, oldest first (for backfill)."""
+        ...
+
+    async def set_embeddings(self, fact_ids: Sequence[str], vectors: Vector) -> None:
+        """Attach vectors to existing facts."""
+        ...
+
+    async def record_access(self, fact_ids: Sequence[str]) -> None:
+        """Increment ``access_count`` of retrieved facts."""
+        ...
+
+    async def authors(self, partitions: Sequence[str]) -> list[str]:
+        """Distinct authors of verbatim memories in these partitions."""
+        ...
+
+    async def put_reflection(self, reflection: Reflection) -> Reflection:
+        """Store a reflection in its scope's buffer."""
+        ...
+
+    async def list_reflections(
+        self,
+        *,
+        scope: str,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        absorbed: bool | None = None,
+    ) -> list[Reflection]:
+        """Reflections of one scope, oldest first."""
+        ...
+
+    async def get_consolidated(
+        self,
+        *,
+        scope: str,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+    ) -> ConsolidatedMemory | None:
+        """The scope's consolidated blob, if any."""
+        ...
+
+    async def put_consolidated(
+        self, blob: ConsolidatedMemory, absorbed_ids: Sequence[str] = ()
+    ) -> ConsolidatedMemory:
+        """Upsert the blob and mark ``absorbed_ids`` reflections absorbed, atomically."""
+        ...
+
+    async def stats(self, scope: Scope | None = None) -> StoreStats:
+        """Counts (whole database when ``scope`` is None: for operators, returns no content)."""
+        ...
+
+    async def close(self) -> None:
+        """Release resources."""
+        ...

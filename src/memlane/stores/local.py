@@ -1,0 +1,239 @@
+"""``LocalMemory``: the in-process session store (KAOS ``LocalMemory``).
+
+Bounded on both axes, so a long-running process cannot grow without limit:
+
+* each session keeps at most ``max_session_events`` events in a
+  ``deque(maxlen=...)``; adding to a full session silently drops its oldest event;
+* creating a session when ``max_sessions`` are already stored first evicts the oldest
+  10% of sessions (at least one). "Oldest" means **creation order**, not last activity:
+  eviction is predictable and O(evicted), and a busy session that was created long ago is
+  the one most likely to have been consolidated into long-term memory already.
+
+Everything is deep-copied on the way in and out, so callers never share state with the
+store. Methods are ``async`` for the :class:`~memlane.stores.base.SessionStore` protocol
+but never await, so each call is atomic on its event loop; the store is not thread-safe
+(use it from one event loop).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import count, islice
+from types import TracebackType
+
+from memlane.errors import InvalidInputError, NotFoundError
+from memlane.models import Event, EventType, Session, utcnow
+from memlane.sessions import (
+    check_app,
+    check_json,
+    check_limit,
+    check_optional_name,
+    check_session_id,
+    check_user_ids,
+    event_type_filter,
+    prepare_event,
+)
+
+#: When full, ``ceil(max_sessions / EVICT_DIVISOR)`` sessions are evicted (KAOS: oldest 10%).
+EVICT_DIVISOR = 10
+
+
+@dataclass
+class _Entry:
+    session: Session  # identity and state; ``events`` is always empty here
+    events: deque[Event]
+    order: int  # creation counter: eviction order and list_sessions tie-break
+
+
+class LocalMemory:
+    """In-process, bounded session store.
+
+    Args:
+        max_sessions: sessions kept (over all apps). When this many exist, creating another
+            first evicts ``ceil(10% of max_sessions)`` (at least 1) of the oldest-created.
+        max_session_events: events kept per session; older ones are dropped first.
+
+    Raises:
+        InvalidInputError: a bound below 1.
+    """
+
+    def __init__(self, max_sessions: int = 1000, max_session_events: int = 500) -> None:
+        for name, value in (("max_sessions", max_sessions), ("max_session_events", max_session_events)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInputError(f"{name} must be an integer >= 1, got {value!r}")
+        self.max_sessions = max_sessions
+        self.max_session_events = max_session_events
+        self._sessions: dict[tuple[str, str], _Entry] = {}  # insertion order == creation order
+        self._counter = count()
+
+    def __len__(self) -> int:
+        """Number of stored sessions (all apps)."""
+        return len(self._sessions)
+
+    # ------------------------------------------------------------------ sessions
+    async def create_session(
+        self,
+        *,
+        app: str = "default",
+        user_ids: Sequence[str] = (),
+        agent_id: str | None = None,
+        channel: str | None = None,
+        session_id: str | None = None,
+        state: dict[str, object] | None = None,
+    ) -> Session:
+        """Create a session; raises InvalidInputError if ``session_id`` exists in ``app``."""
+        check_app(app)
+        if session_id is not None:
+            check_session_id(session_id)
+            if (app, session_id) in self._sessions:
+                raise InvalidInputError(
+                    f"session {session_id!r} already exists in app {app!r}; "
+                    "use get_or_create_session to resume it"
+                )
+        session = self._new_session(
+            app=app, user_ids=user_ids, agent_id=agent_id, channel=channel, session_id=session_id, state=state
+        )
+        return self._insert(session)
+
+    async def get_or_create_session(
+        self,
+        *,
+        session_id: str,
+        app: str = "default",
+        user_ids: Sequence[str] = (),
+        agent_id: str | None = None,
+        channel: str | None = None,
+    ) -> Session:
+        """Return the session (with its events) or create it: idempotent.
+
+        An existing session is returned unchanged (the other arguments are ignored).
+        """
+        check_app(app)
+        check_session_id(session_id)
+        entry = self._sessions.get((app, session_id))
+        if entry is not None:
+            return self._export(entry)
+        session = self._new_session(
+            app=app, user_ids=user_ids, agent_id=agent_id, channel=channel, session_id=session_id, state=None
+        )
+        return self._insert(session)
+
+    async def get_session(self, session_id: str, *, app: str = "default") -> Session | None:
+        """The session with all its stored events, or None."""
+        entry = self._lookup(session_id, app)
+        return None if entry is None else self._export(entry)
+
+    async def list_sessions(self, *, app: str = "default", user_id: str | None = None) -> list[Session]:
+        """Sessions of ``app`` (optionally of one user), newest activity first, without events."""
+        check_app(app)
+        entries = [
+            e
+            for (a, _), e in self._sessions.items()
+            if a == app and (user_id is None or user_id in e.session.user_ids)
+        ]
+        entries.sort(key=lambda e: (e.session.updated_at, e.order), reverse=True)
+        return [e.session.model_copy(deep=True) for e in entries]
+
+    async def delete_session(self, session_id: str, *, app: str = "default") -> bool:
+        """Delete a session and its events; True if it existed."""
+        check_app(app)
+        check_session_id(session_id)
+        return self._sessions.pop((app, session_id), None) is not None
+
+    # ------------------------------------------------------------------ events
+    async def add_event(self, session_id: str, event: Event, *, app: str = "default") -> Event:
+        """Append a copy of ``event``; raises NotFoundError when the session does not exist.
+
+        The stored copy (timestamp normalised to UTC) is returned, itself copied.
+        """
+        entry = self._lookup(session_id, app)
+        if entry is None:
+            raise NotFoundError(
+                f"no session {session_id!r} in app {app!r}; create it first (get_or_create_session)"
+            )
+        stored = prepare_event(event)
+        entry.events.append(stored)  # a full deque drops its oldest event
+        entry.session.updated_at = utcnow()
+        return stored.model_copy(deep=True)
+
+    async def get_events(
+        self,
+        session_id: str,
+        event_types: Sequence[EventType | str] | None = None,
+        limit: int | None = None,
+        *,
+        app: str = "default",
+    ) -> list[Event]:
+        """Events oldest first, optionally filtered by type; ``limit`` keeps the newest N.
+
+        A missing session has no events (``[]``).
+        """
+        types = event_type_filter(event_types)
+        check_limit(limit)
+        entry = self._lookup(session_id, app)
+        if entry is None or limit == 0:
+            return []
+        events = [e for e in entry.events if types is None or e.type in types]
+        if limit is not None:
+            events = events[-limit:]
+        return [e.model_copy(deep=True) for e in events]
+
+    # ------------------------------------------------------------------ lifecycle
+    async def close(self) -> None:
+        """Nothing to release; the sessions stay (idempotent)."""
+
+    async def __aenter__(self) -> LocalMemory:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ internals
+    def _lookup(self, session_id: str, app: str) -> _Entry | None:
+        check_app(app)
+        check_session_id(session_id)
+        return self._sessions.get((app, session_id))
+
+    @staticmethod
+    def _new_session(
+        *,
+        app: str,
+        user_ids: Sequence[str],
+        agent_id: str | None,
+        channel: str | None,
+        session_id: str | None,
+        state: dict[str, object] | None,
+    ) -> Session:
+        users = check_user_ids(user_ids)
+        check_optional_name("agent_id", agent_id)
+        check_optional_name("channel", channel)
+        if state is not None and not isinstance(state, dict):
+            raise InvalidInputError(f"state must be a dict, got {type(state).__name__}")
+        check_json("session state", state or {})
+        session = Session(app=app, user_ids=users, agent_id=agent_id, channel=channel)
+        session.state = dict(state or {})
+        if session_id is not None:
+            session.id = session_id
+        session.updated_at = session.created_at
+        return session.model_copy(deep=True)
+
+    def _insert(self, session: Session) -> Session:
+        if len(self._sessions) >= self.max_sessions:
+            evict = max(1, -(-self.max_sessions // EVICT_DIVISOR))  # integer ceil, no float error
+            for key in list(islice(self._sessions, evict)):
+                del self._sessions[key]
+        entry = _Entry(
+            session=session, events=deque(maxlen=self.max_session_events), order=next(self._counter)
+        )
+        self._sessions[(session.app, session.id)] = entry
+        return self._export(entry)
+
+    @staticmethod
+    def _export(entry: _Entry) -> Session:
+        session = entry.session.model_copy(deep=True)
+        session.events = [e.model_copy(deep=True) for e in entry.events]
+        return session

@@ -1,0 +1,1 @@
+"""SQLite backends: one WAL database file for sessions and long-term memory."""

@@ -1,0 +1,180 @@
+"""One SQLite database file shared by memlane's stores: connections, a worker thread
+pool, and named transactional migrations applied on open.
+
+SQLite calls block, so every query runs on a small private thread pool (one connection
+per thread, WAL mode, so readers run beside a writer); the event loop never waits on disk.
+Writes use ``BEGIN IMMEDIATE`` and a generous ``busy_timeout``, so concurrent writers in
+other threads or processes queue instead of failing or losing an acknowledged write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from memlane.errors import CorruptDatabaseError, StorageError
+from memlane.stores.sqlite.migrations import MIGRATIONS
+
+T = TypeVar("T")
+
+#: PRAGMA application_id written into every memlane database ("MLNE").
+APPLICATION_ID = 0x4D4C4E45
+BUSY_TIMEOUT_MS = 60_000
+
+
+def _redact(path: str) -> str:
+    return path if len(path) < 200 else path[:200] + "..."
+
+
+class Database:
+    """A memlane SQLite file. Open with :meth:`open`; share between stores; :meth:`close` once.
+
+    Args:
+        path: file path, or ``":memory:"`` for a private in-memory database (single
+            connection, for tests).
+        threads: worker threads (connections) for queries.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, threads: int = 2) -> None:
+        self.path = str(path)
+        self._memory = self.path == ":memory:"
+        self._threads = 1 if self._memory else max(1, threads)
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._refs = 0
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def open_sync(self) -> Database:
+        """Open (create if needed), validate the file and apply pending migrations."""
+        if not self._memory:
+            parent = Path(self.path).expanduser().resolve().parent
+            parent.mkdir(parents=True, exist_ok=True)
+        conn = self.connection()
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as exc:
+            raise CorruptDatabaseError(
+                f"{_redact(self.path)} is not a memlane database (or is damaged): {exc}. "
+                "Point --db / MEMLANE_DB at another file."
+            ) from exc
+        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
+            raise CorruptDatabaseError(
+                f"{_redact(self.path)} is an SQLite database of another application "
+                "(foreign tables, no memlane marker); memlane will not touch it. Use another file."
+            )
+        self._migrate(conn)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="memlane-sqlite")
+        return self
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        with self.write(conn) as c:
+            c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            c.execute(
+                "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            done = {r[0] for r in c.execute("SELECT name FROM _migrations")}
+            for name, statements in MIGRATIONS:
+                if name in done:
+                    continue
+                for sql in statements:
+                    c.execute(sql)
+                c.execute("INSERT INTO _migrations VALUES (?, datetime('now'))", (name,))
+
+    def applied_migrations(self) -> list[str]:
+        """Names of the migrations applied to this file, in order."""
+        return [r[0] for r in self.connection().execute("SELECT name FROM _migrations ORDER BY rowid")]
+
+    def close_sync(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        with self._conns_lock:
+            for conn in self._conns:
+                conn.close()
+            self._conns.clear()
+
+    def acquire(self) -> Database:
+        """Take a reference (stores sharing one Database call this; the last release closes)."""
+        self._refs += 1
+        return self
+
+    def release_sync(self) -> None:
+        self._refs -= 1
+        if self._refs <= 0:
+            self.close_sync()
+
+    # ------------------------------------------------------------------ connections
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (created on first use)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._memory and self._conns:
+            return self._conns[0]
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if not self._memory:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":  # pragma: no cover - odd filesystems
+                    raise StorageError(f"could not enable WAL on {self.path} (got {mode})")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA temp_store = MEMORY")
+            conn.execute("PRAGMA cache_size = -65536")
+        except sqlite3.DatabaseError as exc:
+            raise CorruptDatabaseError(
+                f"cannot open {_redact(self.path)} as a memlane database: {exc}"
+            ) from exc
+        self._local.conn = conn
+        with self._conns_lock:
+            self._conns.append(conn)
+        return conn
+
+    @contextmanager
+    def write(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE``): committed on success, rolled back on error."""
+        c = conn or self.connection()
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            yield c
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        else:
+            c.execute("COMMIT")
+
+    # ------------------------------------------------------------------ async bridge
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` on a worker thread; map SQLite errors to StorageError."""
+        if self._executor is None or self._closed:
+            raise StorageError("the database is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._call, fn)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return fn(self.connection())
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.IntegrityError):
+                raise StorageError(f"constraint failed: {exc}") from exc
+            msg = str(exc)
+            if "malformed" in msg or "not a database" in msg:
+                raise CorruptDatabaseError(f"{_redact(self.path)} is damaged: {msg}") from exc
+            raise StorageError(f"database error on {_redact(self.path)}: {msg}") from exc

@@ -1,0 +1,130 @@
+"""Named schema migrations, applied in order inside one transaction each on open.
+
+Never edit an applied migration: append a new one.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[str, list[str]]] = [
+    (
+        "0001_core",
+        [
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            # ---- short-term: sessions and events
+            """CREATE TABLE sessions (
+                app TEXT NOT NULL,
+                id TEXT NOT NULL,
+                user_ids TEXT NOT NULL DEFAULT '[]',
+                agent_id TEXT,
+                channel TEXT,
+                state TEXT NOT NULL DEFAULT '{}',
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                PRIMARY KEY (app, id)
+            )""",
+            "CREATE INDEX sessions_updated ON sessions(app, updated_at)",
+            """CREATE TABLE session_users (
+                app TEXT NOT NULL, session_id TEXT NOT NULL, user_id TEXT NOT NULL,
+                PRIMARY KEY (app, user_id, session_id),
+                FOREIGN KEY (app, session_id) REFERENCES sessions(app, id) ON DELETE CASCADE
+            )""",
+            """CREATE TABLE events (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                app TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                id TEXT NOT NULL,
+                type TEXT NOT NULL,
+                ts TEXT NOT NULL,
+                author TEXT NOT NULL,
+                content TEXT,
+                metadata TEXT NOT NULL DEFAULT '{}',
+                FOREIGN KEY (app, session_id) REFERENCES sessions(app, id) ON DELETE CASCADE
+            )""",
+            "CREATE INDEX events_session ON events(app, session_id, seq)",
+            # ---- long-term: facts (verbatim memories and extracted facts)
+            """CREATE TABLE facts (
+                rowid INTEGER PRIMARY KEY,
+                id TEXT NOT NULL UNIQUE,
+                partition TEXT NOT NULL,
+                content TEXT NOT NULL,
+                hash TEXT NOT NULL,
+                scope TEXT NOT NULL,
+                agent_id TEXT,
+                user_id TEXT,
+                session_id TEXT,
+                kind TEXT NOT NULL,
+                author TEXT,
+                seq INTEGER,
+                occurred_at TEXT,
+                formed_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                access_count INTEGER NOT NULL DEFAULT 0,
+                version INTEGER NOT NULL DEFAULT 1,
+                source_event_ids TEXT NOT NULL DEFAULT '[]',
+                valid_from TEXT NOT NULL,
+                invalid_at TEXT,
+                metadata TEXT NOT NULL DEFAULT '{}',
+                embedding BLOB
+            )""",
+            "CREATE UNIQUE INDEX facts_hash ON facts(partition, hash) WHERE invalid_at IS NULL",
+            "CREATE INDEX facts_partition ON facts(partition, rowid)",
+            "CREATE INDEX facts_user ON facts(user_id)",
+            "CREATE INDEX facts_session_seq ON facts(partition, session_id, seq)",
+            # Keyword index. `part` holds one token naming the partition, so a query is
+            # `part:TOKEN AND (...)` and its cost follows the user's own memory size.
+            # `ctx` holds neighbouring turns of the same session (down-weighted),
+            # `date` the event date in words.
+            """CREATE VIRTUAL TABLE facts_fts USING fts5(
+                part, author UNINDEXED, text, ctx, date, tokenize = 'porter unicode61'
+            )""",
+            # Per-partition change counters: vector caches compare them to stay fresh
+            # across threads and processes.
+            """CREATE TABLE partitions (
+                partition TEXT PRIMARY KEY,
+                token TEXT NOT NULL,
+                appends INTEGER NOT NULL DEFAULT 0,
+                changes INTEGER NOT NULL DEFAULT 0
+            )""",
+            """CREATE TABLE authors (
+                partition TEXT NOT NULL, author TEXT NOT NULL, PRIMARY KEY (partition, author)
+            )""",
+            """CREATE TABLE history (
+                id TEXT PRIMARY KEY,
+                fact_id TEXT NOT NULL,
+                user_id TEXT,
+                event TEXT NOT NULL,
+                old_content TEXT,
+                new_content TEXT,
+                actor TEXT NOT NULL,
+                at TEXT NOT NULL
+            )""",
+            "CREATE INDEX history_fact ON history(fact_id, at)",
+            "CREATE INDEX history_user ON history(user_id)",
+            # ---- always-in-context: reflections and consolidated blobs
+            """CREATE TABLE reflections (
+                id TEXT PRIMARY KEY,
+                content TEXT NOT NULL,
+                scope TEXT NOT NULL,
+                agent_id TEXT,
+                user_id TEXT,
+                session_id TEXT,
+                absorbed INTEGER NOT NULL DEFAULT 0,
+                formed_at TEXT NOT NULL
+            )""",
+            "CREATE INDEX reflections_scope ON reflections(scope, agent_id, user_id, session_id, absorbed)",
+            """CREATE TABLE consolidated (
+                id TEXT PRIMARY KEY,
+                scope TEXT NOT NULL,
+                agent_id TEXT NOT NULL DEFAULT '',
+                user_id TEXT NOT NULL DEFAULT '',
+                session_id TEXT NOT NULL DEFAULT '',
+                consolidated_content TEXT NOT NULL,
+                word_limit INTEGER NOT NULL,
+                version INTEGER NOT NULL,
+                unabsorbed_ids TEXT NOT NULL DEFAULT '[]',
+                last_consolidated_at TEXT,
+                UNIQUE (scope, agent_id, user_id, session_id)
+            )""",
+        ],
+    ),
+]
