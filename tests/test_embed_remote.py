@@ -91,7 +91,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         state = self.server.state
         raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        body = json.loads(raw) if raw else None
+        body: Any = json.loads(raw) if raw else None
         with state.lock:
             state.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
             scripted = state.script.pop(0) if state.script else state.forever
@@ -120,7 +120,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _gemini(self, state: FakeState, body: dict[str, Any]) -> Reply:
         if not self.headers.get("x-goog-api-key"):
-            return Reply(403, {"error": {"code": 403, "message": "API key missing", "status": "PERMISSION_DENIED"}})
+            return Reply(
+                403, {"error": {"code": 403, "message": "API key missing", "status": "PERMISSION_DENIED"}}
+            )
         out = []
         for req in body["requests"]:
             dim = req.get("outputDimensionality", state.dim)

@@ -183,7 +183,7 @@ class AsyncMemory:
 
         Args:
             messages: one text (stored as one fact), or chat messages (``{"role", "content",
-                "name"?, "timestamp"?}`` dicts or :class:`Event` objects), each stored as one
+                "name"?, "timestamp"?, "metadata"?}`` dicts or :class:`Event` objects), each stored as one
                 memory that keeps its author, time and position in ``session_id``.
             user_id: owner (required for ``scope="user"``).
             agent_id: the agent / app namespace (required for ``scope="agent"``).
@@ -257,6 +257,11 @@ class AsyncMemory:
                 except ValueError as exc:
                     raise InvalidInputError(f"message {i} has an invalid timestamp {raw_when!r}") from exc
             src = [str(m["id"])] if m.get("id") else []
+            extra = m.get("metadata")
+            if extra is not None:
+                if not isinstance(extra, Mapping):
+                    raise InvalidInputError(f"message {i} metadata must be a dict")
+                meta = {**meta, **extra}
         else:
             raise InvalidInputError(f"message {i} must be a dict or Event, got {type(m).__name__}")
         return Fact(

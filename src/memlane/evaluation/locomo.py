@@ -1,0 +1,170 @@
+"""LoCoMo retrieval benchmark, exactly as ``shared/bench/locomo/README.md`` defines it.
+
+Every turn of a conversation is one memory of one user (``"Speaker: text"`` plus
+``" [shares <caption>]"`` for images), in its session with the session date as the turn's
+time. Every category 1-4 question with evidence is searched in that user's memories;
+recall@k = mean |evidence ∩ top-k| / |evidence|, hit@k = mean 1[evidence ∩ top-k ≠ ∅].
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memlane.memory import AsyncMemory
+
+KS = (1, 5, 10)
+_DATE = re.compile(r"(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+(\w+),?\s+(\d{4})", re.I)
+
+
+def parse_session_date(text: str) -> datetime | None:
+    """``"1:56 pm on 8 May, 2023"`` -> datetime (None when it does not parse)."""
+    m = _DATE.search(text or "")
+    if not m:
+        return None
+    hour, minute, ampm, day, month, year = m.groups()
+    try:
+        base = datetime.strptime(f"{day} {month[:3]} {year}", "%d %b %Y")
+    except ValueError:
+        return None
+    h = int(hour) % 12 + (12 if ampm.lower() == "pm" else 0)
+    return base.replace(hour=h, minute=int(minute))
+
+
+@dataclass
+class Turn:
+    dia_id: str
+    speaker: str
+    text: str
+    session: int
+    when: datetime | None
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    sessions: list[list[Turn]]
+    questions: list[tuple[str, list[str], int]]  # question, evidence dia_ids, category
+
+    @property
+    def turns(self) -> int:
+        return sum(len(s) for s in self.sessions)
+
+
+def load(path: str | Path, conversations: Sequence[str] | None = None) -> list[Conversation]:
+    """Read a LoCoMo-format JSON file (only ``conversations`` when given)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    out = []
+    for item in data:
+        if conversations and item["sample_id"] not in conversations:
+            continue
+        conv = item["conversation"]
+        n = 1
+        sessions: list[list[Turn]] = []
+        while f"session_{n}" in conv:
+            when = parse_session_date(conv.get(f"session_{n}_date_time", ""))
+            turns = []
+            for t in conv[f"session_{n}"]:
+                text = f"{t['speaker']}: {t['text']}"
+                if t.get("blip_caption"):
+                    text += f" [shares {t['blip_caption']}]"
+                turns.append(Turn(t["dia_id"], t["speaker"], text, n, when))
+            sessions.append(turns)
+            n += 1
+        qs = []
+        for q in item.get("qa", []):
+            if q.get("category") not in (1, 2, 3, 4):
+                continue
+            ev = [e for raw in q.get("evidence", []) for e in re.split(r"[;,\s]+", raw) if e]
+            if ev:
+                qs.append((str(q["question"]), ev, int(q["category"])))
+        out.append(Conversation(item["sample_id"], sessions, qs))
+    return out
+
+
+@dataclass
+class Report:
+    """Benchmark figures for one retrieval mode."""
+
+    mode: str
+    questions: int = 0
+    recall: dict[int, float] = field(default_factory=dict)
+    hit: dict[int, float] = field(default_factory=dict)
+    search_ms: list[float] = field(default_factory=list)
+
+    @property
+    def p50(self) -> float:
+        return float(np.percentile(self.search_ms, 50)) if self.search_ms else 0.0
+
+    @property
+    def p95(self) -> float:
+        return float(np.percentile(self.search_ms, 95)) if self.search_ms else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "questions": self.questions,
+            **{f"recall@{k}": round(v, 4) for k, v in self.recall.items()},
+            **{f"hit@{k}": round(v, 4) for k, v in self.hit.items()},
+            "search_p50_ms": round(self.p50, 2),
+            "search_p95_ms": round(self.p95, 2),
+        }
+
+
+async def ingest(
+    memory: AsyncMemory, convs: Iterable[Conversation], progress: Callable[[int], None] | None = None
+) -> tuple[int, float]:
+    """Add every turn, one ``add`` call per session; returns (turns, seconds)."""
+    n = 0
+    t0 = time.perf_counter()
+    for conv in convs:
+        for turns in conv.sessions:
+            if not turns:
+                continue
+            msgs = [
+                {"role": t.speaker, "content": t.text, "timestamp": t.when, "metadata": {"dia_id": t.dia_id}}
+                for t in turns
+            ]
+            await memory.add(msgs, user_id=conv.sample_id, session_id=f"{conv.sample_id}:s{turns[0].session}")
+            n += len(turns)
+            if progress:
+                progress(len(turns))
+    return n, time.perf_counter() - t0
+
+
+async def evaluate(
+    memory: AsyncMemory,
+    convs: Iterable[Conversation],
+    mode: str,
+    progress: Callable[[int], None] | None = None,
+) -> Report:
+    """Search every question in its conversation's memories and score the top 10."""
+    rep = Report(mode)
+    sums = {k: 0.0 for k in KS}
+    hits = {k: 0.0 for k in KS}
+    for conv in convs:
+        for question, evidence, _cat in conv.questions:
+            t = time.perf_counter()
+            res = await memory.search(question, user_id=conv.sample_id, top_k=max(KS))
+            rep.search_ms.append((time.perf_counter() - t) * 1000)
+            got = [h.fact.metadata.get("dia_id") for h in res.hits]
+            ev = set(evidence)
+            for k in KS:
+                inter = ev.intersection(got[:k])
+                sums[k] += len(inter) / len(ev)
+                hits[k] += 1.0 if inter else 0.0
+            rep.questions += 1
+            if progress:
+                progress(1)
+    if rep.questions:
+        rep.recall = {k: sums[k] / rep.questions for k in KS}
+        rep.hit = {k: hits[k] / rep.questions for k in KS}
+    return rep
