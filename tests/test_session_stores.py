@@ -209,9 +209,7 @@ class TestSqliteSessionStore:
         path = tmp_path / "m.db"
         store = SqliteSessionStore(path)
         key = session_key("alice", "telegram")
-        await store.get_or_create_session(
-            session_id=key, user_ids=["alice"], agent_id="gaia", channel="telegram"
-        )
+        await store.get_or_create_session(session_id=key, user_ids=["alice"], agent_id="gaia", channel="telegram")
         base = datetime(2024, 5, 1, 8, 30, 0, 1, tzinfo=timezone(timedelta(hours=-7)))
         sent = [
             ev("hi", timestamp=base, metadata={"source": "telegram", "msg_id": 17}),
@@ -420,9 +418,7 @@ class TestWindowEvents:
         assert self.contents(window_events(self.LOG, last_n=3, user_turns=2)) == ["e7", "e8", "e9"]
         assert self.contents(window_events(self.LOG, last_n=8, user_turns=1)) == ["e8", "e9"]
 
-    @pytest.mark.parametrize(
-        "kwargs", [{"last_n": -1}, {"user_turns": -2}, {"last_n": 1.5}, {"user_turns": True}]
-    )
+    @pytest.mark.parametrize("kwargs", [{"last_n": -1}, {"user_turns": -2}, {"last_n": 1.5}, {"user_turns": True}])
     def test_bad_limits(self, kwargs: dict[str, object]) -> None:
         with pytest.raises(InvalidInputError):
             window_events(self.LOG, **kwargs)  # type: ignore[arg-type]

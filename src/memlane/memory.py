@@ -141,9 +141,7 @@ class AsyncMemory:
     async def __aenter__(self) -> AsyncMemory:
         return self
 
-    async def __aexit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
 
     # ------------------------------------------------------------------ helpers
@@ -297,9 +295,7 @@ class AsyncMemory:
         self._pending_embeddings = False
         return done
 
-    async def update(
-        self, fact_id: str, text: str, *, user_id: str | None = None, agent_id: str | None = None
-    ) -> Fact:
+    async def update(self, fact_id: str, text: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
         """Replace a fact's text (version + 1; the old text stays in history)."""
         text = _clean_text(text, "text")
         scope = self._scope(user_id, agent_id)
@@ -428,9 +424,7 @@ class AsyncMemory:
                 vec_lists = list(
                     await asyncio.gather(
                         *(
-                            self.facts.vector_search(
-                                parts, qvecs[i], limit=fetch_depth, session_id=session_id
-                            )
+                            self.facts.vector_search(parts, qvecs[i], limit=fetch_depth, session_id=session_id)
                             for i in range(len(queries))
                         )
                     )

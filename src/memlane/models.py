@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -143,15 +144,14 @@ FactScope = Literal["user", "agent"]
 ReflectionScope = Literal["session", "user", "agent"]
 
 
-class Scope(BaseModel):
+@dataclass(frozen=True)
+class Scope:
     """Who a memory belongs to. Every store query is filtered by a scope.
 
     ``user_id`` set: the user's own facts (within ``agent_id``'s namespace when given).
     ``agent_id`` set: additionally the agent's shared facts (``scope="agent"``).
-    A scope with neither is rejected: there is no "everything" query.
+    A scope with neither is rejected (:class:`ScopeError`): there is no "everything" query.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     user_id: str | None = None
     """The user whose memory this is."""
@@ -160,7 +160,7 @@ class Scope(BaseModel):
     session_id: str | None = None
     """Narrows to one session when set (filter only; facts are not session-scoped)."""
 
-    def model_post_init(self, __context: Any) -> None:
+    def __post_init__(self) -> None:
         for name in ("user_id", "agent_id", "session_id"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):

@@ -35,9 +35,7 @@ MESSAGE_ROLES: dict[EventType, str] = {
 # --------------------------------------------------------------------------- windowing
 
 
-def window_events(
-    events: Sequence[Event], *, last_n: int | None = None, user_turns: int | None = None
-) -> list[Event]:
+def window_events(events: Sequence[Event], *, last_n: int | None = None, user_turns: int | None = None) -> list[Event]:
     """The tail of ``events`` worth replaying to a model.
 
     Args:
@@ -206,9 +204,7 @@ def event_type_filter(
         try:
             out.add(EventType(item))
         except ValueError:
-            raise InvalidInputError(
-                f"unknown event type {item!r}; use one of {[t.value for t in EventType]}"
-            ) from None
+            raise InvalidInputError(f"unknown event type {item!r}; use one of {[t.value for t in EventType]}") from None
     return frozenset(out)
 
 

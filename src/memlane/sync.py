@@ -132,9 +132,7 @@ class Memory:
         """See :meth:`AsyncMemory.delete`."""
         return self._portal.call(self._async.delete(fact_id, user_id=user_id, agent_id=agent_id))
 
-    def history(
-        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None
-    ) -> list[HistoryEntry]:
+    def history(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> list[HistoryEntry]:
         """See :meth:`AsyncMemory.history`."""
         return self._portal.call(self._async.history(fact_id, user_id=user_id, agent_id=agent_id))
 

@@ -108,9 +108,7 @@ class SessionStoreContract:
     async def test_get_missing_is_none(self, session_store: SessionStore) -> None:
         assert await session_store.get_session("nope") is None
 
-    async def test_list_sessions_newest_activity_first_without_events(
-        self, session_store: SessionStore
-    ) -> None:
+    async def test_list_sessions_newest_activity_first_without_events(self, session_store: SessionStore) -> None:
         for sid in ("s1", "s2", "s3"):
             await session_store.create_session(session_id=sid)
             await _session_tick()
@@ -150,9 +148,7 @@ class SessionStoreContract:
 
     async def test_get_or_create_is_idempotent(self, session_store: SessionStore) -> None:
         key = session_key("alice", "telegram")
-        first = await session_store.get_or_create_session(
-            session_id=key, user_ids=["alice"], channel="telegram"
-        )
+        first = await session_store.get_or_create_session(session_id=key, user_ids=["alice"], channel="telegram")
         assert (first.id, first.user_ids, first.channel, first.events) == (key, ["alice"], "telegram", [])
         await session_store.add_event(key, _sev("hello"))
         second = await session_store.get_or_create_session(session_id=key, user_ids=["mallory"])
@@ -163,9 +159,7 @@ class SessionStoreContract:
         assert len(await session_store.list_sessions()) == 1
 
     async def test_concurrent_get_or_create_makes_one_session(self, session_store: SessionStore) -> None:
-        got = await asyncio.gather(
-            *(session_store.get_or_create_session(session_id="race") for _ in range(10))
-        )
+        got = await asyncio.gather(*(session_store.get_or_create_session(session_id="race") for _ in range(10)))
         assert {s.id for s in got} == {"race"}
         assert len({s.created_at for s in got}) == 1
         assert len(await session_store.list_sessions()) == 1

@@ -89,8 +89,7 @@ class LocalMemory:
             check_session_id(session_id)
             if (app, session_id) in self._sessions:
                 raise InvalidInputError(
-                    f"session {session_id!r} already exists in app {app!r}; "
-                    "use get_or_create_session to resume it"
+                    f"session {session_id!r} already exists in app {app!r}; use get_or_create_session to resume it"
                 )
         session = self._new_session(
             app=app, user_ids=user_ids, agent_id=agent_id, channel=channel, session_id=session_id, state=state
@@ -129,9 +128,7 @@ class LocalMemory:
         """Sessions of ``app`` (optionally of one user), newest activity first, without events."""
         check_app(app)
         entries = [
-            e
-            for (a, _), e in self._sessions.items()
-            if a == app and (user_id is None or user_id in e.session.user_ids)
+            e for (a, _), e in self._sessions.items() if a == app and (user_id is None or user_id in e.session.user_ids)
         ]
         entries.sort(key=lambda e: (e.session.updated_at, e.order), reverse=True)
         return [e.session.model_copy(deep=True) for e in entries]
@@ -148,12 +145,10 @@ class LocalMemory:
 
         The stored copy (timestamp normalised to UTC) is returned, itself copied.
         """
+        stored = prepare_event(event)
         entry = self._lookup(session_id, app)
         if entry is None:
-            raise NotFoundError(
-                f"no session {session_id!r} in app {app!r}; create it first (get_or_create_session)"
-            )
-        stored = prepare_event(event)
+            raise NotFoundError(f"no session {session_id!r} in app {app!r}; create it first (get_or_create_session)")
         entry.events.append(stored)  # a full deque drops its oldest event
         entry.session.updated_at = utcnow()
         return stored.model_copy(deep=True)
@@ -226,9 +221,7 @@ class LocalMemory:
             evict = max(1, -(-self.max_sessions // EVICT_DIVISOR))  # integer ceil, no float error
             for key in list(islice(self._sessions, evict)):
                 del self._sessions[key]
-        entry = _Entry(
-            session=session, events=deque(maxlen=self.max_session_events), order=next(self._counter)
-        )
+        entry = _Entry(session=session, events=deque(maxlen=self.max_session_events), order=next(self._counter))
         self._sessions[(session.app, session.id)] = entry
         return self._export(entry)
 

@@ -125,8 +125,7 @@ class SqliteSessionStore:
             with self.db.write(conn) as c:
                 if not self._insert_session(c, session):
                     raise InvalidInputError(
-                        f"session {session.id!r} already exists in app {app!r}; "
-                        "use get_or_create_session to resume it"
+                        f"session {session.id!r} already exists in app {app!r}; use get_or_create_session to resume it"
                     )
 
         await self._run(fn)
@@ -177,8 +176,7 @@ class SqliteSessionStore:
         def fn(conn: sqlite3.Connection) -> list[Session]:
             if user_id is None:
                 rows = conn.execute(
-                    f"SELECT {_SESSION_COLS} FROM sessions WHERE app = ? "
-                    "ORDER BY updated_at DESC, rowid DESC",
+                    f"SELECT {_SESSION_COLS} FROM sessions WHERE app = ? ORDER BY updated_at DESC, rowid DESC",
                     (app,),
                 ).fetchall()
             else:

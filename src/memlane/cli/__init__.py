@@ -1,0 +1,1 @@
+"""The ``memlane`` command line: thin commands over the :class:`memlane.Memory` facade."""
