@@ -10,6 +10,7 @@ RRF -> facts fetched, access counts bumped.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import os
 import time
@@ -222,6 +223,8 @@ class AsyncMemory:
             if len(messages) > MAX_BATCH:
                 raise InvalidInputError(f"{len(messages)} messages in one call; the limit is {MAX_BATCH}")
             for i, m in enumerate(messages):
+                if isinstance(m, str):
+                    raise InvalidInputError(f"message {i} must be a dict or Event, got str")
                 facts.append(self._message_fact(m, i, scope, user_id, agent_id, session_id, meta))
         vectors = await self._embed_or_defer([f.content for f in facts])
         await self._backfill_if_pending()
@@ -238,6 +241,7 @@ class AsyncMemory:
         session_id: str | None,
         meta: dict[str, Any],
     ) -> Fact:
+        when: datetime | None
         if isinstance(m, Event):
             text = _clean_text(m.text, f"message {i}")
             author, when, src = m.author, m.timestamp, [m.id]
@@ -354,7 +358,7 @@ class AsyncMemory:
 
     async def history(
         self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None
-    ) -> list[HistoryEntry]:
+    ) -> builtins.list[HistoryEntry]:
         """Every change to a fact, oldest first."""
         return await self.facts.history(fact_id, self._scope(user_id, agent_id))
 
@@ -462,7 +466,7 @@ class AsyncMemory:
         return SearchResult(hits=hits, debug=dbg)
 
     # ------------------------------------------------------------------ ADK surface
-    async def add_session_to_memory(self, session: Session) -> list[Fact]:
+    async def add_session_to_memory(self, session: Session) -> builtins.list[Fact]:
         """Index a session's events into long-term memory (ADK semantics): one memory per
         event with text, keeping author and timestamp. A group session (several users)
         goes to the app's shared memory, never into one user's."""

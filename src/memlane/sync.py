@@ -3,6 +3,7 @@ private event-loop thread. Every method is a one-line pass-through; no logic liv
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -132,7 +133,7 @@ class Memory:
         """See :meth:`AsyncMemory.delete`."""
         return self._portal.call(self._async.delete(fact_id, user_id=user_id, agent_id=agent_id))
 
-    def history(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> list[HistoryEntry]:
+    def history(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> builtins.list[HistoryEntry]:
         """See :meth:`AsyncMemory.history`."""
         return self._portal.call(self._async.history(fact_id, user_id=user_id, agent_id=agent_id))
 
@@ -148,7 +149,7 @@ class Memory:
         """See :meth:`AsyncMemory.backfill_embeddings`."""
         return self._portal.call(self._async.backfill_embeddings(batch_size=batch_size))
 
-    def add_session_to_memory(self, session: Session) -> list[Fact]:
+    def add_session_to_memory(self, session: Session) -> builtins.list[Fact]:
         """See :meth:`AsyncMemory.add_session_to_memory`."""
         return self._portal.call(self._async.add_session_to_memory(session))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -19,7 +19,7 @@ class Fused:
 
 
 def rrf(
-    lists: dict[str, Sequence[tuple[str, float]]],
+    lists: Mapping[str, Sequence[tuple[str, float]]],
     *,
     weights: dict[str, float] | None = None,
     k: int = 60,

@@ -52,7 +52,8 @@ def normalize(matrix: npt.ArrayLike) -> Matrix:
         m = m[None, :]
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (m / norms).astype(np.float32, copy=False)
+    out: Matrix = (m / norms).astype(np.float32, copy=False)
+    return out
 
 
 def check_matrix(matrix: Matrix, n: int, dim: int, who: str) -> Matrix:

@@ -1,0 +1,24 @@
+"""Shared fixtures: real SQLite files in tmp_path, the deterministic hash embedder."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from memlane import AsyncMemory
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "memlane.db"
+
+
+@pytest.fixture
+async def mem(db_path: Path) -> AsyncIterator[AsyncMemory]:
+    m = AsyncMemory(db_path, embedder="hash", sessions="sqlite")
+    try:
+        yield m
+    finally:
+        await m.close()
