@@ -113,16 +113,20 @@ class AsyncMemory:
         retrieval: RetrievalConfig | None = None,
     ) -> None:
         self.db_path = str(db) if db is not None else default_db_path()
-        self._db = Database(self.db_path).open_sync()
-        self.facts = SqliteFactStore(self._db)
-        self.embedder = make_embedder(embedder)
-        if self.embedder is not None:
-            self.facts.bind_embedder(self.embedder.name, self.embedder.dim)
-        if isinstance(sessions, str):
-            kwargs: dict[str, Any] = {"db": self._db} if sessions == "sqlite" else {}
-            self.sessions: SessionStore = make_session_store(sessions, **kwargs)
-        else:
-            self.sessions = sessions
+        self._db = Database(self.db_path).open_sync().acquire()
+        try:
+            self.facts = SqliteFactStore(self._db)
+            self.embedder = make_embedder(embedder)
+            if self.embedder is not None:
+                self.facts.bind_embedder(self.embedder.name, self.embedder.dim)
+            if isinstance(sessions, str):
+                kwargs: dict[str, Any] = {"db": self._db} if sessions == "sqlite" else {}
+                self.sessions: SessionStore = make_session_store(sessions, **kwargs)
+            else:
+                self.sessions = sessions
+        except BaseException:
+            self._db.close_sync()
+            raise
         self.retrieval = retrieval or RetrievalConfig()
         self._pending_embeddings = True  # check once for facts a failed embedder left behind
         self._closed = False
@@ -227,8 +231,9 @@ class AsyncMemory:
                     raise InvalidInputError(f"message {i} must be a dict or Event, got str")
                 facts.append(self._message_fact(m, i, scope, user_id, agent_id, session_id, meta))
         vectors = await self._embed_or_defer([f.content for f in facts])
-        await self._backfill_if_pending()
         stored = await self.facts.put_facts(facts, vectors, actor="api")
+        if vectors is not None:
+            await self._backfill_if_pending()
         return [f for f, _ in stored]
 
     def _message_fact(

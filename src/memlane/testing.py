@@ -10,9 +10,14 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from memlane.errors import InvalidInputError, NotFoundError
-from memlane.models import Event, EventType, session_key
-from memlane.stores.base import SessionStore
+import numpy as np
+
+from memlane.errors import DimensionMismatchError, EmbedderError, InvalidInputError, NotFoundError, ScopeError
+from memlane.models import ConsolidatedMemory, Event, EventType, Fact, Reflection, Scope, content_hash, session_key
+from memlane.providers.embed.base import Matrix
+from memlane.providers.embed.hashing import HashEmbedder
+from memlane.retrieval.text import parse_query
+from memlane.stores.base import FactStore, SessionStore
 
 # --------------------------------------------------------------------------- session store contract
 #
@@ -336,3 +341,164 @@ class SessionStoreContract:
     async def test_close_is_idempotent(self, session_store: SessionStore) -> None:
         await session_store.close()
         await session_store.close()  # the fixture closes a third time
+
+
+# --------------------------------------------------------------------------- test doubles
+
+
+class FlakyEmbedder:
+    """Wraps an embedder; fails (``EmbedderError(retryable=True)``) while ``failing`` is True
+    and counts calls. For tests of "an embedder failure never loses data"."""
+
+    def __init__(self, inner: HashEmbedder | None = None) -> None:
+        self.inner = inner or HashEmbedder(64)
+        self.name = self.inner.name
+        self.dim = self.inner.dim
+        self.failing = False
+        self.calls = 0
+
+    async def embed_batch(self, texts: list[str]) -> Matrix:
+        self.calls += 1
+        if self.failing:
+            raise EmbedderError("scripted embedder outage", status_code=503, retryable=True)
+        return await self.inner.embed_batch(texts)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+# --------------------------------------------------------------------------- fact store contract
+#
+#     class TestMyFactStore(FactStoreContract):
+#         @pytest.fixture
+#         async def fact_store(self, tmp_path):
+#             store = MyFactStore(...); store.bind_embedder("hash:64", 64)   # dim 64
+#             yield store
+#             await store.close()
+
+_EMB = HashEmbedder(64)
+
+
+def _fact(text: str, user: str | None = "u1", **kw: object) -> Fact:
+    return Fact(content=text, user_id=user, hash=content_hash(text), **kw)  # type: ignore[arg-type]
+
+
+def _vecs(*texts: str) -> Matrix:
+    return _EMB.embed_sync(list(texts))
+
+
+class FactStoreContract:
+    """Behaviour every long-term store must show (fixture ``fact_store``, dim 64)."""
+
+    async def test_put_is_idempotent_by_hash_within_partition(self, fact_store: FactStore) -> None:
+        a = await fact_store.put_facts([_fact("Ann likes tea")], _vecs("Ann likes tea"))
+        b = await fact_store.put_facts([_fact("Ann likes tea")], _vecs("Ann likes tea"))
+        assert a[0][1] is True and b[0][1] is False and a[0][0].id == b[0][0].id
+        c = await fact_store.put_facts([_fact("Ann likes tea", user="u2")], _vecs("Ann likes tea"))
+        assert c[0][1] is True and c[0][0].id != a[0][0].id
+
+    async def test_batch_is_atomic(self, fact_store: FactStore) -> None:
+        bad = Fact(content="no owner", user_id=None, hash="h")
+        with pytest.raises(ScopeError):
+            await fact_store.put_facts([_fact("fine"), bad], None)
+        assert (await fact_store.list_facts(Scope(user_id="u1"))).total == 0
+
+    async def test_wrong_dimension_is_rejected_and_writes_nothing(self, fact_store: FactStore) -> None:
+        with pytest.raises(DimensionMismatchError):
+            await fact_store.put_facts([_fact("x")], np.ones((1, 65), dtype=np.float32))
+        with pytest.raises(DimensionMismatchError):
+            await fact_store.put_facts([_fact("x"), _fact("y")], _vecs("x"))
+        with pytest.raises(DimensionMismatchError):
+            await fact_store.vector_search(Scope(user_id="u1").partitions(), np.ones(3, dtype=np.float32), limit=3)
+        assert (await fact_store.list_facts(Scope(user_id="u1"))).total == 0
+
+    async def test_keyword_and_vector_search_stay_in_partition(self, fact_store: FactStore) -> None:
+        await fact_store.put_facts([_fact("alpha bravo", user="u1"), _fact("alpha charlie", user="u2")],
+                                   _vecs("alpha bravo", "alpha charlie"))  # fmt: skip
+        parts = Scope(user_id="u1").partitions()
+        kw = await fact_store.keyword_search(parts, parse_query("alpha"), limit=10)
+        vec = await fact_store.vector_search(parts, _vecs("alpha")[0], limit=10)
+        got = await fact_store.get_facts([c.fact_id for c in kw + vec], Scope(user_id="u1"))
+        assert {f.content for f in got.values()} == {"alpha bravo"}
+        assert len(kw) == 1 and len(vec) == 1
+        assert -1.0 <= vec[0].score <= 1.0
+
+    async def test_scores_are_higher_is_better(self, fact_store: FactStore) -> None:
+        texts = ["zulu zulu zulu", "zulu yankee", "xray yankee"]
+        await fact_store.put_facts([_fact(t) for t in texts], _vecs(*texts))
+        parts = Scope(user_id="u1").partitions()
+        kw = await fact_store.keyword_search(parts, parse_query("zulu"), limit=10)
+        assert [c.score for c in kw] == sorted((c.score for c in kw), reverse=True)
+        vec = await fact_store.vector_search(parts, _vecs("zulu zulu zulu")[0], limit=10)
+        assert vec[0].score == pytest.approx(1.0, abs=1e-5)
+        assert [c.score for c in vec] == sorted((c.score for c in vec), reverse=True)
+
+    async def test_invalidate_hides_from_search_keeps_history(self, fact_store: FactStore) -> None:
+        [(f, _)] = await fact_store.put_facts([_fact("delta echo")], _vecs("delta echo"))
+        scope = Scope(user_id="u1")
+        await fact_store.invalidate_fact(f.id, scope)
+        assert await fact_store.keyword_search(scope.partitions(), parse_query("delta"), limit=5) == []
+        assert await fact_store.vector_search(scope.partitions(), _vecs("delta echo")[0], limit=5) == []
+        got = await fact_store.get_fact(f.id, scope)
+        assert got is not None and got.invalid_at is not None
+        assert [h.event for h in await fact_store.history(f.id, scope)] == ["ADD", "DELETE"]
+
+    async def test_update_changes_search_and_version(self, fact_store: FactStore) -> None:
+        [(f, _)] = await fact_store.put_facts([_fact("foxtrot golf")], _vecs("foxtrot golf"))
+        scope = Scope(user_id="u1")
+        up = await fact_store.update_fact(f.id, scope, "hotel india", _vecs("hotel india")[0])
+        assert up.version == 2
+        assert await fact_store.keyword_search(scope.partitions(), parse_query("foxtrot"), limit=5) == []
+        assert len(await fact_store.keyword_search(scope.partitions(), parse_query("india"), limit=5)) == 1
+        vec = await fact_store.vector_search(scope.partitions(), _vecs("hotel india")[0], limit=1)
+        assert vec[0].fact_id == f.id and vec[0].score == pytest.approx(1.0, abs=1e-5)
+
+    async def test_other_scope_cannot_touch(self, fact_store: FactStore) -> None:
+        [(f, _)] = await fact_store.put_facts([_fact("juliet")], None)
+        other = Scope(user_id="u2")
+        assert await fact_store.get_fact(f.id, other) is None
+        assert await fact_store.get_facts([f.id], other) == {}
+        with pytest.raises(NotFoundError):
+            await fact_store.update_fact(f.id, other, "x", None)
+        with pytest.raises(NotFoundError):
+            await fact_store.invalidate_fact(f.id, other)
+        with pytest.raises(NotFoundError):
+            await fact_store.history(f.id, other)
+
+    async def test_purge_user_removes_only_that_user(self, fact_store: FactStore) -> None:
+        await fact_store.put_facts([_fact("kilo", user="u1"), _fact("lima", user="u2")], _vecs("kilo", "lima"))
+        await fact_store.put_reflection(Reflection(content="r", scope="user", user_id="u1"))
+        assert await fact_store.purge_user("u1") >= 3
+        assert (await fact_store.list_facts(Scope(user_id="u1"), include_invalid=True)).total == 0
+        assert await fact_store.list_reflections(scope="user", user_id="u1") == []
+        assert (await fact_store.list_facts(Scope(user_id="u2"))).total == 1
+
+    async def test_missing_embeddings_and_backfill(self, fact_store: FactStore) -> None:
+        await fact_store.put_facts([_fact("mike november")], None)
+        missing = await fact_store.missing_embeddings(limit=10)
+        assert [t for _, t in missing] == ["mike november"]
+        await fact_store.set_embeddings([missing[0][0]], _vecs("mike november"))
+        assert await fact_store.missing_embeddings(limit=10) == []
+        vec = await fact_store.vector_search(Scope(user_id="u1").partitions(), _vecs("mike november")[0], limit=1)
+        assert vec and vec[0].score == pytest.approx(1.0, abs=1e-5)
+
+    async def test_reflections_and_consolidated_roundtrip(self, fact_store: FactStore) -> None:
+        r1 = await fact_store.put_reflection(Reflection(content="goal: fix login", scope="session", session_id="s"))
+        await fact_store.put_reflection(Reflection(content="other session", scope="session", session_id="t"))
+        assert [r.id for r in await fact_store.list_reflections(scope="session", session_id="s")] == [r1.id]
+        blob = ConsolidatedMemory(scope="session", session_id="s", consolidated_content="VERSION: 1", word_limit=200,
+                                  version=1)  # fmt: skip
+        await fact_store.put_consolidated(blob, [r1.id])
+        got = await fact_store.get_consolidated(scope="session", session_id="s")
+        assert got is not None and got.version == 1 and got.consolidated_content == "VERSION: 1"
+        assert await fact_store.list_reflections(scope="session", session_id="s", absorbed=False) == []
+        await fact_store.put_consolidated(blob.model_copy(update={"version": 2, "consolidated_content": "VERSION: 2"}))
+        again = await fact_store.get_consolidated(scope="session", session_id="s")
+        assert again is not None and again.version == 2
+
+    async def test_list_pages_and_rejects_bad_cursor(self, fact_store: FactStore) -> None:
+        await fact_store.put_facts([_fact(f"oscar {i}") for i in range(5)], None)
+        page = await fact_store.list_facts(Scope(user_id="u1"), limit=2)
+        assert page.total == 5 and len(page.items) == 2 and page.next_cursor
+        with pytest.raises(InvalidInputError):
+            await fact_store.list_facts(Scope(user_id="u1"), cursor="not-a-cursor")

@@ -59,31 +59,37 @@ class Database:
         if not self._memory:
             parent = Path(self.path).expanduser().resolve().parent
             parent.mkdir(parents=True, exist_ok=True)
+        if not self._memory and Path(self.path).exists():
+            self._check_foreign()
         conn = self.connection()
-        try:
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.DatabaseError as exc:
-            raise CorruptDatabaseError(
-                f"{_redact(self.path)} is not a memlane database (or is damaged): {exc}. "
-                "Point --db / MEMLANE_DB at another file."
-            ) from exc
-        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
-            raise CorruptDatabaseError(
-                f"{_redact(self.path)} is an SQLite database of another application "
-                "(foreign tables, no memlane marker); memlane will not touch it. Use another file."
-            )
         self._migrate(conn)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="memlane-sqlite")
         return self
 
+    def _check_foreign(self) -> None:
+        """Refuse, without writing a byte, a file that is not a memlane database."""
+        probe = sqlite3.connect(f"file:{Path(self.path).resolve()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            app_id = probe.execute("PRAGMA application_id").fetchone()[0]
+            tables = {r[0] for r in probe.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as exc:
+            raise CorruptDatabaseError(
+                f"{_redact(self.path)} is not a memlane database (or is damaged): {exc}. "
+                "Point --db / MEMLANE_DB at another file."
+            ) from exc
+        finally:
+            probe.close()
+        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
+            raise CorruptDatabaseError(
+                f"{_redact(self.path)} is an SQLite database of another application "
+                "(foreign tables, no memlane marker); memlane will not touch it. Use another file."
+            )
+
     def _migrate(self, conn: sqlite3.Connection) -> None:
         with self.write(conn) as c:
             c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            c.execute(
-                "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
-            )
+            c.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
             done = {r[0] for r in c.execute("SELECT name FROM _migrations")}
             for name, statements in MIGRATIONS:
                 if name in done:
@@ -125,10 +131,8 @@ class Database:
             return conn
         if self._memory and self._conns:
             return self._conns[0]
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
         try:
-            conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
-            )
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if not self._memory:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -139,8 +143,10 @@ class Database:
             conn.execute("PRAGMA temp_store = MEMORY")
             conn.execute("PRAGMA cache_size = -65536")
         except sqlite3.DatabaseError as exc:
+            conn.close()
             raise CorruptDatabaseError(
-                f"cannot open {_redact(self.path)} as a memlane database: {exc}"
+                f"{_redact(self.path)} is not a memlane database (or is damaged): {exc}. "
+                "Point --db / MEMLANE_DB at another file."
             ) from exc
         self._local.conn = conn
         with self._conns_lock:
