@@ -120,9 +120,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _gemini(self, state: FakeState, body: dict[str, Any]) -> Reply:
         if not self.headers.get("x-goog-api-key"):
-            return Reply(
-                403, {"error": {"code": 403, "message": "API key missing", "status": "PERMISSION_DENIED"}}
-            )
+            return Reply(403, {"error": {"code": 403, "message": "API key missing", "status": "PERMISSION_DENIED"}})
         out = []
         for req in body["requests"]:
             dim = req.get("outputDimensionality", state.dim)

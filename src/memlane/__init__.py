@@ -67,6 +67,7 @@ __all__ = [
     "ProviderError",
     "Reflection",
     "RetrievalConfig",
+    "Scope",
     "ScopeError",
     "SearchMemoryResponse",
     "SearchResult",

@@ -27,7 +27,11 @@ class LoopThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._loop.call_soon(self._ready.set)
-        self._loop.run_forever()
+        try:
+            self._loop.run_forever()
+        finally:  # still on this thread: the caller's own loop (if any) is never used
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the private loop and return its result (exceptions propagate)."""
@@ -41,9 +45,7 @@ class LoopThread:
 
     def stop(self) -> None:
         """Stop the loop and join the thread (idempotent)."""
-        if self._loop.is_closed():
+        if self._loop.is_closed() or not self._thread.is_alive():
             return
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
-        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-        self._loop.close()

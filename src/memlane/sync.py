@@ -54,9 +54,13 @@ class Memory:
 
     def close(self) -> None:
         """Close the engine and stop the loop thread (idempotent)."""
-        if getattr(self, "_async", None) is not None:
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        try:
             self._portal.call(self._async.close())
-        self._portal.stop()
+        finally:
+            self._portal.stop()
 
     def __enter__(self) -> Memory:
         return self
@@ -133,7 +137,9 @@ class Memory:
         """See :meth:`AsyncMemory.delete`."""
         return self._portal.call(self._async.delete(fact_id, user_id=user_id, agent_id=agent_id))
 
-    def history(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> builtins.list[HistoryEntry]:
+    def history(
+        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None
+    ) -> builtins.list[HistoryEntry]:
         """See :meth:`AsyncMemory.history`."""
         return self._portal.call(self._async.history(fact_id, user_id=user_id, agent_id=agent_id))
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta, timezone
 
-import pytest
-
 import numpy as np
+import pytest
 
 from memlane.errors import DimensionMismatchError, EmbedderError, InvalidInputError, NotFoundError, ScopeError
 from memlane.models import ConsolidatedMemory, Event, EventType, Fact, Reflection, Scope, content_hash, session_key

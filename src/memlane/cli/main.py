@@ -136,7 +136,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
             return 0
         for s in sessions:
             print(
-                f"{s.id}  users={','.join(s.user_ids) or '-'}  channel={s.channel or '-'}  updated={s.updated_at:%Y-%m-%d %H:%M}"
+                f"{s.id}  users={','.join(s.user_ids) or '-'}  channel={s.channel or '-'}"
+                f"  updated={s.updated_at:%Y-%m-%d %H:%M}"
             )
         if not sessions:
             print("no sessions")
@@ -216,14 +217,11 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
     print(f"LoCoMo {Path(args.data).name}: {len(out['conversations'])} conversations, {out['turns']} turns, "
           f"embedder {out['embedder']}")  # fmt: skip
     print(f"ingest: {out['ingest_s']} s = {out['ingest_turns_per_s']} turns/s")
-    print(
-        f"{'mode':<8} {'n':>4} {'R@1':>6} {'R@5':>6} {'R@10':>6} {'hit@1':>6} {'hit@5':>6} {'hit@10':>6} {'p50ms':>6} {'p95ms':>6}"
-    )
+    cols = ["recall@1", "recall@5", "recall@10", "hit@1", "hit@5", "hit@10", "search_p50_ms", "search_p95_ms"]
+    heads = ["R@1", "R@5", "R@10", "hit@1", "hit@5", "hit@10", "p50ms", "p95ms"]
+    print(f"{'mode':<8} {'n':>4} " + " ".join(f"{h:>6}" for h in heads))
     for r in out["results"]:
-        print(
-            f"{r['mode']:<8} {r['questions']:>4} {r['recall@1']:>6.3f} {r['recall@5']:>6.3f} {r['recall@10']:>6.3f} "
-            f"{r['hit@1']:>6.3f} {r['hit@5']:>6.3f} {r['hit@10']:>6.3f} {r['search_p50_ms']:>6.2f} {r['search_p95_ms']:>6.2f}"
-        )  # fmt: skip
+        print(f"{r['mode']:<8} {r['questions']:>4} " + " ".join(f"{r[c]:>6.3f}" for c in cols))
     return 0
 
 
