@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,8 @@ I64 = npt.NDArray[np.int64]
 
 _MAX_HEADER = 100 * 1024 * 1024
 _DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2), "F64": ("<f8", 8)}
-# Rows of the feed-forward block processed at once (rows x intermediate floats stay in L2).
-_FFN_CHUNK = 256
+# Rows of the feed-forward activation processed at once, so its scratch stays in cache.
+_ACT_CHUNK = 64
 
 
 class SafetensorsError(ValueError):
@@ -102,80 +102,79 @@ def read_safetensors(path: Path, *, skip: tuple[str, ...] = ()) -> dict[str, F32
 
 # ---------------------------------------------------------------------------- activations
 
-# Abramowitz & Stegun 7.1.26: |erf(x) - approx| <= 1.5e-7 for all x (float32 eps is 1.2e-7).
-_AS_P = np.float32(0.3275911)
-_AS_A = tuple(np.float32(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
-_INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
+# GELU(x) = x * Phi(x) = relu(x) - 0.5 * |x| * erfc(|x| / sqrt(2)), with erfc from
+# Abramowitz & Stegun 7.1.26: erfc(z) = t * P(t) * exp(-z*z), t = 1 / (1 + p*z), whose error
+# is at most 1.5e-7 (float32 epsilon is 1.2e-7). Written as in-place passes over buffers
+# that the caller keeps in cache; |x| is clamped to 10 so exp() never produces denormals
+# (0.5 * 10 * erfc(10 / sqrt(2)) < 1e-22, far below float32 resolution of the result).
+_AS_P = np.float32(0.3275911 / math.sqrt(2.0))  # p / sqrt(2): t from |x| directly
+_AS_HALF_A = tuple(
+    np.float32(0.5 * a) for a in (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+)
 _SQRT_2_OVER_PI = np.float32(math.sqrt(2.0 / math.pi))
 _HALF = np.float32(0.5)
 _ONE = np.float32(1.0)
+_ZERO = np.float32(0.0)
+_CLAMP = np.float32(10.0)
+_MINUS_HALF = np.float32(-0.5)
 
 
-def erf(x: F32) -> F32:
-    """Vectorised float32 erf (Abramowitz & Stegun 7.1.26, max abs error 1.5e-7)."""
-    out = np.abs(x)
-    _erf_abs_inplace(out, np.empty_like(out))
-    np.copysign(out, x, out=out)
-    return out
+def gelu_inplace(x: F32, a: F32, t: F32, e: F32) -> None:
+    """Exact (erf) GELU in place, BERT's ``hidden_act="gelu"``; max abs error ~5e-7.
+
+    ``a``, ``t`` and ``e`` are scratch arrays of ``x``'s shape.
+    """
+    a1, a2, a3, a4, a5 = _AS_HALF_A
+    np.abs(x, out=a)
+    np.minimum(a, _CLAMP, out=a)
+    np.multiply(a, _AS_P, out=t)
+    t += _ONE
+    np.reciprocal(t, out=t)
+    np.multiply(t, a5, out=e)  # e = 0.5 * t * P(t) by Horner's rule
+    e += a4
+    e *= t
+    e += a3
+    e *= t
+    e += a2
+    e *= t
+    e += a1
+    e *= t
+    np.multiply(a, _MINUS_HALF, out=t)  # t = exp(-|x|^2 / 2)
+    t *= a
+    np.exp(t, out=t)
+    e *= t
+    e *= a
+    np.maximum(x, _ZERO, out=x)
+    x -= e
 
 
-def _erf_abs_inplace(a: F32, tmp: F32) -> None:
-    """Replace ``a`` (which holds |x|) by erf(|x|); ``tmp`` is scratch of the same shape."""
-    a5, a4, a3, a2, a1 = _AS_A
-    # tmp = exp(-a*a)
-    np.multiply(a, a, out=tmp)
-    np.negative(tmp, out=tmp)
-    np.exp(tmp, out=tmp)
-    # a = t = 1 / (1 + p*a)
-    np.multiply(a, _AS_P, out=a)
-    np.add(a, _ONE, out=a)
-    np.reciprocal(a, out=a)
-    # tmp *= t * (a1 + t*(a2 + t*(a3 + t*(a4 + t*a5))))
-    poly = a * a5
-    poly += a4
-    poly *= a
-    poly += a3
-    poly *= a
-    poly += a2
-    poly *= a
-    poly += a1
-    poly *= a
-    np.multiply(tmp, poly, out=tmp)
-    # a = 1 - tmp
-    np.subtract(_ONE, tmp, out=a)
-
-
-def gelu_inplace(h: F32) -> None:
-    """Exact (erf) GELU, BERT's ``hidden_act="gelu"``: h * 0.5 * (1 + erf(h / sqrt(2)))."""
-    a = np.multiply(h, _INV_SQRT2)
-    np.abs(a, out=a)
-    tmp = np.empty_like(h)
-    _erf_abs_inplace(a, tmp)
-    # erf is odd: erf(h/sqrt2) = sign(h) * a; 0.5*(1+erf) = where h<0: 0.5*(1-a) else 0.5*(1+a)
-    np.copysign(a, h, out=a)
-    a += _ONE
-    a *= _HALF
-    h *= a
-
-
-def gelu_tanh_inplace(h: F32) -> None:
+def gelu_tanh_inplace(x: F32, a: F32, t: F32, e: F32) -> None:
     """The tanh approximation of GELU (``gelu_new`` / ``gelu_pytorch_tanh``)."""
-    t = h * h
+    del a, e
+    np.multiply(x, x, out=t)
     t *= np.float32(0.044715)
     t += _ONE
-    t *= h
+    t *= x
     t *= _SQRT_2_OVER_PI
     np.tanh(t, out=t)
     t += _ONE
     t *= _HALF
-    h *= t
+    x *= t
 
 
-def relu_inplace(h: F32) -> None:
-    np.maximum(h, np.float32(0.0), out=h)
+def relu_inplace(x: F32, a: F32, t: F32, e: F32) -> None:
+    del a, t, e
+    np.maximum(x, _ZERO, out=x)
 
 
-_ACTIVATIONS = {
+def gelu(x: npt.ArrayLike) -> F32:
+    """Exact GELU of any array (convenience wrapper, used by the tests)."""
+    out = np.array(x, dtype=np.float32)
+    gelu_inplace(out, np.empty_like(out), np.empty_like(out), np.empty_like(out))
+    return out
+
+
+_ACTIVATIONS: dict[str, Callable[[F32, F32, F32, F32], None]] = {
     "gelu": gelu_inplace,
     "gelu_new": gelu_tanh_inplace,
     "gelu_fast": gelu_tanh_inplace,
@@ -323,47 +322,61 @@ class BertEncoder:
         b, seq = ids.shape
         if seq > cfg.max_positions:
             raise ValueError(f"sequence of {seq} tokens exceeds max_position_embeddings")
-        d, h = cfg.hidden_size, cfg.num_heads
+        d, h, inter_size = cfg.hidden_size, cfg.num_heads, cfg.intermediate_size
         dh = d // h
         m = b * seq
-        x = self.word[ids.reshape(-1)]  # (M, D) copy
+        # Workspace, allocated once per call and reused by every layer.
+        x = self.word[ids.reshape(-1)]  # (M, D), a copy
         x.reshape(b, seq, d)[...] += self.pos_type[:seq]
         layer_norm_inplace(x, self.emb_ln_g, self.emb_ln_b, self._eps)
-        padded = not bool(mask.all())
-        if padded:
-            neg = np.where(mask, np.float32(0.0), np.float32(-1e9)).astype(np.float32)
-            add_mask = neg[:, None, None, :]  # (B, 1, 1, L)
+        y = np.empty_like(x)
+        qkv = np.empty((m, 3 * d), dtype=np.float32)
+        scores = np.empty((b, h, seq, seq), dtype=np.float32)
+        ctx = np.empty((b, h, seq, dh), dtype=np.float32)
+        ctx_t = ctx.transpose(0, 2, 1, 3)  # (B, L, H, dh) view
+        merged = np.empty((b, seq, h, dh), dtype=np.float32)
+        inter = np.empty((m, inter_size), dtype=np.float32)
+        chunk = min(m, _ACT_CHUNK)
+        scratch = [np.empty((chunk, inter_size), dtype=np.float32) for _ in range(3)]
+        row_max = np.empty((b, h, seq, 1), dtype=np.float32)
+        qkv5 = qkv.reshape(b, seq, 3, h, dh)
+        q = qkv5[:, :, 0].transpose(0, 2, 1, 3)  # (B, H, L, dh)
+        k = qkv5[:, :, 1].transpose(0, 2, 3, 1)  # (B, H, dh, L)
+        v = qkv5[:, :, 2].transpose(0, 2, 1, 3)  # (B, H, L, dh)
+        add_mask = None
+        if not bool(mask.all()):
+            add_mask = np.where(mask, _ZERO, np.float32(-1e9)).astype(np.float32)[:, None, None, :]
         for layer in self.layers:
-            qkv = x @ layer.w_qkv
+            # self-attention
+            np.matmul(x, layer.w_qkv, out=qkv)
             qkv += layer.b_qkv
-            qkv5 = qkv.reshape(b, seq, 3, h, dh)
-            q = qkv5[:, :, 0].transpose(0, 2, 1, 3)  # (B, H, L, dh)
-            k = qkv5[:, :, 1].transpose(0, 2, 3, 1)  # (B, H, dh, L)
-            v = qkv5[:, :, 2].transpose(0, 2, 1, 3)  # (B, H, L, dh)
-            s = np.matmul(q, k)  # (B, H, L, L), already scaled
-            if padded:
-                s += add_mask
-            s -= s.max(axis=-1, keepdims=True)
-            np.exp(s, out=s)
-            s /= s.sum(axis=-1, keepdims=True)
-            ctx = np.matmul(s, v)  # (B, H, L, dh)
-            ctx2 = np.ascontiguousarray(ctx.transpose(0, 2, 1, 3)).reshape(m, d)
-            attn = ctx2 @ layer.w_o
-            attn += layer.b_o
-            attn += x
-            layer_norm_inplace(attn, layer.ln1_g, layer.ln1_b, self._eps)
-            x = attn
-            out = np.empty_like(x)
-            for r in range(0, m, _FFN_CHUNK):
-                xs = x[r : r + _FFN_CHUNK]
-                inter = xs @ layer.w_1
-                inter += layer.b_1
-                self._act(inter)
-                np.matmul(inter, layer.w_2, out=out[r : r + _FFN_CHUNK])
-            out += layer.b_2
-            out += x
-            layer_norm_inplace(out, layer.ln2_g, layer.ln2_b, self._eps)
-            x = out
+            np.matmul(q, k, out=scores)  # already scaled by 1/sqrt(dh) via w_qkv
+            if add_mask is not None:
+                scores += add_mask
+            np.max(scores, axis=-1, keepdims=True, out=row_max)
+            scores -= row_max
+            np.exp(scores, out=scores)
+            np.sum(scores, axis=-1, keepdims=True, out=row_max)
+            scores /= row_max
+            np.matmul(scores, v, out=ctx)
+            np.copyto(merged, ctx_t)
+            np.matmul(merged.reshape(m, d), layer.w_o, out=y)
+            y += layer.b_o
+            y += x
+            layer_norm_inplace(y, layer.ln1_g, layer.ln1_b, self._eps)
+            x, y = y, x
+            # feed-forward: big matmuls over all rows, activation in cache-sized row chunks
+            np.matmul(x, layer.w_1, out=inter)
+            inter += layer.b_1
+            for r in range(0, m, chunk):
+                n = min(chunk, m - r)
+                a, t, e = (s[:n] for s in scratch)
+                self._act(inter[r : r + n], a, t, e)
+            np.matmul(inter, layer.w_2, out=y)
+            y += layer.b_2
+            y += x
+            layer_norm_inplace(y, layer.ln2_g, layer.ln2_b, self._eps)
+            x, y = y, x
         return x.reshape(b, seq, d)
 
 

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up .venv, import the bundled sample conversation into a fresh database, and show
+# memlane remembering: hybrid search per user, isolation between users, the Python API.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+ML=.venv/bin/memlane
+export MEMLANE_DB=.demo/memlane.db
+rm -rf .demo && mkdir -p .demo
+
+step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
+
+step $ML import examples/sample_conversation.jsonl
+step $ML search "what food should I avoid when booking for Sam" -u sam -k 3
+step $ML search "when does Grace arrive and on which flight" -u sam -k 3
+step $ML search "what is my email address" -u sam -k 2
+step $ML search "tell me about my pet" -u sam -k 2
+step $ML search "marathon" -u sam -k 3
+step $ML search "marathon training goal" -u kai -k 2
+step $ML stats
+step .venv/bin/python examples/quickstart.py
