@@ -294,3 +294,12 @@ async def test_vector_cache_sees_writes_of_another_instance(db_path: Path) -> No
         assert len((await b.search("kiwi fruit note", user_id="k")).hits) == 2
         await a.delete(f.id, user_id="k")
         assert len((await b.search("kiwi fruit note", user_id="k")).hits) == 1
+
+
+async def test_score_fusion_mode(mem: AsyncMemory) -> None:
+    await mem.add("Lena's violin teacher is Mr. Ortiz", user_id="l")
+    await mem.add("Lena bought a new bicycle", user_id="l")
+    mem.retrieval = RetrievalConfig(fusion="score", vector_weight=0.2)
+    res = await mem.search("who teaches violin", user_id="l")
+    assert res.hits[0].fact.content == "Lena's violin teacher is Mr. Ortiz"
+    assert res.hits[0].keyword_rank == 1 and res.hits[0].score > res.hits[-1].score

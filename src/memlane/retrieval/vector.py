@@ -62,9 +62,7 @@ class VectorIndex:
             self._bits_n = self._n
         return self._bits
 
-    def search(
-        self, query: F32, limit: int, *, session_id: str | None = None
-    ) -> tuple[npt.NDArray[np.int64], F32]:
+    def search(self, query: F32, limit: int, *, session_id: str | None = None) -> tuple[npt.NDArray[np.int64], F32]:
         """Top ``limit`` rows by cosine: (row indexes, scores), best first."""
         n = self._n
         if n == 0 or limit <= 0:
