@@ -383,11 +383,12 @@ class BertEncoder:
             x, y = y, x
             # feed-forward: big matmuls over all rows, activation in cache-sized row chunks
             _matmul(x, layer.w_1, inter)
-            inter += layer.b_1
             for r in range(0, m, chunk):
                 n = min(chunk, m - r)
+                rows = inter[r : r + n]
+                rows += layer.b_1
                 a, t, e = (s[:n] for s in scratch)
-                self._act(inter[r : r + n], a, t, e)
+                self._act(rows, a, t, e)
             _matmul(inter, layer.w_2, y)
             y += layer.b_2
             y += x
