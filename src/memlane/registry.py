@@ -37,9 +37,7 @@ def _load(module: str, name: str, extra: str) -> Any:
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigError(
-            f"{name} needs an optional dependency: pip install 'memlane[{extra}]' ({exc})"
-        ) from exc
+        raise ConfigError(f"{name} needs an optional dependency: pip install 'memlane[{extra}]' ({exc})") from exc
 
 
 def local_model_available() -> bool:

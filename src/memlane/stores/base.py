@@ -249,9 +249,7 @@ class FactStore(Protocol):
         """The scope's consolidated blob, if any."""
         ...
 
-    async def put_consolidated(
-        self, blob: ConsolidatedMemory, absorbed_ids: Sequence[str] = ()
-    ) -> ConsolidatedMemory:
+    async def put_consolidated(self, blob: ConsolidatedMemory, absorbed_ids: Sequence[str] = ()) -> ConsolidatedMemory:
         """Upsert the blob and mark ``absorbed_ids`` reflections absorbed, atomically."""
         ...
 

@@ -22,10 +22,16 @@ Normalize module: memlane compares vectors by cosine similarity only.
 Speed: texts are tokenised in one call, sorted by token count and cut into batches of
 similar length (little padding), which run in parallel on ``threads`` worker threads
 (numpy releases the GIL inside its matmuls and ufunc loops); results come back in input
-order. numpy's BLAS has its own thread pool (OpenBLAS: ``OPENBLAS_NUM_THREADS``, or
-``OMP_NUM_THREADS``, read when numpy is first imported); memlane does not change it. For
-the highest ingest throughput on a dedicated machine, start the process with
-``OPENBLAS_NUM_THREADS=1`` and let ``threads`` (one worker per core) do the parallel work.
+order. numpy's BLAS has a thread pool of its own, and BLAS threads spinning next to the
+workers cost about a fifth of the throughput (2 cores, short sentences: ~300/s with BLAS
+on one thread, ~235/s without). So while parallel batches run, BLAS is limited to one
+thread through ``threadpoolctl`` when that package is installed (restored afterwards; it
+is process-wide, so other numpy work in those moments runs single-threaded BLAS too).
+Without threadpoolctl nothing is changed; start the process with
+``OPENBLAS_NUM_THREADS=1`` (or ``OMP_NUM_THREADS=1``; read when numpy is first imported)
+to get the same throughput. A single short query (one batch, computed in the calling
+thread) is left alone: it takes about 6-8 ms, and longer queries (16+ tokens) are faster
+with BLAS on two threads.
 """
 
 from __future__ import annotations
@@ -36,8 +42,9 @@ import importlib.util
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -355,9 +362,10 @@ class LocalEmbedder:
                 results = [self._run_batch(encoder, batch) for batch in batches]
             else:
                 pool = self._get_pool()
-                # longest batches first, so the last ones to finish are the short ones
-                futures = [pool.submit(self._run_batch, encoder, batch) for batch in reversed(batches)]
-                results = [f.result() for f in reversed(futures)]
+                with _BLAS_LIMITER.single_threaded():
+                    # longest batches first, so the last ones to finish are the short ones
+                    futures = [pool.submit(self._run_batch, encoder, batch) for batch in reversed(batches)]
+                    results = [f.result() for f in reversed(futures)]
             pooled = np.empty((n, self.dim), dtype=np.float32)
             for group, result in zip(groups, results, strict=True):
                 pooled[group] = result
@@ -393,6 +401,58 @@ class LocalEmbedder:
     async def aclose(self) -> None:
         """Async :meth:`close` (waits for running batches in a worker thread)."""
         await asyncio.to_thread(self.close)
+
+
+class _BlasLimiter:
+    """Scoped "BLAS uses one thread" for the parallel batches, through threadpoolctl if installed.
+
+    BLAS thread pools are process-wide, so the limit is reference-counted: the first of
+    several overlapping embeds sets it, the last one restores the original setting.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._controller: Any = None
+        self._limit: Any = None
+        self._probed = False
+
+    def _get_controller(self) -> Any:
+        if not self._probed:
+            self._probed = True
+            try:  # optional; imported by name so it is not a typing or install dependency
+                module = importlib.import_module("threadpoolctl")
+                self._controller = module.ThreadpoolController()
+            except Exception:  # not installed, or it failed to inspect the process
+                self._controller = None
+        return self._controller
+
+    @contextmanager
+    def single_threaded(self) -> Iterator[None]:
+        with self._lock:
+            controller = self._get_controller()
+            if controller is not None:
+                if self._users == 0:
+                    try:
+                        self._limit = controller.limit(limits=1, user_api="blas")
+                    except Exception:  # never fail an embed over a thread setting
+                        self._limit = None
+                self._users += 1
+        if controller is None:
+            yield
+            return
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0 and self._limit is not None:
+                    limit, self._limit = self._limit, None
+                    with suppress(Exception):
+                        limit.restore_original_limits()
+
+
+_BLAS_LIMITER = _BlasLimiter()
 
 
 def _group(order: list[int], lengths: list[int], size: int, max_tokens: int) -> list[list[int]]:

@@ -247,9 +247,7 @@ class SqliteFactStore:
                 c.execute("UPDATE partitions SET appends = appends + 1 WHERE partition=?", (part,))
         return out
 
-    def _refresh_context(
-        self, c: sqlite3.Connection, part: str, session_id: str, seqs: list[int | None]
-    ) -> None:
+    def _refresh_context(self, c: sqlite3.Connection, part: str, session_id: str, seqs: list[int | None]) -> None:
         """Rewrite the ``ctx`` column of new turns and their neighbours in one session."""
         valid = [s for s in seqs if s is not None]
         if not valid:
@@ -265,9 +263,7 @@ class SqliteFactStore:
             if not lo <= seq <= hi:
                 continue
             ctx = " ".join(
-                by_seq[s][2]
-                for s in range(seq - CONTEXT_RADIUS, seq + CONTEXT_RADIUS + 1)
-                if s != seq and s in by_seq
+                by_seq[s][2] for s in range(seq - CONTEXT_RADIUS, seq + CONTEXT_RADIUS + 1) if s != seq and s in by_seq
             )
             c.execute("UPDATE facts_fts SET ctx=? WHERE rowid=?", (ctx, rowid))
 
@@ -319,8 +315,7 @@ class SqliteFactStore:
                 now = utcnow()
                 emb = vector.astype(np.float32).tobytes() if vector is not None else row[21]
                 c.execute(
-                    "UPDATE facts SET content=?, hash=?, version=version+1, updated_at=?, embedding=?"
-                    " WHERE id=?",
+                    "UPDATE facts SET content=?, hash=?, version=version+1, updated_at=?, embedding=? WHERE id=?",
                     (content, h, now.isoformat(), emb, fact_id),
                 )
                 c.execute("UPDATE facts_fts SET text=? WHERE rowid=?", (content, row[0]))
@@ -355,10 +350,7 @@ class SqliteFactStore:
         def op(c: sqlite3.Connection) -> int:
             removed = 0
             with self._db.write(c):
-                parts = [
-                    r[0]
-                    for r in c.execute("SELECT DISTINCT partition FROM facts WHERE user_id=?", (user_id,))
-                ]
+                parts = [r[0] for r in c.execute("SELECT DISTINCT partition FROM facts WHERE user_id=?", (user_id,))]
                 rowids = [r[0] for r in c.execute("SELECT rowid FROM facts WHERE user_id=?", (user_id,))]
                 for rid in rowids:
                     c.execute("DELETE FROM facts_fts WHERE rowid=?", (rid,))
@@ -535,9 +527,7 @@ class SqliteFactStore:
                     (part, cached.max_rowid),
                 ).fetchall()
                 if rows:
-                    mat = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(
-                        len(rows), self.dim
-                    )
+                    mat = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), self.dim)
                     cached.index.append([r[1] for r in rows], [r[2] for r in rows], mat)
                     cached.max_rowid = rows[-1][0]
                 cached.appends = appends
@@ -565,9 +555,7 @@ class SqliteFactStore:
                 with cached.lock:
                     index = cached.index
                     rows, scores = index.search(q, limit, session_id=session_id)
-                    found.extend(
-                        Candidate(index.keys[i], float(s)) for i, s in zip(rows, scores, strict=True)
-                    )
+                    found.extend(Candidate(index.keys[i], float(s)) for i, s in zip(rows, scores, strict=True))
             found.sort(key=lambda x: -x.score)
             return found[:limit]
 
@@ -695,9 +683,7 @@ class SqliteFactStore:
 
         return await self._db.run(op)
 
-    async def put_consolidated(
-        self, blob: ConsolidatedMemory, absorbed_ids: Sequence[str] = ()
-    ) -> ConsolidatedMemory:
+    async def put_consolidated(self, blob: ConsolidatedMemory, absorbed_ids: Sequence[str] = ()) -> ConsolidatedMemory:
         b = blob
         ids = list(absorbed_ids)
 
@@ -717,9 +703,7 @@ class SqliteFactStore:
                 )  # fmt: skip
                 for i in range(0, len(ids), 500):
                     chunk = ids[i : i + 500]
-                    c.execute(
-                        f"UPDATE reflections SET absorbed=1 WHERE id IN ({','.join('?' * len(chunk))})", chunk
-                    )
+                    c.execute(f"UPDATE reflections SET absorbed=1 WHERE id IN ({','.join('?' * len(chunk))})", chunk)
             return b
 
         return await self._db.run(op)
@@ -733,12 +717,8 @@ class SqliteFactStore:
                 parts = scope.partitions()
                 where, args = f"partition IN ({','.join('?' * len(parts))})", parts
             facts = c.execute(f"SELECT COUNT(*) FROM facts WHERE {where}", args).fetchone()[0]
-            valid = c.execute(
-                f"SELECT COUNT(*) FROM facts WHERE {where} AND invalid_at IS NULL", args
-            ).fetchone()[0]
-            nparts = c.execute(f"SELECT COUNT(DISTINCT partition) FROM facts WHERE {where}", args).fetchone()[
-                0
-            ]
+            valid = c.execute(f"SELECT COUNT(*) FROM facts WHERE {where} AND invalid_at IS NULL", args).fetchone()[0]
+            nparts = c.execute(f"SELECT COUNT(DISTINCT partition) FROM facts WHERE {where}", args).fetchone()[0]
             st = StoreStats(facts=facts, valid_facts=valid, partitions=nparts, embedder=self.embedder_name,
                             dim=self.dim)  # fmt: skip
             if scope is None:
