@@ -80,11 +80,7 @@ class GeminiEmbedder:
             raise ConfigError(f"max_retries must be 0 or more, got {max_retries}")
         if timeout <= 0:
             raise ConfigError(f"timeout must be positive, got {timeout}")
-        key = (
-            api_key
-            if api_key is not None
-            else os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
-        )
+        key = api_key if api_key is not None else os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
         if not key:
             raise ConfigError("No key found - set GEMINI_API_KEY (or GOOGLE_API_KEY) or pass api_key=")
         self._api_key = key
@@ -116,10 +112,7 @@ class GeminiEmbedder:
         """
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        parts = [
-            await self._embed_one(texts[i : i + self.batch_size])
-            for i in range(0, len(texts), self.batch_size)
-        ]
+        parts = [await self._embed_one(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
     async def _embed_one(self, texts: list[str]) -> Matrix:
@@ -153,17 +146,13 @@ class GeminiEmbedder:
     def _parse(self, data: dict[str, Any], n: int) -> Matrix:
         items = data.get("embeddings")
         if not isinstance(items, list):
-            raise EmbedderError(
-                f"{self.name}: response has no 'embeddings' list - check base_url", retryable=False
-            )
+            raise EmbedderError(f"{self.name}: response has no 'embeddings' list - check base_url", retryable=False)
         if len(items) != n:
             raise EmbedderError(f"{self.name}: asked for {n} embeddings, got {len(items)}", retryable=False)
         try:
             rows = [np.asarray(item["values"], dtype=np.float32) for item in items]
         except (TypeError, ValueError, KeyError) as exc:
-            raise EmbedderError(
-                f"{self.name}: malformed embeddings in response ({exc})", retryable=False
-            ) from None
+            raise EmbedderError(f"{self.name}: malformed embeddings in response ({exc})", retryable=False) from None
         if any(r.ndim != 1 for r in rows):
             raise EmbedderError(f"{self.name}: an embedding is not a flat list of numbers", retryable=False)
         lengths = {len(r) for r in rows}

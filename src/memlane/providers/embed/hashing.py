@@ -147,9 +147,7 @@ class HashEmbedder:
         # unigram + trigram features: gather each word's CSR slice
         lens = self._word_len[word_ids_arr]
         firsts = np.cumsum(lens) - lens
-        pos = np.arange(int(lens.sum()), dtype=np.int64) + np.repeat(
-            self._word_start[word_ids_arr] - firsts, lens
-        )
+        pos = np.arange(int(lens.sum()), dtype=np.int64) + np.repeat(self._word_start[word_ids_arr] - firsts, lens)
         flat = np.repeat(word_rows, lens) * dim + self._feat_bucket[pos]
         weights = self._feat_weight[pos]
 

@@ -125,10 +125,7 @@ class OpenAIEmbedder:
         """
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        parts = [
-            await self._embed_one(texts[i : i + self.batch_size])
-            for i in range(0, len(texts), self.batch_size)
-        ]
+        parts = [await self._embed_one(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
     async def _embed_one(self, texts: list[str]) -> Matrix:
@@ -169,9 +166,7 @@ class OpenAIEmbedder:
                     raise ValueError(f"bad or repeated index {index}")
                 slots[index] = self._vector(item)
         except (TypeError, ValueError, AttributeError, KeyError, binascii.Error) as exc:
-            raise EmbedderError(
-                f"{self.name}: malformed embeddings in response ({exc})", retryable=False
-            ) from None
+            raise EmbedderError(f"{self.name}: malformed embeddings in response ({exc})", retryable=False) from None
         rows = [r for r in slots if r is not None]
         lengths = {len(r) for r in rows}
         if len(lengths) > 1:
