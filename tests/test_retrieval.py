@@ -63,7 +63,7 @@ def test_thresholds_filter() -> None:
 def test_score_fusion_prefers_agreement() -> None:
     kw = [Candidate("a", 10.0), Candidate("b", 9.0)]
     vec = [Candidate("b", 0.9), Candidate("c", 0.8), Candidate("a", 0.1)]
-    out = fuse([kw], [vec], RetrievalConfig(fusion="score", vector_weight=0.5), top_k=3)
+    out = fuse([kw], [vec], RetrievalConfig(fusion="score", vector_weight=0.5, min_vector_score=None), top_k=3)
     assert [f.key for f in out] == ["b", "a", "c"]
     assert out[0].score == pytest.approx(0.9 + 0.5 * 0.9)
 

@@ -19,8 +19,8 @@ class RetrievalConfig(BaseModel):
 
     The defaults are the ones measured best on the LoCoMo dev split (docs/benchmarks.md):
     keyword lists dominate, vectors add a down-weighted vote, fusion looks at the top
-    ``depth`` of each list. Score thresholds are off by default because they cost recall
-    there; :meth:`eden` gives Eden's production thresholds.
+    ``depth`` of each list; vector candidates under cosine 0.3 are dropped. :meth:`eden`
+    gives Eden's production thresholds.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -37,8 +37,10 @@ class RetrievalConfig(BaseModel):
     """Weight of vector lists (0 disables vector search)."""
     depth: int = 20
     """How many candidates of each list take part in fusion (at least ``top_k``)."""
-    min_vector_score: float | None = None
-    """Drop vector candidates below this cosine similarity."""
+    min_vector_score: float | None = 0.3
+    """Drop vector candidates below this cosine similarity. 0.3 keeps unrelated memories out
+    of results when few keywords match (MiniLM cosines of unrelated sentences sit around
+    0.0-0.25); it cost nothing on LoCoMo. Eden's 0.65 suits larger OpenAI embeddings."""
     min_keyword_score: float | None = None
     """Drop keyword candidates below this (negated BM25) score."""
     min_rrf_score: float | None = None
