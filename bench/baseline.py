@@ -35,9 +35,13 @@ import os
 import sys
 
 # --------------------------------------------------------------------------------- threads
-#: BLAS/OpenMP threads, fixed before numpy is imported (1 vs 2 measured on the 2-core
-#: machine, see the report): with 2, every BLAS call after an idle gap pays for waking the
-#: second OpenBLAS thread.
+#: BLAS/OpenMP threads, fixed before numpy is imported. Measured on the shared 2-core machine:
+#: back-to-back on a quiet machine 2 threads were 10-25% faster here (memlane p50 15.7 vs
+#: 17.6 ms, baseline 10.0 vs 13.0 ms), but with 2, every BLAS call after an idle gap pays for
+#: waking the second OpenBLAS thread (9.8 ms for a 5,000 x 384 matrix-vector product after a
+#: 2 ms pause, vs 0.26 ms), and while another process holds a core a single-query embedding
+#: went from p50 9-16 ms (1 thread) to p50 42 ms / p95 336 ms (2 threads). The machine is
+#: shared, so 1 thread: slightly slower at best, never 3-30x slower.
 THREADS = 1
 
 

@@ -33,9 +33,11 @@ import os
 import sys
 
 # --------------------------------------------------------------------------------- threads
-#: BLAS/OpenMP threads, fixed before numpy is imported (measured 1 vs 2 on the 2-core machine,
-#: see the report): one BLAS thread, and the local embedder's own worker threads (one per
-#: core) run batches in parallel.
+#: BLAS/OpenMP threads, fixed before numpy is imported. Measured on the shared 2-core machine
+#: (full run, median of 3): MiniLM ingest 108 turns/s with 1 BLAS thread vs 102 with 2, the
+#: embedder alone (one call) 223 vs 170 turns/s: with 2, the embedder's two worker threads
+#: each start 2 BLAS threads on 2 cores (oversubscription). One BLAS thread, and the local
+#: embedder's own worker threads (one per core) run batches in parallel.
 THREADS = 1
 
 
@@ -164,6 +166,10 @@ async def main() -> None:
             "load_and_warmup_s": round(time.perf_counter() - t, 2),
             "threads": getattr(e, "threads", None),
         }
+        tokenize = getattr(e, "tokenize", None)
+        if callable(tokenize):  # model tokens per turn: the embedding cost scales with them
+            texts = [t.text for c in convs for s in c.sessions for t in s]
+            embedder_info[spec]["tokens_per_turn_mean"] = round(float(np.mean([len(x) for x in tokenize(texts)])), 1)
         embedders[spec] = e
 
     results: dict[str, Any] = {}
@@ -257,7 +263,10 @@ def print_table(r: dict[str, Any]) -> None:
         f"{r['machine']['cpus']} CPUs, load avg at start {r['machine']['loadavg_start'][0]:.2f}"
     )
     if loc:
-        print(f"- local embedder load + warm-up {loc['load_and_warmup_s']} s (not in the timings)")
+        print(
+            f"- local embedder load + warm-up {loc['load_and_warmup_s']} s (not in the timings); "
+            f"{loc.get('tokens_per_turn_mean', '?')} model tokens per turn"
+        )
     print(f"- median of {r['repeats']} run(s); each run into a fresh database file\n")
     print(
         "| mode | ingest turns/s | ingest s | embedder alone, per session (turns/s) | embedder alone, one call "

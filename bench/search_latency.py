@@ -45,7 +45,8 @@ stored vector is the real vector of exactly that text:
 Memories are loaded with ``SqliteFactStore.put_facts`` in batches of 5,000 (one transaction
 each); for ``1m`` each batch holds whole sessions of 250 different users (users' sessions
 interleaved over time, so one user's rows are spread across the whole table, like a real
-multi-user database).
+multi-user database). ``--layout contiguous`` loads the 1m database user by user instead
+(each user's rows adjacent), to show what rowid locality does to the keyword stage.
 
 Queries: generated with another seed; half are questions from templates filled with the
 same Zipfian word lists, half are questions built from 2-4 content words of one random
@@ -77,11 +78,11 @@ import sys
 
 # --------------------------------------------------------------------------------- threads
 #: BLAS/OpenMP threads, fixed before numpy is imported. Measured on the shared 2-core machine
-#: (1 vs 2): with 2, every BLAS call after an idle gap pays for waking OpenBLAS's second thread
-#: (a 5,000 x 384 matrix-vector product: 0.26 ms with 1 thread, 9.8 ms with 2 after a 2 ms
-#: pause), and when another process holds a core the single-query MiniLM embedding goes from
-#: p50 9-16 ms (1 thread) to p50 42 ms / p95 336 ms (2 threads). Back-to-back on an idle
-#: machine 2 threads embed a query faster (6.9 vs 12 ms), but 1 thread is the robust choice.
+#: (full runs, hybrid p50 with 1 vs 2 threads): 10k 24.7 vs 26.6 ms, 100k 134 vs 141 ms, 1m
+#: 21.6 vs 21.1 ms. With 2, every BLAS call after an idle gap pays for waking OpenBLAS's second
+#: thread (a 5,000 x 384 matrix-vector product: 0.26 ms with 1 thread, 9.8 ms with 2 after a
+#: 2 ms pause), and while another process holds a core the single-query MiniLM embedding goes
+#: from p50 9-16 ms (1 thread) to p50 42 ms / p95 336 ms (2 threads). So 1 thread.
 THREADS = 1
 
 
@@ -98,6 +99,12 @@ def _parse_args() -> argparse.Namespace:
     ap.add_argument("--workdir", default="/tmp/memlane-bench")
     ap.add_argument("--reuse", action="store_true", help="reuse databases built earlier")
     ap.add_argument("--keep", action="store_true", help="keep the databases afterwards")
+    ap.add_argument(
+        "--layout",
+        choices=("interleaved", "contiguous"),
+        default="interleaved",
+        help="1m load order: users' sessions interleaved over time (default), or user by user",
+    )
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/search_latency.json)")
     return ap.parse_args()
@@ -448,15 +455,25 @@ def build_plan(setting: str, n_users: int, per_user: int, pool_n: int, seed: int
 
 
 async def load(
-    mem: AsyncMemory, users: list[str], plan: np.ndarray, texts: list[str], vecs: np.ndarray, seed: int
+    mem: AsyncMemory,
+    users: list[str],
+    plan: np.ndarray,
+    texts: list[str],
+    vecs: np.ndarray,
+    seed: int,
+    layout: str = "interleaved",
 ) -> dict[str, float]:
     """put_facts in batches of BATCH; whole sessions of SESSION_LEN turns, users interleaved."""
     n_users, per_user = plan.shape
     n_sessions = -(-per_user // SESSION_LEN)
     base = datetime(2023, 1, 2, 10, 0)
     rng = np.random.default_rng(seed)
-    # session order: session 0 of every user, then session 1 of every user, ...
-    order = [(s, u) for s in range(n_sessions) for u in range(n_users)]
+    # interleaved: session 0 of every user, then session 1 of every user, ... (one user's rows
+    # spread over the whole table); contiguous: all sessions of user 0, then user 1, ...
+    if layout == "contiguous":
+        order = [(s, u) for u in range(n_users) for s in range(n_sessions)]
+    else:
+        order = [(s, u) for s in range(n_sessions) for u in range(n_users)]
     batch: list[Fact] = []
     bvec: list[np.ndarray] = []
     put_s = 0.0
@@ -675,7 +692,8 @@ async def main() -> None:
     for name in settings:
         n_users, per_user = sizes[name]
         total = n_users * per_user
-        db = work / f"search-{name}-{safe_name}-{n_users}x{per_user}-p{pool_n}-s{a.seed}.db"
+        suffix = "-contiguous" if a.layout == "contiguous" and n_users > 1 else ""
+        db = work / f"search-{name}-{safe_name}-{n_users}x{per_user}-p{pool_n}-s{a.seed}{suffix}.db"
         meta_path = db.with_suffix(".load.json")
         users, plan = build_plan(name, n_users, per_user, pool_n, a.seed)
         reused = a.reuse and db.exists() and meta_path.exists()
@@ -688,7 +706,7 @@ async def main() -> None:
             load_info = json.loads(meta_path.read_text())
             load_info["reused"] = True
         else:
-            load_info = await load(mem, users, plan, texts, vecs, a.seed)
+            load_info = await load(mem, users, plan, texts, vecs, a.seed, a.layout)
             mem._db.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
             meta_path.write_text(json.dumps(load_info))
         load_info["db_mb"] = round(db_size_mb(db), 1)
@@ -733,6 +751,7 @@ async def main() -> None:
         },
         "embedder": embedder.name,
         "vector_scheme": scheme,
+        "layout_1m": a.layout,
         "pool": pool_info,
         "queries_per_setting": n_queries,
         "settings": results,

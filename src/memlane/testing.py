@@ -379,7 +379,7 @@ _EMB = HashEmbedder(64)
 
 
 def _fact(text: str, user: str | None = "u1", **kw: object) -> Fact:
-    return Fact(content=text, user_id=user, hash=content_hash(text), **kw)  # type: ignore[arg-type]
+    return Fact(content=text, user_id=user, hash=content_hash(text), **kw)
 
 
 def _vecs(*texts: str) -> Matrix:
