@@ -14,10 +14,13 @@ import builtins
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
+
+import numpy as np
 
 from memlane.config import default_db_path
 from memlane.errors import (
@@ -56,6 +59,8 @@ log = logging.getLogger("memlane")
 MAX_TEXT_CHARS = 32_000
 #: Most messages accepted by one ``add`` call.
 MAX_BATCH = 10_000
+#: Query embeddings kept in memory (LRU).
+QUERY_CACHE_SIZE = 1024
 
 Message = Mapping[str, Any] | Event
 
@@ -129,6 +134,7 @@ class AsyncMemory:
             raise
         self.retrieval = retrieval or RetrievalConfig()
         self._pending_embeddings = True  # check once for facts a failed embedder left behind
+        self._query_cache: OrderedDict[str, Any] = OrderedDict()
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -155,6 +161,21 @@ class AsyncMemory:
             return None
         out = await self.embedder.embed_batch(texts)
         return check_matrix(out, len(texts), self.embedder.dim, self.embedder.name)
+
+    async def _embed_queries(self, queries: builtins.list[str]) -> Matrix | None:
+        """Embed queries through a small LRU cache: agents repeat queries (preload per turn)."""
+        assert self.embedder is not None
+        missing = [q for q in dict.fromkeys(queries) if q not in self._query_cache]
+        if missing:
+            vecs = await self._embed(missing)
+            assert vecs is not None
+            for q, v in zip(missing, vecs, strict=True):
+                self._query_cache[q] = v
+        for q in queries:
+            self._query_cache.move_to_end(q)
+        while len(self._query_cache) > QUERY_CACHE_SIZE:
+            self._query_cache.popitem(last=False)
+        return np.stack([self._query_cache[q] for q in queries])
 
     async def _embed_or_defer(self, texts: list[str]) -> Matrix | None:
         """Embed for storage; on provider failure store without vectors (backfilled later)."""
@@ -418,7 +439,7 @@ class AsyncMemory:
         t = time.perf_counter()
         authors = await self.facts.authors(parts)
         qvecs: Matrix | None = None
-        embed_task = asyncio.ensure_future(self._embed(queries)) if use_vectors else None
+        embed_task = asyncio.ensure_future(self._embed_queries(queries)) if use_vectors else None
         kw_lists = await asyncio.gather(*(keyword_list(q, authors) for q in queries))
         timings["keyword_ms"] = (time.perf_counter() - t) * 1000
         vec_lists: list[list[Candidate]] = []
