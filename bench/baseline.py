@@ -195,6 +195,7 @@ async def main() -> None:
     log("baseline: searching")
     base = await evaluate_baseline(bf, convs)
     log("memlane hybrid: searching")
+    mem._query_cache.clear()  # both sides embed every question for real
     hyb = await locomo.evaluate(mem, convs, "memlane hybrid")
     reports += [hyb, base]
     if not a.no_extra:
@@ -203,6 +204,7 @@ async def main() -> None:
         log("memlane keyword-only: searching")
         reports.append(await locomo.evaluate(mem, convs, "memlane keyword-only (vector_weight=0)"))
         mem.retrieval = RetrievalConfig(**{**cfg.model_dump(), "keyword_weight": 0.0})
+        mem._query_cache.clear()
         log("memlane vector-only: searching")
         reports.append(await locomo.evaluate(mem, convs, "memlane vector-only (keyword_weight=0)"))
         mem.retrieval = cfg
