@@ -148,6 +148,7 @@ async def evaluate(
 ) -> Report:
     """Search every question in its conversation's memories and score the top 10."""
     rep = Report(mode)
+    memory._query_cache.clear()  # time real query embeddings, not LRU hits from an earlier mode
     sums = {k: 0.0 for k in KS}
     hits = {k: 0.0 for k in KS}
     for conv in convs:
