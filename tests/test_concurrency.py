@@ -48,15 +48,20 @@ def _check(path: Path, expected_ids: set[str], workers: int) -> None:
 def test_threads_share_one_file(tmp_path: Path) -> None:
     path = tmp_path / "t.db"
     results: dict[int, list[str]] = {}
+    errors: list[BaseException] = []
 
     def run(w: int) -> None:
-        results[w] = _writer(str(path), w, N_WRITES)
+        try:
+            results[w] = _writer(str(path), w, N_WRITES)
+        except BaseException as exc:  # reported below with its message
+            errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(w,)) for w in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert not errors, [repr(e) for e in errors]
     expected = {i for ids in results.values() for i in ids}
     assert len(expected) == 6 * N_WRITES
     _check(path, expected, 6)

@@ -13,6 +13,7 @@ import asyncio
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -27,6 +28,26 @@ T = TypeVar("T")
 #: PRAGMA application_id written into every memlane database ("MLNE").
 APPLICATION_ID = 0x4D4C4E45
 BUSY_TIMEOUT_MS = 60_000
+
+
+def _locked(exc: BaseException) -> bool:
+    msg = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg)
+
+
+def _retry_locked(fn: Callable[[], T], *, seconds: float = 30.0) -> T:
+    """Run ``fn``, retrying while another connection holds a lock that SQLite reports at once
+    (switching to WAL, first-time schema creation) instead of through the busy handler."""
+    deadline = time.monotonic() + seconds
+    delay = 0.005
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if not _locked(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
 
 
 def _redact(path: str) -> str:
@@ -69,10 +90,25 @@ class Database:
 
     def _check_foreign(self) -> None:
         """Refuse, without writing a byte, a file that is not a memlane database."""
-        probe = sqlite3.connect(f"file:{Path(self.path).resolve()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        probe = sqlite3.connect(
+            f"file:{Path(self.path).resolve()}?mode=ro",
+            uri=True,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
+        )
+
+        def read_marker() -> tuple[int, set[str]]:
+            # One read transaction, so a concurrent first open is seen whole or not at all.
+            probe.execute("BEGIN")
+            try:
+                app = probe.execute("PRAGMA application_id").fetchone()[0]
+                names = {r[0] for r in probe.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            finally:
+                probe.execute("ROLLBACK")
+            return int(app), names
+
         try:
-            app_id = probe.execute("PRAGMA application_id").fetchone()[0]
-            tables = {r[0] for r in probe.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            app_id, tables = _retry_locked(read_marker)
         except sqlite3.DatabaseError as exc:
             raise CorruptDatabaseError(
                 f"{_redact(self.path)} is not a memlane database (or is damaged): {exc}. "
@@ -87,6 +123,9 @@ class Database:
             )
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
+        _retry_locked(lambda: self._migrate_once(conn))
+
+    def _migrate_once(self, conn: sqlite3.Connection) -> None:
         with self.write(conn) as c:
             c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             c.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
@@ -135,7 +174,7 @@ class Database:
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if not self._memory:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                mode = _retry_locked(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
                 if str(mode).lower() != "wal":  # pragma: no cover - odd filesystems
                     raise StorageError(f"could not enable WAL on {self.path} (got {mode})")
             conn.execute("PRAGMA synchronous = NORMAL")
