@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 # --------------------------------------------------------------------------------- threads
 #: BLAS/OpenMP threads, fixed before numpy is imported. Measured on the shared 2-core machine
@@ -66,38 +65,14 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
+from _common import SharedEmbedder, log, remove_db  # noqa: E402
 
 from memlane import AsyncMemory  # noqa: E402
 from memlane.evaluation import locomo  # noqa: E402
-from memlane.providers.embed.base import Embedder, Matrix  # noqa: E402
+from memlane.providers.embed.base import Embedder  # noqa: E402
 from memlane.registry import make_embedder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
-
-
-class SharedEmbedder:
-    """Passes calls through to one embedder instance; ``aclose`` is a no-op so closing an
-    ``AsyncMemory`` does not close the embedder the next run reuses."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.dim = inner.dim
-
-    async def embed_batch(self, texts: list[str]) -> Matrix:
-        return await self.inner.embed_batch(texts)
-
-    async def aclose(self) -> None:
-        return None
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def remove_db(path: Path) -> None:
-    for p in path.parent.glob(path.name + "*"):
-        p.unlink()
 
 
 async def ingest_once(convs: list[locomo.Conversation], embedder: Embedder | None, db: Path) -> dict[str, Any]:

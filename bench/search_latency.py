@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 # --------------------------------------------------------------------------------- threads
 #: BLAS/OpenMP threads, fixed before numpy is imported. Measured on the shared 2-core machine
@@ -126,6 +125,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
+from _common import SharedEmbedder, db_size_mb, log, remove_db  # noqa: E402
 
 from memlane import AsyncMemory  # noqa: E402
 from memlane.models import Fact, Scope  # noqa: E402
@@ -313,22 +313,6 @@ def _topic_words(limit: int = 3500) -> list[str]:
     return words
 
 
-class SharedEmbedder:
-    """Passes calls through to one embedder instance; ``aclose`` is a no-op, so closing one
-    setting's ``AsyncMemory`` leaves the embedder to the next setting."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.dim = inner.dim
-
-    async def embed_batch(self, texts: list[str]) -> Any:
-        return await self.inner.embed_batch(texts)
-
-    async def aclose(self) -> None:
-        return None
-
-
 class TextGen:
     """Deterministic Zipfian sentence generator."""
 
@@ -400,19 +384,6 @@ def summary(xs: list[float]) -> dict[str, float]:
         "mean": round(float(np.mean(xs)), 3) if xs else float("nan"),
         "max": round(max(xs), 3) if xs else 0.0,
     }
-
-
-def db_size_mb(path: Path) -> float:
-    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*")) / 1e6
-
-
-def remove_db(path: Path) -> None:
-    for p in path.parent.glob(path.name + "*"):
-        p.unlink()
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 async def embed_pool(embedder: Any, texts: list[str], cache: Path) -> tuple[np.ndarray, float, bool]:

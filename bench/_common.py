@@ -1,0 +1,38 @@
+"""Helpers shared by the benchmark scripts (imported after each script fixes BLAS threads)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from memlane.providers.embed.base import Embedder, Matrix
+
+
+class SharedEmbedder:
+    """Passes calls through to one embedder instance; ``aclose`` is a no-op, so closing an
+    ``AsyncMemory`` leaves the embedder to the next run (and to a baseline sharing it)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dim = inner.dim
+
+    async def embed_batch(self, texts: list[str]) -> Matrix:
+        return await self.inner.embed_batch(texts)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def db_size_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*")) / 1e6
+
+
+def remove_db(path: Path) -> None:
+    for p in path.parent.glob(path.name + "*"):
+        p.unlink()
