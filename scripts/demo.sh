@@ -12,7 +12,7 @@ rm -rf .demo && mkdir -p .demo
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
 
 step $ML import examples/sample_conversation.jsonl
-step $ML search "what food should I avoid when booking for Sam" -u sam -k 3
+step $ML search "any food allergies or diet I should know about" -u sam -k 3
 step $ML search "when does Grace arrive and on which flight" -u sam -k 3
 step $ML search "what is my email address" -u sam -k 2
 step $ML search "tell me about my pet" -u sam -k 2
