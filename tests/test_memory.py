@@ -11,6 +11,7 @@ import pytest
 
 from memlane import (
     AsyncMemory,
+    DimensionMismatchError,
     Event,
     EventType,
     NotFoundError,
@@ -313,3 +314,26 @@ async def test_score_fusion_mode(mem: AsyncMemory) -> None:
     top = res.hits[0]
     assert top.keyword_rank == 1 and top.vector_score is not None
     assert top.score == pytest.approx(1.0 + 0.2 * top.vector_score)
+
+
+async def test_embedder_that_learns_its_dimension_on_first_call(db_path: Path) -> None:
+    """An OpenAI-compatible server with an unknown model reports dim 0 until it answers."""
+    from memlane.providers.embed.hashing import HashEmbedder
+
+    class Discovering(HashEmbedder):
+        def __init__(self) -> None:
+            super().__init__(96)
+            self.dim = 0
+
+        async def embed_batch(self, texts: list[str]):  # type: ignore[no-untyped-def]
+            self.dim = 96
+            return await super().embed_batch(texts)
+
+    async with AsyncMemory(db_path, embedder=Discovering(), sessions="null") as m:
+        assert m.facts.dim is None
+        await m.add("Pia's bike is green", user_id="p")
+        assert m.facts.dim == 96
+        res = await m.search("green bike", user_id="p", debug=True)
+        assert res.hits[0].vector_rank == 1
+    with pytest.raises(DimensionMismatchError):
+        AsyncMemory(db_path, embedder="hash:64", sessions="null")

@@ -122,7 +122,9 @@ class AsyncMemory:
         try:
             self.facts = SqliteFactStore(self._db)
             self.embedder = make_embedder(embedder)
-            if self.embedder is not None:
+            # An embedder that learns its dimension from its first call (an OpenAI-compatible
+            # server with an unknown model reports dim 0) is bound on that first call instead.
+            if self.embedder is not None and self.embedder.dim > 0:
                 self.facts.bind_embedder(self.embedder.name, self.embedder.dim)
             if isinstance(sessions, str):
                 kwargs: dict[str, Any] = {"db": self._db} if sessions == "sqlite" else {}
@@ -160,7 +162,10 @@ class AsyncMemory:
         if self.embedder is None or not texts:
             return None
         out = await self.embedder.embed_batch(texts)
-        return check_matrix(out, len(texts), self.embedder.dim, self.embedder.name)
+        out = check_matrix(out, len(texts), self.embedder.dim, self.embedder.name)
+        if self.facts.dim is None:
+            self.facts.bind_embedder(self.embedder.name, int(out.shape[1]))
+        return out
 
     async def _embed_queries(self, queries: builtins.list[str]) -> Matrix | None:
         """Embed queries through a small LRU cache: agents repeat queries (preload per turn)."""
