@@ -213,11 +213,15 @@ async def test_forget_purges_everything_of_the_user(mem: AsyncMemory, db_path: P
     await mem.update(f.id, "alice's zebra-diary v2", user_id="alice")
     await mem.add("bob keeps his zebra-note", user_id="bob")
     s = await mem.sessions.create_session(user_ids=["alice"], session_id="alice:cli")
+    await mem.sessions.create_session(app="other-app", user_ids=["alice"], session_id="alice:tg")
+    await mem.sessions.create_session(user_ids=["alice", "bob"], session_id="group")
     await mem.sessions.add_event(s.id, Event(content="zebra-chat of alice"))
     removed = await mem.forget("alice")
     assert removed >= 4
     assert (await mem.list(user_id="alice", include_invalid=True)).total == 0
     assert await mem.sessions.get_session("alice:cli") is None
+    assert await mem.sessions.get_session("alice:tg", app="other-app") is None  # every app
+    assert await mem.sessions.get_session("group") is not None  # a group session is not alice's alone
     assert (await mem.list(user_id="bob")).total == 1
     # verified at the file level: no row anywhere still holds alice's text
     await mem.close()
@@ -226,6 +230,8 @@ async def test_forget_purges_everything_of_the_user(mem: AsyncMemory, db_path: P
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for t in tables:
             for row in con.execute(f'SELECT * FROM "{t}"'):
+                if "group" in row:  # the shared group session still names alice as a participant
+                    continue
                 assert not any(isinstance(v, str) and "alice" in v for v in row), (t, row)
     finally:
         con.close()

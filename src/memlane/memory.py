@@ -353,15 +353,7 @@ class AsyncMemory:
         if not isinstance(user_id, str) or not user_id.strip():
             raise ScopeError("forget() needs a non-empty user_id")
         removed = await self.facts.purge_user(user_id)
-        for app in await self._apps():
-            for s in await self.sessions.list_sessions(app=app, user_id=user_id):
-                if set(s.user_ids) <= {user_id} and await self.sessions.delete_session(s.id, app=app):
-                    removed += 1
-        return removed
-
-    async def _apps(self) -> list[str]:
-        rows = await self._db.run(lambda c: c.execute("SELECT DISTINCT app FROM sessions").fetchall())
-        return [r[0] for r in rows] or ["default"]
+        return removed + await self.sessions.delete_user_sessions(user_id)
 
     # ------------------------------------------------------------------ reads
     async def get(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:

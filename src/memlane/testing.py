@@ -52,6 +52,21 @@ class SessionStoreContract:
     async def test_is_a_session_store(self, session_store: SessionStore) -> None:
         assert isinstance(session_store, SessionStore)
 
+    async def test_delete_user_sessions_spares_groups_and_others(self, session_store: SessionStore) -> None:
+        await session_store.create_session(app="a", user_ids=["u"], session_id="u1")
+        await session_store.create_session(app="b", user_ids=["u"], session_id="u2")
+        await session_store.create_session(app="a", user_ids=["u", "v"], session_id="group")
+        await session_store.create_session(app="a", user_ids=["v"], session_id="v1")
+        await session_store.add_event("u1", _sev("private"), app="a")
+        assert await session_store.delete_user_sessions("u") == 2
+        assert await session_store.get_session("u1", app="a") is None
+        assert await session_store.get_session("u2", app="b") is None
+        assert await session_store.get_events("u1", app="a") == []
+        assert await session_store.get_session("group", app="a") is not None
+        assert await session_store.get_session("v1", app="a") is not None
+        with pytest.raises(InvalidInputError):
+            await session_store.delete_user_sessions("  ")
+
     async def test_create_and_get(self, session_store: SessionStore) -> None:
         created = await session_store.create_session(
             app="a",

@@ -81,6 +81,11 @@ class SessionStore(Protocol):
         """Delete a session and its events; True if it existed."""
         ...
 
+    async def delete_user_sessions(self, user_id: str) -> int:
+        """Delete, in every app, the sessions whose only participant is ``user_id`` (for
+        ``forget``); group sessions stay. Returns how many were deleted."""
+        ...
+
     async def add_event(self, session_id: str, event: Event, *, app: str = "default") -> Event:
         """Append an event; raises NotFoundError when the session does not exist."""
         ...

@@ -139,6 +139,14 @@ class LocalMemory:
         check_session_id(session_id)
         return self._sessions.pop((app, session_id), None) is not None
 
+    async def delete_user_sessions(self, user_id: str) -> int:
+        """Delete, in every app, the sessions whose only participant is ``user_id``."""
+        check_user_ids([user_id])
+        doomed = [k for k, e in self._sessions.items() if e.session.user_ids == [user_id]]
+        for k in doomed:
+            del self._sessions[k]
+        return len(doomed)
+
     # ------------------------------------------------------------------ events
     async def add_event(self, session_id: str, event: Event, *, app: str = "default") -> Event:
         """Append a copy of ``event``; raises NotFoundError when the session does not exist.

@@ -62,6 +62,10 @@ class NullMemory:
         """Always False (nothing existed)."""
         return False
 
+    async def delete_user_sessions(self, user_id: str) -> int:
+        """Always 0 (nothing is stored)."""
+        return 0
+
     async def add_event(self, session_id: str, event: Event, *, app: str = "default") -> Event:
         """Returns ``event`` unchanged; nothing is stored and no session is required."""
         return event

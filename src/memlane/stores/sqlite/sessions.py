@@ -204,6 +204,22 @@ class SqliteSessionStore:
 
         return await self._run(fn)
 
+    async def delete_user_sessions(self, user_id: str) -> int:
+        """Delete, in every app, the sessions whose only participant is ``user_id``."""
+        check_user_ids([user_id])
+
+        def fn(conn: sqlite3.Connection) -> int:
+            with self.db.write(conn) as c:
+                cur = c.execute(
+                    "DELETE FROM sessions WHERE (app, id) IN ("
+                    " SELECT app, session_id FROM session_users GROUP BY app, session_id"
+                    " HAVING COUNT(*) = 1 AND MAX(user_id) = ?)",
+                    (user_id,),
+                )
+                return cur.rowcount
+
+        return await self._run(fn)
+
     # ------------------------------------------------------------------ events
     async def add_event(self, session_id: str, event: Event, *, app: str = "default") -> Event:
         """Append ``event`` and touch the session's ``updated_at``.
