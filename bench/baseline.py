@@ -106,29 +106,6 @@ class BruteForce:
         return [ids[i] for i in top]
 
 
-async def evaluate_baseline(bf: BruteForce, convs: list[locomo.Conversation]) -> locomo.Report:
-    """The same loop and metric as ``locomo.evaluate``, on the brute-force baseline."""
-    rep = locomo.Report("numpy brute force")
-    ks = locomo.KS
-    sums = {k: 0.0 for k in ks}
-    hits = {k: 0.0 for k in ks}
-    for conv in convs:
-        for question, evidence, _cat in conv.questions:
-            t = time.perf_counter()
-            got = await bf.search(conv.sample_id, question, max(ks))
-            rep.search_ms.append((time.perf_counter() - t) * 1000)
-            ev = set(evidence)
-            for k in ks:
-                inter = ev.intersection(got[:k])
-                sums[k] += len(inter) / len(ev)
-                hits[k] += 1.0 if inter else 0.0
-            rep.questions += 1
-    if rep.questions:
-        rep.recall = {k: sums[k] / rep.questions for k in ks}
-        rep.hit = {k: hits[k] / rep.questions for k in ks}
-    return rep
-
-
 async def main() -> None:
     a = ARGS
     data = Path(a.data)
@@ -168,7 +145,7 @@ async def main() -> None:
 
     reports: list[locomo.Report] = []
     log("baseline: searching")
-    base = await evaluate_baseline(bf, convs)
+    base = await locomo.score(bf.search, convs, "numpy brute force")
     log("memlane hybrid: searching")
     mem._query_cache.clear()  # both sides embed every question for real
     hyb = await locomo.evaluate(mem, convs, "memlane hybrid")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -140,6 +140,10 @@ async def ingest(
     return n, time.perf_counter() - t0
 
 
+#: ``search(user_id, question, k) -> ranked dia_ids``: anything that can be scored.
+SearchFn = Callable[[str, str, int], Awaitable[Sequence[str | None]]]
+
+
 async def evaluate(
     memory: AsyncMemory,
     convs: Iterable[Conversation],
@@ -147,16 +151,30 @@ async def evaluate(
     progress: Callable[[int], None] | None = None,
 ) -> Report:
     """Search every question in its conversation's memories and score the top 10."""
-    rep = Report(mode)
     memory._query_cache.clear()  # time real query embeddings, not LRU hits from an earlier mode
+
+    async def search(user_id: str, question: str, k: int) -> list[str | None]:
+        res = await memory.search(question, user_id=user_id, top_k=k)
+        return [h.fact.metadata.get("dia_id") for h in res.hits]
+
+    return await score(search, convs, mode, progress)
+
+
+async def score(
+    search: SearchFn,
+    convs: Iterable[Conversation],
+    mode: str,
+    progress: Callable[[int], None] | None = None,
+) -> Report:
+    """The benchmark loop and metric for any retriever (memlane or a baseline)."""
+    rep = Report(mode)
     sums = {k: 0.0 for k in KS}
     hits = {k: 0.0 for k in KS}
     for conv in convs:
         for question, evidence, _cat in conv.questions:
             t = time.perf_counter()
-            res = await memory.search(question, user_id=conv.sample_id, top_k=max(KS))
+            got = await search(conv.sample_id, question, max(KS))
             rep.search_ms.append((time.perf_counter() - t) * 1000)
-            got = [h.fact.metadata.get("dia_id") for h in res.hits]
             ev = set(evidence)
             for k in KS:
                 inter = ev.intersection(got[:k])
