@@ -11,9 +11,13 @@
     │   └── DimensionMismatchError a vector of the wrong size
     ├── NotFoundError              (also a KeyError) no such fact / session
     ├── StorageError               the database failed; original error chained
-    │   └── CorruptDatabaseError   not a memlane database, or damaged
-    └── ProviderError              an embedder or LLM call failed
-        └── EmbedderError          carries status_code and retryable
+    │   ├── CorruptDatabaseError   not a memlane database, or damaged
+    │   └── ConflictError          a concurrent writer changed the row first (retry)
+    ├── ProviderError              an embedder or LLM call failed (status_code, retryable)
+    │   ├── EmbedderError          an embedding call failed
+    │   └── LLMError               a chat-completion call failed
+    │       └── OutputParseError   the model's output was not the JSON asked for (after one retry)
+    └── FormationError             a memory-formation job failed; it stays queued for retry
 
 Every message says how to fix the problem.
 """
@@ -69,6 +73,10 @@ class CorruptDatabaseError(StorageError):
     """The file is not a memlane database, or it is damaged."""
 
 
+class ConflictError(StorageError):
+    """Another writer changed the row first (optimistic concurrency); retrying is safe."""
+
+
 class ProviderError(MemlaneError):
     """A call to a model provider failed.
 
@@ -85,3 +93,23 @@ class ProviderError(MemlaneError):
 
 class EmbedderError(ProviderError):
     """An embedding call failed."""
+
+
+class LLMError(ProviderError):
+    """A chat-completion call failed."""
+
+
+class OutputParseError(LLMError):
+    """The model did not return valid structured output, even after one corrective retry.
+
+    Attributes:
+        raw: the last text the model returned (for debugging; may be long).
+    """
+
+    def __init__(self, message: str, *, raw: str = "") -> None:
+        super().__init__(message, retryable=True)
+        self.raw = raw
+
+
+class FormationError(MemlaneError):
+    """A memory-formation job failed. The conversation is kept and the job is retried later."""

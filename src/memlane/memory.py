@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -27,17 +27,25 @@ from memlane.errors import (
     EmbedderError,
     InvalidInputError,
     NotFoundError,
-    NotSupportedError,
     ProviderError,
     ScopeError,
+    UsageError,
 )
+from memlane.formation.config import FormationConfig, ReflectionScopeName
+from memlane.formation.model import FormationModel
+from memlane.formation.pipeline import Pipeline, Target, scope_key
+from memlane.formation.runner import FormationResult, FormationRunner
+from memlane.formation.schemas import Turn
 from memlane.models import (
+    ConsolidatedMemory,
     Event,
     Fact,
     HistoryEntry,
     Hit,
+    Job,
     MemoryEntry,
     Page,
+    Reflection,
     Scope,
     SearchMemoryResponse,
     SearchResult,
@@ -45,12 +53,14 @@ from memlane.models import (
     content_hash,
 )
 from memlane.providers.embed.base import Embedder, Matrix, check_matrix
-from memlane.registry import make_embedder, make_session_store
+from memlane.providers.llm.base import LLM, UsageMeter
+from memlane.registry import make_embedder, make_formation_model, make_session_store
 from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig, fuse
 from memlane.retrieval.text import parse_query
 from memlane.stores.base import Candidate, SessionStore, StoreStats
 from memlane.stores.sqlite.db import Database
 from memlane.stores.sqlite.facts import SqliteFactStore
+from memlane.stores.sqlite.jobs import SqliteJobStore
 
 log = logging.getLogger("memlane")
 
@@ -107,6 +117,12 @@ class AsyncMemory:
         sessions: session store: ``"sqlite"`` (durable, same file), ``"local"``
             (in-process), ``"null"`` (disabled), or a :class:`SessionStore`.
         retrieval: fusion weights and thresholds.
+        formation: memory-formation settings (models, thresholds, triggers); defaults are
+            Eden's and Gaia's, with the ``offline`` rule-based model.
+        llm: overrides ``formation.model`` (fast model): a ``provider:model`` name,
+            ``"offline"``, an :class:`~memlane.providers.llm.base.LLM` or a
+            :class:`~memlane.formation.model.FormationModel`.
+        strong_llm: overrides ``formation.strong_model`` (premium-tier model), same forms.
     """
 
     def __init__(
@@ -116,6 +132,9 @@ class AsyncMemory:
         embedder: str | Embedder | None = "auto",
         sessions: str | SessionStore = "sqlite",
         retrieval: RetrievalConfig | None = None,
+        formation: FormationConfig | None = None,
+        llm: str | LLM | FormationModel | None = None,
+        strong_llm: str | LLM | FormationModel | None = None,
     ) -> None:
         self.db_path = str(db) if db is not None else default_db_path()
         self._db = Database(self.db_path).open_sync().acquire()
@@ -131,6 +150,19 @@ class AsyncMemory:
                 self.sessions: SessionStore = make_session_store(sessions, **kwargs)
             else:
                 self.sessions = sessions
+            self.formation_config = formation or FormationConfig()
+            fast = make_formation_model(llm if llm is not None else self.formation_config.model, meter=UsageMeter())
+            self.meter: UsageMeter = fast.meter
+            strong_spec = strong_llm if strong_llm is not None else self.formation_config.strong_model
+            strong = make_formation_model(strong_spec, meter=self.meter) if strong_spec is not None else None
+            self.jobs = SqliteJobStore(self._db)
+            self.pipeline = Pipeline(
+                facts=self.facts, embed=self._embed, config=self.formation_config, fast=fast, strong=strong
+            )
+            self.formation = FormationRunner(
+                pipeline=self.pipeline, jobs=self.jobs, sessions=self.sessions, config=self.formation_config,
+                meter=self.meter,
+            )  # fmt: skip
         except BaseException:
             self._db.close_sync()
             raise
@@ -145,6 +177,11 @@ class AsyncMemory:
         if self._closed:
             return
         self._closed = True
+        await self.formation.close()
+        await self.pipeline.fast.aclose()
+        if self.pipeline.strong is not self.pipeline.fast:
+            await self.pipeline.strong.aclose()
+        await self.jobs.close()
         await self.sessions.close()
         await self.facts.close()
         if self.embedder is not None:
@@ -152,7 +189,14 @@ class AsyncMemory:
         self._db.release_sync()
 
     async def __aenter__(self) -> AsyncMemory:
+        await self.start()
         return self
+
+    async def start(self) -> None:
+        """Start background formation on the running loop: the job worker, and the startup
+        sweep of sessions that went idle while the process was down. Called by ``async with``
+        and by the first :meth:`add_event`; idempotent."""
+        self.formation.start()
 
     async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         await self.close()
@@ -196,6 +240,7 @@ class AsyncMemory:
         return Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
 
     # ------------------------------------------------------------------ writes
+    @overload
     async def add(
         self,
         messages: str | Sequence[Message],
@@ -207,8 +252,39 @@ class AsyncMemory:
         infer: bool = False,
         scope: Literal["user", "agent"] = "user",
         timestamp: datetime | None = None,
-    ) -> list[Fact]:
-        """Store memories verbatim.
+        wait: Literal[True] = True,
+    ) -> list[Fact]: ...
+
+    @overload
+    async def add(
+        self,
+        messages: str | Sequence[Message],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        infer: bool = False,
+        scope: Literal["user", "agent"] = "user",
+        timestamp: datetime | None = None,
+        wait: Literal[False],
+    ) -> Job: ...
+
+    async def add(
+        self,
+        messages: str | Sequence[Message],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        infer: bool = False,
+        scope: Literal["user", "agent"] = "user",
+        timestamp: datetime | None = None,
+        wait: bool = True,
+    ) -> list[Fact] | Job:
+        """Store memories: verbatim (default), or, with ``infer=True``, as facts an LLM extracts
+        and de-duplicates against the scope's existing facts (mem0-style).
 
         Args:
             messages: one text (stored as one fact), or chat messages (``{"role", "content",
@@ -218,28 +294,34 @@ class AsyncMemory:
             agent_id: the agent / app namespace (required for ``scope="agent"``).
             session_id: source session; orders turns and links neighbours for retrieval.
             metadata: stored on every memory.
-            infer: extract facts with an LLM instead; arrives with memory formation.
+            infer: extract facts with the formation model (extraction + dedup ADD / UPDATE /
+                DELETE / NONE) instead of storing the text verbatim. Runs as a durable job.
             scope: ``"user"`` (the user's own) or ``"agent"`` (shared by the agent's users).
             timestamp: when a plain text was said (messages carry their own).
+            wait: with ``infer=True``: True runs the job now and returns the facts it added
+                or changed; False returns the queued :class:`Job` (see :meth:`get_job`).
 
         Returns:
-            The stored facts in input order; an identical memory already stored is returned
-            as it was (idempotent), not duplicated.
+            Verbatim: the stored facts in input order; an identical memory already stored is
+            returned as it was (idempotent), not duplicated. ``infer=True``: the facts added,
+            updated or re-added (NONE excluded), or the Job when ``wait=False``.
 
         Raises:
             InvalidInputError: empty or oversized text, invalid UTF-8, bad message shape.
             ScopeError: missing user_id / agent_id for the scope.
+            FormationError: ``infer=True, wait=True`` and the model failed; the job is kept
+                and retried later, the input is not lost.
         """
-        if infer:
-            raise NotSupportedError(
-                "infer=True (LLM fact extraction) is not available yet; store verbatim with infer=False"
-            )
+        if not wait and not infer:
+            raise UsageError("wait=False only applies to infer=True (verbatim writes are immediate)")
         if scope == "user" and not user_id:
             raise ScopeError("add() needs user_id=... for user-scoped memory")
         if scope == "agent" and not agent_id:
             raise ScopeError("add() with scope='agent' needs agent_id=...")
         self._scope(user_id, agent_id)  # validates the ids
         meta = dict(metadata or {})
+        if infer:
+            return await self._add_infer(messages, user_id, agent_id, session_id, meta, scope, timestamp, wait)
         facts: list[Fact] = []
         if isinstance(messages, str | bytes):
             text = _clean_text(messages, "text")
@@ -261,6 +343,44 @@ class AsyncMemory:
         if vectors is not None:
             await self._backfill_if_pending()
         return [f for f, _ in stored]
+
+    async def _add_infer(
+        self,
+        messages: str | Sequence[Message],
+        user_id: str | None,
+        agent_id: str | None,
+        session_id: str | None,
+        meta: dict[str, Any],
+        scope: Literal["user", "agent"],
+        timestamp: datetime | None,
+        wait: bool,
+    ) -> list[Fact] | Job:
+        if isinstance(messages, str | bytes):
+            turns = [Turn(role="user", author="user", text=_clean_text(messages, "text"), at=timestamp)]
+        else:
+            if not isinstance(messages, Sequence) or not messages:
+                raise InvalidInputError("messages must be a non-empty text or list of messages")
+            if len(messages) > MAX_BATCH:
+                raise InvalidInputError(f"{len(messages)} messages in one call; the limit is {MAX_BATCH}")
+            turns = []
+            for i, m in enumerate(messages):
+                if isinstance(m, str):
+                    raise InvalidInputError(f"message {i} must be a dict or Event, got str")
+                f = self._message_fact(m, i, scope, user_id, agent_id, session_id, meta)
+                role = str(m.role if isinstance(m, Event) else m.get("role", "user"))
+                turns.append(
+                    Turn(role="assistant" if role in ("assistant", "model", "agent") else "user",
+                         author=f.author or "user", text=f.content, at=f.occurred_at,
+                         event_id=f.source_event_ids[0] if f.source_event_ids else None)
+                )  # fmt: skip
+        job = await self.formation.enqueue_infer(
+            turns, user_id=user_id, agent_id=agent_id, session_id=session_id, scope=scope, metadata=meta
+        )
+        if not wait:
+            self.formation.start()
+            return job
+        result = await self.formation.wait_for(job)
+        return result.facts
 
     def _message_fact(
         self,
@@ -348,11 +468,12 @@ class AsyncMemory:
         return await self.facts.invalidate_fact(fact_id, self._scope(user_id, agent_id), actor="api")
 
     async def forget(self, user_id: str) -> int:
-        """Hard purge everything of ``user_id``: facts, history, reflections, and sessions
-        the user took part in alone. Returns the number of rows removed."""
+        """Hard purge everything of ``user_id``: facts, history, reflections, blobs, pending
+        formation jobs, and sessions the user took part in alone. Returns the number of rows removed."""
         if not isinstance(user_id, str) or not user_id.strip():
             raise ScopeError("forget() needs a non-empty user_id")
         removed = await self.facts.purge_user(user_id)
+        removed += await self.jobs.purge_user(user_id)
         return removed + await self.sessions.delete_user_sessions(user_id)
 
     # ------------------------------------------------------------------ reads
@@ -487,6 +608,193 @@ class AsyncMemory:
                 "vectors_used": qvecs is not None,
             }
         return SearchResult(hits=hits, debug=dbg)
+
+    # ------------------------------------------------------------------ formation
+    async def add_event(self, session_id: str, event: Event, *, app: str = "default", tier: int | None = None) -> Event:
+        """Append an event to a session and run the formation triggers: after an agent
+        response, once 45 messages or 1500 weighted tokens have accumulated since the last
+        formation (never fewer than 4 messages), a formation job is queued; every event
+        re-arms the session's idle timer (30 min: form, then clear).
+
+        Args:
+            tier: the user's tier (``>= formation.premium_tier`` selects the strong model);
+                remembered for the session.
+        """
+        stored = await self.sessions.add_event(session_id, event, app=app)
+        self.formation.start()
+        await self.formation.on_event(app, session_id, stored, tier=tier)
+        return stored
+
+    async def _form_session(
+        self, session_id: str, app: str, reason: str, *, clear: bool, final: bool, wait: bool
+    ) -> FormationResult | Job:
+        if await self.sessions.get_session(session_id, app=app) is None:
+            raise NotFoundError(f"no session {session_id!r} in app {app!r}")
+        job = await self.formation.enqueue_session(app, session_id, reason=reason, clear=clear, final=final)
+        if not wait:
+            self.formation.start()
+            return job
+        return await self.formation.wait_for(job)
+
+    async def form(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
+        """Form the session's not-yet-formed messages into memory now (extraction, dedup,
+        reflections, consolidation when a buffer reaches its threshold)."""
+        return await self._form_session(session_id, app, "manual", clear=False, final=False, wait=wait)
+
+    async def end_session(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
+        """Session end (Eden ``on_session_end``): a final formation, then every scope with
+        pending reflections is consolidated. The session is kept."""
+        return await self._form_session(session_id, app, "end", clear=False, final=True, wait=wait)
+
+    async def reset_session(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
+        """``/reset`` (Gaia): form the conversation into memory, then delete the session."""
+        return await self._form_session(session_id, app, "reset", clear=True, final=True, wait=wait)
+
+    async def sweep_idle(self) -> builtins.list[Job]:
+        """Queue idle formation for sessions silent longer than ``idle_minutes`` (the startup
+        sweep; also a cold-session job to run from cron). Returns the queued jobs."""
+        jobs = await self.formation.sweep_idle()
+        if jobs:
+            self.formation.start()
+        return jobs
+
+    async def run_jobs(self, *, max_jobs: int | None = None) -> int:
+        """Run due formation jobs now, in this task (tests, cron, or ``background=False``).
+        A failing job is rescheduled with backoff, not raised. Returns how many ran."""
+        n = 0
+        while max_jobs is None or n < max_jobs:
+            try:
+                ran = await self.formation.run_pending(max_jobs=1)
+            except Exception as exc:  # recorded on the job; keep draining
+                log.info("memlane: a formation job failed and was rescheduled: %s", exc)
+                ran = 1
+            if not ran:
+                break
+            n += ran
+        return n
+
+    async def get_job(self, job_id: str) -> Job:
+        """A formation job's status, attempts, last error and result."""
+        job = await self.jobs.get(job_id)
+        if job is None:
+            raise NotFoundError(f"no formation job {job_id!r}")
+        return job
+
+    async def list_jobs(self, *, status: str | None = None, limit: int = 50) -> builtins.list[Job]:
+        """Formation jobs, newest first (``status``: queued, running, done, failed)."""
+        return await self.jobs.list(status=status, limit=limit)
+
+    async def retry_job(self, job_id: str) -> Job:
+        """Queue a failed job again with a fresh set of attempts."""
+        job = await self.jobs.retry(job_id)
+        self.formation.kick()
+        return job
+
+    async def profile(
+        self,
+        user_id: str,
+        *,
+        agent_id: str | None = None,
+        items: Sequence[str] = (),
+        tier: int = 0,
+    ) -> str | None:
+        """Gaia's session-start profile: the user's facts (plus recent ``items`` such as tasks
+        or projects) distilled by one model call into <= ``preload_limit`` importance-ranked
+        bullets. None when memory is off or the user has nothing; the raw fact list if the
+        call fails."""
+        scope = self._scope(user_id, agent_id)
+        assert scope.user_id is not None
+        return await self.pipeline.profile(scope.user_id, agent_id, items=list(items), tier=tier)
+
+    def _reflection_target(self, user_id: str | None, agent_id: str | None, session_id: str | None) -> Target:
+        return Target(session_id=session_id, user_id=user_id, agent_ns=agent_id)
+
+    async def reflections(
+        self,
+        scope: ReflectionScopeName,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        absorbed: bool | None = None,
+    ) -> builtins.list[Reflection]:
+        """A scope's reflections, oldest first (``absorbed=False``: the pending buffer)."""
+        key = scope_key(self._reflection_target(user_id, agent_id, session_id), scope)
+        return await self.facts.list_reflections(scope=scope, absorbed=absorbed, **key)
+
+    async def consolidated(
+        self,
+        scope: ReflectionScopeName,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> ConsolidatedMemory | None:
+        """A scope's consolidated blob (``VERSION: n`` ...), or None before its first consolidation."""
+        key = scope_key(self._reflection_target(user_id, agent_id, session_id), scope)
+        return await self.facts.get_consolidated(scope=scope, **key)
+
+    async def get_consolidation_status(
+        self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Eden's ``get_consolidation_status``: per scope, the buffer size, threshold, word limit
+        and whether consolidation is due."""
+        cfg = self.formation_config
+        out: dict[str, dict[str, Any]] = {}
+        for scope in self._status_scopes(user_id, agent_id, session_id):
+            pending = await self.reflections(
+                scope, user_id=user_id, agent_id=agent_id, session_id=session_id, absorbed=False
+            )
+            blob = await self.consolidated(scope, user_id=user_id, agent_id=agent_id, session_id=session_id)
+            out[scope] = {
+                "buffer": len(pending),
+                "threshold": cfg.consolidation_threshold[scope],
+                "word_limit": cfg.word_limit[scope],
+                "needs_consolidation": len(pending) >= cfg.consolidation_threshold[scope],
+                "version": blob.version if blob else 0,
+                "last_consolidated_at": blob.last_consolidated_at if blob else None,
+            }
+        return out
+
+    async def get_memory_stats(
+        self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+    ) -> dict[str, Any]:
+        """Eden's ``get_memory_stats``: per scope, word counts of the blob, reflection counts and
+        timestamps; plus fact counts, job counts and model usage so far."""
+        scopes: dict[str, Any] = {}
+        for scope in self._status_scopes(user_id, agent_id, session_id):
+            refl = await self.reflections(scope, user_id=user_id, agent_id=agent_id, session_id=session_id)
+            blob = await self.consolidated(scope, user_id=user_id, agent_id=agent_id, session_id=session_id)
+            scopes[scope] = {
+                "consolidated_words": len(blob.consolidated_content.split()) if blob else 0,
+                "version": blob.version if blob else 0,
+                "reflections": len(refl),
+                "unabsorbed": sum(1 for r in refl if not r.absorbed),
+                "last_reflection_at": refl[-1].formed_at if refl else None,
+                "last_consolidated_at": blob.last_consolidated_at if blob else None,
+            }
+        facts = await self.stats(user_id=user_id, agent_id=agent_id)
+        return {
+            "scopes": scopes,
+            "facts": facts.facts,
+            "valid_facts": facts.valid_facts,
+            "jobs": await self.jobs.counts(),
+            "usage": self.meter.snapshot(),
+        }
+
+    def _status_scopes(
+        self, user_id: str | None, agent_id: str | None, session_id: str | None
+    ) -> builtins.list[ReflectionScopeName]:
+        scopes: builtins.list[ReflectionScopeName] = []
+        if agent_id:
+            scopes.append("agent")
+        if user_id:
+            scopes.append("user")
+        if session_id:
+            scopes.append("session")
+        if not scopes:
+            raise ScopeError("give user_id, agent_id and/or session_id")
+        return scopes
 
     # ------------------------------------------------------------------ ADK surface
     async def add_session_to_memory(self, session: Session) -> builtins.list[Fact]:

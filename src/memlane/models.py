@@ -316,6 +316,55 @@ class ConsolidatedMemory(BaseModel):
     last_consolidated_at: datetime | None = None
 
 
+# --------------------------------------------------------------------------- formation jobs
+
+JobStatus = Literal["queued", "running", "done", "failed"]
+
+
+class Job(BaseModel):
+    """A durable memory-formation job (``form``: a session's new turns; ``infer``: ``add(infer=True)``)."""
+
+    id: str = Field(default_factory=new_id)
+    kind: Literal["form", "infer"]
+    key: str
+    """Jobs with the same key (one session) never run at the same time."""
+    user_id: str | None = None
+    """Owner, for ``forget``."""
+    status: JobStatus = "queued"
+    """``queued`` (waiting or retrying), ``running``, ``done``, ``failed`` (retries used up; ``retry_job``)."""
+    payload: dict[str, Any] = Field(default_factory=dict)
+    """What to form (session, messages, options)."""
+    state: dict[str, Any] = Field(default_factory=dict)
+    """Checkpointed step outputs: a replay reuses them instead of calling the model again."""
+    result: dict[str, Any] | None = None
+    """Summary once done: changes, reflections, consolidations, usage."""
+    attempts: int = 0
+    max_attempts: int = 8
+    last_error: str | None = None
+    next_run_at: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class FormationCursor(BaseModel):
+    """Per-session formation bookkeeping: what was formed, what is pending, last activity."""
+
+    app: str
+    session_id: str
+    user_ids: list[str] = Field(default_factory=list)
+    agent_id: str | None = None
+    tier: int = 0
+    last_event_id: str | None = None
+    """Last event already formed (formation resumes after it)."""
+    formed_events: int = 0
+    pending_messages: int = 0
+    """Messages since the last formation was triggered."""
+    pending_tokens: float = 0.0
+    """Weighted tokens since the last formation was triggered."""
+    last_activity_at: datetime = Field(default_factory=utcnow)
+    last_formed_at: datetime | None = None
+
+
 # --------------------------------------------------------------------------- search results
 
 

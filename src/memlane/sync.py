@@ -8,12 +8,27 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from memlane._portal import LoopThread
+from memlane.formation.config import FormationConfig, ReflectionScopeName
+from memlane.formation.model import FormationModel
+from memlane.formation.runner import FormationResult
 from memlane.memory import AsyncMemory, Message
-from memlane.models import Fact, HistoryEntry, Page, SearchMemoryResponse, SearchResult, Session
+from memlane.models import (
+    ConsolidatedMemory,
+    Event,
+    Fact,
+    HistoryEntry,
+    Job,
+    Page,
+    Reflection,
+    SearchMemoryResponse,
+    SearchResult,
+    Session,
+)
 from memlane.providers.embed.base import Embedder
+from memlane.providers.llm.base import LLM
 from memlane.retrieval.hybrid import RetrievalConfig
 from memlane.stores.base import SessionStore, StoreStats
 
@@ -34,10 +49,13 @@ class Memory:
         embedder: str | Embedder | None = "auto",
         sessions: str | SessionStore = "sqlite",
         retrieval: RetrievalConfig | None = None,
+        formation: FormationConfig | None = None,
+        llm: str | LLM | FormationModel | None = None,
+        strong_llm: str | LLM | FormationModel | None = None,
     ) -> None:
         self._portal = LoopThread()
         try:
-            self._async = self._portal.call(_build(db, embedder, sessions, retrieval))
+            self._async = self._portal.call(_build(db, embedder, sessions, retrieval, formation, llm, strong_llm))
         except BaseException:
             self._portal.stop()
             raise
@@ -68,6 +86,7 @@ class Memory:
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
+    @overload
     def add(
         self,
         messages: str | Sequence[Message],
@@ -79,14 +98,46 @@ class Memory:
         infer: bool = False,
         scope: Literal["user", "agent"] = "user",
         timestamp: datetime | None = None,
-    ) -> list[Fact]:
+        wait: Literal[True] = True,
+    ) -> list[Fact]: ...
+
+    @overload
+    def add(
+        self,
+        messages: str | Sequence[Message],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        infer: bool = False,
+        scope: Literal["user", "agent"] = "user",
+        timestamp: datetime | None = None,
+        wait: Literal[False],
+    ) -> Job: ...
+
+    def add(
+        self,
+        messages: str | Sequence[Message],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        infer: bool = False,
+        scope: Literal["user", "agent"] = "user",
+        timestamp: datetime | None = None,
+        wait: bool = True,
+    ) -> list[Fact] | Job:
         """See :meth:`AsyncMemory.add`."""
-        return self._portal.call(
-            self._async.add(
+        engine_add: Any = self._async.add
+        result: list[Fact] | Job = self._portal.call(
+            engine_add(
                 messages, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=metadata,
-                infer=infer, scope=scope, timestamp=timestamp,
+                infer=infer, scope=scope, timestamp=timestamp, wait=wait,
             )
         )  # fmt: skip
+        return result
 
     def search(
         self,
@@ -163,14 +214,112 @@ class Memory:
         """See :meth:`AsyncMemory.search_memory`."""
         return self._portal.call(self._async.search_memory(app_name, user_id, query))
 
+    # ---- formation
+    def start(self) -> None:
+        """See :meth:`AsyncMemory.start` (called by the constructor)."""
+        return self._portal.call(self._async.start())
+
+    def add_event(self, session_id: str, event: Event, *, app: str = "default", tier: int | None = None) -> Event:
+        """See :meth:`AsyncMemory.add_event`."""
+        return self._portal.call(self._async.add_event(session_id, event, app=app, tier=tier))
+
+    def form(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
+        """See :meth:`AsyncMemory.form`."""
+        return self._portal.call(self._async.form(session_id, app=app, wait=wait))
+
+    def end_session(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
+        """See :meth:`AsyncMemory.end_session`."""
+        return self._portal.call(self._async.end_session(session_id, app=app, wait=wait))
+
+    def reset_session(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
+        """See :meth:`AsyncMemory.reset_session`."""
+        return self._portal.call(self._async.reset_session(session_id, app=app, wait=wait))
+
+    def sweep_idle(self) -> builtins.list[Job]:
+        """See :meth:`AsyncMemory.sweep_idle`."""
+        return self._portal.call(self._async.sweep_idle())
+
+    def run_jobs(self, *, max_jobs: int | None = None) -> int:
+        """See :meth:`AsyncMemory.run_jobs`."""
+        return self._portal.call(self._async.run_jobs(max_jobs=max_jobs))
+
+    def get_job(self, job_id: str) -> Job:
+        """See :meth:`AsyncMemory.get_job`."""
+        return self._portal.call(self._async.get_job(job_id))
+
+    def list_jobs(self, *, status: str | None = None, limit: int = 50) -> builtins.list[Job]:
+        """See :meth:`AsyncMemory.list_jobs`."""
+        return self._portal.call(self._async.list_jobs(status=status, limit=limit))
+
+    def retry_job(self, job_id: str) -> Job:
+        """See :meth:`AsyncMemory.retry_job`."""
+        return self._portal.call(self._async.retry_job(job_id))
+
+    def profile(
+        self, user_id: str, *, agent_id: str | None = None, items: Sequence[str] = (), tier: int = 0
+    ) -> str | None:
+        """See :meth:`AsyncMemory.profile`."""
+        return self._portal.call(self._async.profile(user_id, agent_id=agent_id, items=items, tier=tier))
+
+    def reflections(
+        self,
+        scope: ReflectionScopeName,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        absorbed: bool | None = None,
+    ) -> builtins.list[Reflection]:
+        """See :meth:`AsyncMemory.reflections`."""
+        return self._portal.call(
+            self._async.reflections(scope, user_id=user_id, agent_id=agent_id, session_id=session_id, absorbed=absorbed)
+        )
+
+    def consolidated(
+        self,
+        scope: ReflectionScopeName,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> ConsolidatedMemory | None:
+        """See :meth:`AsyncMemory.consolidated`."""
+        return self._portal.call(
+            self._async.consolidated(scope, user_id=user_id, agent_id=agent_id, session_id=session_id)
+        )
+
+    def get_consolidation_status(
+        self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """See :meth:`AsyncMemory.get_consolidation_status`."""
+        return self._portal.call(
+            self._async.get_consolidation_status(user_id=user_id, agent_id=agent_id, session_id=session_id)
+        )
+
+    def get_memory_stats(
+        self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+    ) -> dict[str, Any]:
+        """See :meth:`AsyncMemory.get_memory_stats`."""
+        return self._portal.call(
+            self._async.get_memory_stats(user_id=user_id, agent_id=agent_id, session_id=session_id)
+        )
+
 
 async def _build(
     db: str | os.PathLike[str] | None,
     embedder: str | Embedder | None,
     sessions: str | SessionStore,
     retrieval: RetrievalConfig | None,
+    formation: FormationConfig | None,
+    llm: str | LLM | FormationModel | None,
+    strong_llm: str | LLM | FormationModel | None,
 ) -> AsyncMemory:
-    return AsyncMemory(db, embedder=embedder, sessions=sessions, retrieval=retrieval)
+    memory = AsyncMemory(
+        db, embedder=embedder, sessions=sessions, retrieval=retrieval, formation=formation, llm=llm,
+        strong_llm=strong_llm,
+    )  # fmt: skip
+    await memory.start()
+    return memory
 
 
 class SyncSessions:

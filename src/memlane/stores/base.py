@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -126,6 +126,34 @@ class Candidate:
 
 
 @dataclass
+class FactChange:
+    """One planned change of a formation batch (see :meth:`FactStore.apply_changes`).
+
+    ``ADD``: store ``fact``. ``UPDATE``: set ``target_id``'s text to ``text`` (``vector`` is its
+    embedding). ``DELETE``: invalidate ``target_id`` and store ``fact``. ``NONE``: nothing but a
+    history row on ``target_id``. Targets outside ``partition`` or already invalid are ignored
+    (the change falls back to ADD), and a ``fact`` whose text is already stored valid in the
+    partition is always NONE.
+    """
+
+    event: Literal["ADD", "UPDATE", "DELETE", "NONE"]
+    partition: str
+    fact: Fact | None = None
+    target_id: str | None = None
+    text: str | None = None
+    vector: Vector | None = None
+
+
+@dataclass
+class AppliedChange:
+    """What a :class:`FactChange` did: the event really applied, the fact after it, the text before."""
+
+    event: Literal["ADD", "UPDATE", "DELETE", "NONE"]
+    fact: Fact
+    previous: str | None = None
+
+
+@dataclass
 class StoreStats:
     """Counts per store, for ``memlane stats``."""
 
@@ -227,6 +255,19 @@ class FactStore(Protocol):
         """Distinct authors of verbatim memories in these partitions."""
         ...
 
+    async def apply_changes(
+        self,
+        changes: Sequence[FactChange],
+        reflections: Sequence[Reflection] = (),
+        *,
+        key: str,
+        actor: str = "formation",
+    ) -> list[AppliedChange]:
+        """Apply a formation batch atomically (all or nothing), exactly once per ``key``:
+        a replay with the same key changes nothing and returns the first result. Every
+        change writes history rows (event, old, new, actor, time)."""
+        ...
+
     async def put_reflection(self, reflection: Reflection) -> Reflection:
         """Store a reflection in its scope's buffer."""
         ...
@@ -254,8 +295,12 @@ class FactStore(Protocol):
         """The scope's consolidated blob, if any."""
         ...
 
-    async def put_consolidated(self, blob: ConsolidatedMemory, absorbed_ids: Sequence[str] = ()) -> ConsolidatedMemory:
-        """Upsert the blob and mark ``absorbed_ids`` reflections absorbed, atomically."""
+    async def put_consolidated(
+        self, blob: ConsolidatedMemory, absorbed_ids: Sequence[str] = (), *, expected_version: int | None = None
+    ) -> ConsolidatedMemory:
+        """Upsert the blob and mark ``absorbed_ids`` reflections absorbed, atomically. With
+        ``expected_version``, raise :class:`~memlane.errors.ConflictError` unless the stored
+        blob still has that version (0 = none yet): a concurrent consolidation won."""
         ...
 
     async def stats(self, scope: Scope | None = None) -> StoreStats:

@@ -16,6 +16,7 @@ import numpy as np
 
 from memlane.errors import (
     ConfigError,
+    ConflictError,
     DimensionMismatchError,
     InvalidInputError,
     NotFoundError,
@@ -34,7 +35,7 @@ from memlane.models import (
 )
 from memlane.retrieval.text import date_words, fts_or_query
 from memlane.retrieval.vector import VectorIndex
-from memlane.stores.base import Candidate, KeywordQuery, StoreStats, Vector
+from memlane.stores.base import AppliedChange, Candidate, FactChange, KeywordQuery, StoreStats, Vector
 from memlane.stores.sqlite.db import Database
 
 #: Neighbouring turns (same session, i-2..i+2 without i) indexed in the ``ctx`` column.
@@ -84,6 +85,16 @@ def _row_to_fact(r: sqlite3.Row | tuple[Any, ...], *, with_embedding: bool = Fal
         metadata=json.loads(r[20]),
         embedding=(np.frombuffer(emb, dtype=np.float32).tolist() if with_embedding and emb else None),
     )
+
+
+def _encode_applied(changes: list[AppliedChange]) -> str:
+    return json.dumps(
+        [{"event": a.event, "fact": a.fact.model_dump(mode="json"), "previous": a.previous} for a in changes]
+    )
+
+
+def _decode_applied(text: str) -> list[AppliedChange]:
+    return [AppliedChange(d["event"], Fact.model_validate(d["fact"]), d["previous"]) for d in json.loads(text)]
 
 
 class _CachedIndex:
@@ -182,11 +193,18 @@ class SqliteFactStore:
     def _put_facts(
         self, c: sqlite3.Connection, facts: list[Fact], vectors: Vector | None, actor: str
     ) -> list[tuple[Fact, bool]]:
+        with self._db.write(c):
+            return self._insert_facts(c, facts, vectors, actor)
+
+    def _insert_facts(
+        self, c: sqlite3.Connection, facts: list[Fact], vectors: Vector | None, actor: str
+    ) -> list[tuple[Fact, bool]]:
+        """Insert inside the caller's transaction."""
         out: list[tuple[Fact, bool]] = []
         touched: set[tuple[str, str]] = set()
         appended: set[str] = set()
         now = utcnow()
-        with self._db.write(c):
+        if True:  # keeps the body's indentation (one transaction is the caller's)
             for i, f in enumerate(facts):
                 part = f.partition
                 h = f.hash or content_hash(f.content)
@@ -301,47 +319,134 @@ class SqliteFactStore:
 
         def op(c: sqlite3.Connection) -> Fact:
             with self._db.write(c):
-                row = self._visible_row(c, fact_id, scope)
-                old = _row_to_fact(row)
-                if old.invalid_at is not None:
-                    raise InvalidInputError(f"fact {fact_id!r} was deleted; add a new fact instead")
-                h = content_hash(content)
-                clash = c.execute(
-                    "SELECT id FROM facts WHERE partition=? AND hash=? AND invalid_at IS NULL AND id<>?",
-                    (row[2], h, fact_id),
-                ).fetchone()
-                if clash:
-                    raise InvalidInputError(f"an identical fact already exists: {clash[0]}")
-                now = utcnow()
-                emb = vector.astype(np.float32).tobytes() if vector is not None else row[21]
-                c.execute(
-                    "UPDATE facts SET content=?, hash=?, version=version+1, updated_at=?, embedding=? WHERE id=?",
-                    (content, h, now.isoformat(), emb, fact_id),
-                )
-                c.execute("UPDATE facts_fts SET text=? WHERE rowid=?", (content, row[0]))
-                c.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
-                self._history(c, fact_id, old.user_id, "UPDATE", old.content, content, actor, now)
-                return old.model_copy(
-                    update={"content": content, "hash": h, "version": old.version + 1, "updated_at": now}
-                )
+                return self._update_row(c, self._visible_row(c, fact_id, scope), content, vector, actor)
 
         return await self._db.run(op)
+
+    def _update_row(
+        self, c: sqlite3.Connection, row: tuple[Any, ...], content: str, vector: Vector | None, actor: str
+    ) -> Fact:
+        """Change one fact's content inside the caller's transaction."""
+        old = _row_to_fact(row)
+        fact_id = old.id
+        if old.invalid_at is not None:
+            raise InvalidInputError(f"fact {fact_id!r} was deleted; add a new fact instead")
+        h = content_hash(content)
+        clash = c.execute(
+            "SELECT id FROM facts WHERE partition=? AND hash=? AND invalid_at IS NULL AND id<>?",
+            (row[2], h, fact_id),
+        ).fetchone()
+        if clash:
+            raise InvalidInputError(f"an identical fact already exists: {clash[0]}")
+        now = utcnow()
+        emb = vector.astype(np.float32).tobytes() if vector is not None else row[21]
+        c.execute(
+            "UPDATE facts SET content=?, hash=?, version=version+1, updated_at=?, embedding=? WHERE id=?",
+            (content, h, now.isoformat(), emb, fact_id),
+        )
+        c.execute("UPDATE facts_fts SET text=? WHERE rowid=?", (content, row[0]))
+        c.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
+        self._history(c, fact_id, old.user_id, "UPDATE", old.content, content, actor, now)
+        return old.model_copy(update={"content": content, "hash": h, "version": old.version + 1, "updated_at": now})
+
+    def _invalidate_row(self, c: sqlite3.Connection, row: tuple[Any, ...], actor: str) -> Fact:
+        """Soft-delete one fact inside the caller's transaction (no-op when already invalid)."""
+        fact = _row_to_fact(row)
+        if fact.invalid_at is not None:
+            return fact
+        now = utcnow()
+        c.execute("UPDATE facts SET invalid_at=? WHERE id=?", (now.isoformat(), fact.id))
+        c.execute("DELETE FROM facts_fts WHERE rowid=?", (row[0],))
+        c.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
+        self._history(c, fact.id, fact.user_id, "DELETE", fact.content, None, actor, now)
+        return fact.model_copy(update={"invalid_at": now})
 
     async def invalidate_fact(self, fact_id: str, scope: Scope, *, actor: str = "api") -> Fact:
         def op(c: sqlite3.Connection) -> Fact:
             with self._db.write(c):
-                row = self._visible_row(c, fact_id, scope)
-                fact = _row_to_fact(row)
-                if fact.invalid_at is not None:
-                    return fact
-                now = utcnow()
-                c.execute("UPDATE facts SET invalid_at=? WHERE id=?", (now.isoformat(), fact_id))
-                c.execute("DELETE FROM facts_fts WHERE rowid=?", (row[0],))
-                c.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
-                self._history(c, fact_id, fact.user_id, "DELETE", fact.content, None, actor, now)
-                return fact.model_copy(update={"invalid_at": now})
+                return self._invalidate_row(c, self._visible_row(c, fact_id, scope), actor)
 
         return await self._db.run(op)
+
+    async def apply_changes(
+        self,
+        changes: Sequence[FactChange],
+        reflections: Sequence[Reflection] = (),
+        *,
+        key: str,
+        actor: str = "formation",
+    ) -> list[AppliedChange]:
+        for ch in changes:
+            if ch.fact is not None:
+                _ = ch.fact.partition
+            if ch.vector is not None:
+                self._check_vectors(ch.vector.reshape(1, -1), 1)
+
+        def op(c: sqlite3.Connection) -> list[AppliedChange]:
+            with self._db.write(c):
+                done = c.execute("SELECT result FROM applied_batches WHERE key=?", (key,)).fetchone()
+                if done is not None:
+                    return _decode_applied(done[0])
+                out = [self._apply_one(c, ch, actor) for ch in changes]
+                for r in reflections:
+                    self._insert_reflection(c, r)
+                owner = next((a.fact.user_id for a in out if a.fact.user_id), None)
+                owner = owner or next((r.user_id for r in reflections if r.user_id), None)
+                c.execute(
+                    "INSERT INTO applied_batches VALUES (?,?,?,?)",
+                    (key, owner, utcnow().isoformat(), _encode_applied(out)),
+                )
+                return out
+
+        return await self._db.run(op)
+
+    def _target_row(self, c: sqlite3.Connection, ch: FactChange) -> tuple[Any, ...] | None:
+        """The change's target, only if it is a valid fact in the same partition as the change."""
+        if ch.target_id is None:
+            return None
+        row = c.execute(f"SELECT {_FACT_COLS} FROM facts WHERE id=?", (ch.target_id,)).fetchone()
+        if row is None or row[19] is not None or row[2] != ch.partition:
+            return None
+        return tuple(row)
+
+    def _apply_one(self, c: sqlite3.Connection, ch: FactChange, actor: str) -> AppliedChange:
+        now = utcnow()
+        target = self._target_row(c, ch)
+        new_fact = ch.fact
+        if new_fact is not None:
+            same = c.execute(
+                f"SELECT {_FACT_COLS} FROM facts WHERE partition=? AND hash=? AND invalid_at IS NULL",
+                (ch.partition, new_fact.hash or content_hash(new_fact.content)),
+            ).fetchone()
+            if same is not None:  # identical fact already stored: NONE, never a deletion
+                existing = _row_to_fact(same)
+                self._history(c, existing.id, existing.user_id, "NONE", existing.content, new_fact.content, actor, now)
+                return AppliedChange("NONE", existing, existing.content)
+        if ch.event == "UPDATE" and target is not None:
+            text = ch.text or (new_fact.content if new_fact else None)
+            if text:
+                old = _row_to_fact(target)
+                clash = c.execute(
+                    "SELECT id FROM facts WHERE partition=? AND hash=? AND invalid_at IS NULL AND id<>?",
+                    (ch.partition, content_hash(text), old.id),
+                ).fetchone()
+                if clash is None:
+                    return AppliedChange("UPDATE", self._update_row(c, target, text, ch.vector, actor), old.content)
+        if ch.event == "NONE" and target is not None:
+            existing = _row_to_fact(target)
+            self._history(
+                c, existing.id, existing.user_id, "NONE", existing.content, new_fact.content if new_fact else None,
+                actor, now,
+            )  # fmt: skip
+            return AppliedChange("NONE", existing, existing.content)
+        previous = None
+        if ch.event == "DELETE" and target is not None:
+            previous = self._invalidate_row(c, target, actor).content
+        if new_fact is None:
+            raise InvalidInputError(f"{ch.event} change without a fact to store")
+        vectors = ch.vector.reshape(1, -1) if ch.vector is not None else None
+        stored, _ = self._insert_facts(c, [new_fact], vectors, actor)[0]
+        return AppliedChange("DELETE" if previous is not None else "ADD", stored, previous)
 
     async def purge_user(self, user_id: str) -> int:
         if not user_id or not user_id.strip():
@@ -358,6 +463,7 @@ class SqliteFactStore:
                 removed += c.execute("DELETE FROM history WHERE user_id=?", (user_id,)).rowcount
                 removed += c.execute("DELETE FROM reflections WHERE user_id=?", (user_id,)).rowcount
                 removed += c.execute("DELETE FROM consolidated WHERE user_id=?", (user_id,)).rowcount
+                removed += c.execute("DELETE FROM applied_batches WHERE user_id=?", (user_id,)).rowcount
                 for part in parts:
                     left = c.execute("SELECT 1 FROM facts WHERE partition=? LIMIT 1", (part,)).fetchone()
                     if left is None:
@@ -614,16 +720,17 @@ class SqliteFactStore:
 
         def op(c: sqlite3.Connection) -> Reflection:
             with self._db.write(c):
-                c.execute(
-                    "INSERT INTO reflections VALUES (?,?,?,?,?,?,?,?)",
-                    (
-                        r.id, r.content, r.scope, r.agent_id, r.user_id, r.session_id,
-                        int(r.absorbed), r.formed_at.isoformat(),
-                    ),
-                )  # fmt: skip
+                self._insert_reflection(c, r)
             return r
 
         return await self._db.run(op)
+
+    @staticmethod
+    def _insert_reflection(c: sqlite3.Connection, r: Reflection) -> None:
+        c.execute(
+            "INSERT OR IGNORE INTO reflections VALUES (?,?,?,?,?,?,?,?)",
+            (r.id, r.content, r.scope, r.agent_id, r.user_id, r.session_id, int(r.absorbed), r.formed_at.isoformat()),
+        )
 
     async def list_reflections(
         self,
@@ -686,12 +793,25 @@ class SqliteFactStore:
 
         return await self._db.run(op)
 
-    async def put_consolidated(self, blob: ConsolidatedMemory, absorbed_ids: Sequence[str] = ()) -> ConsolidatedMemory:
+    async def put_consolidated(
+        self, blob: ConsolidatedMemory, absorbed_ids: Sequence[str] = (), *, expected_version: int | None = None
+    ) -> ConsolidatedMemory:
         b = blob
         ids = list(absorbed_ids)
 
         def op(c: sqlite3.Connection) -> ConsolidatedMemory:
             with self._db.write(c):
+                if expected_version is not None:
+                    row = c.execute(
+                        "SELECT version FROM consolidated WHERE scope=? AND agent_id=? AND user_id=? AND session_id=?",
+                        (b.scope, b.agent_id or "", b.user_id or "", b.session_id or ""),
+                    ).fetchone()
+                    current = row[0] if row else 0
+                    if current != expected_version:
+                        raise ConflictError(
+                            f"the {b.scope} blob is at version {current}, expected {expected_version}: "
+                            "another consolidation ran first; retry"
+                        )
                 c.execute(
                     "INSERT INTO consolidated VALUES (?,?,?,?,?,?,?,?,?,?)"
                     " ON CONFLICT (scope, agent_id, user_id, session_id) DO UPDATE SET"

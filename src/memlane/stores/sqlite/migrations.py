@@ -127,4 +127,50 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             )""",
         ],
     ),
+    (
+        "0002_formation",
+        [
+            # Durable formation jobs: a conversation waiting to be formed is never only in memory.
+            """CREATE TABLE jobs (
+                id TEXT PRIMARY KEY,
+                kind TEXT NOT NULL,
+                key TEXT NOT NULL,
+                user_id TEXT,
+                status TEXT NOT NULL,
+                payload TEXT NOT NULL,
+                state TEXT NOT NULL DEFAULT '{}',
+                result TEXT,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                max_attempts INTEGER NOT NULL,
+                last_error TEXT,
+                next_run_at TEXT NOT NULL,
+                lease_until TEXT,
+                worker TEXT,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+            "CREATE INDEX jobs_due ON jobs(status, next_run_at)",
+            "CREATE INDEX jobs_key ON jobs(key, status)",
+            "CREATE INDEX jobs_user ON jobs(user_id)",
+            # Per-session formation cursor: what was formed, what is pending, when it was last active.
+            """CREATE TABLE formation_cursors (
+                app TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                user_ids TEXT NOT NULL DEFAULT '[]',
+                agent_id TEXT,
+                tier INTEGER NOT NULL DEFAULT 0,
+                last_event_id TEXT,
+                formed_events INTEGER NOT NULL DEFAULT 0,
+                pending_messages INTEGER NOT NULL DEFAULT 0,
+                pending_tokens REAL NOT NULL DEFAULT 0,
+                last_activity_at TEXT NOT NULL,
+                last_formed_at TEXT,
+                PRIMARY KEY (app, session_id)
+            )""",
+            "CREATE INDEX formation_cursors_idle ON formation_cursors(last_activity_at)",
+            # Exactly-once application of a formation batch (replays of a job find their key here).
+            "CREATE TABLE applied_batches (key TEXT PRIMARY KEY, user_id TEXT, at TEXT NOT NULL, result TEXT NOT NULL)",
+            "CREATE INDEX applied_batches_user ON applied_batches(user_id)",
+        ],
+    ),
 ]

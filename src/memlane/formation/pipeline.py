@@ -1,0 +1,496 @@
+"""The formation pipeline: small typed steps, each testable alone.
+
+::
+
+    turns ─► 1 extract (fast model, no memory context) ─► candidate search (one batched embed,
+          concurrent vector search per fact, same scope, limit 5, cosine >= 0.7)
+          ─► 2 decide (ONE batched call: ADD / UPDATE / DELETE / NONE) ─► guard ─► FactChange plan
+          ─► 3 reflect (tier model; sees memory context + the new facts; agent → user → session)
+          ─► apply (one transaction, exactly once per job) ─► 4 consolidate scopes concurrently
+    5 profile: at session start, the user's facts ─► <= 20 importance-ranked bullets
+
+The pipeline holds no state of its own: the job runner (``runner.py``) checkpoints each
+model step's output in the job row, so a replay after a crash calls no model twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from memlane.errors import ProviderError
+from memlane.formation.config import FormationConfig, ReflectionScopeName
+from memlane.formation.model import FormationModel
+from memlane.formation.prompts import DEFAULT_EXTRACTION_INSTRUCTIONS
+from memlane.formation.schemas import (
+    MAX_FACT_WORDS,
+    MAX_REFLECTION_WORDS,
+    ConsolidationInput,
+    Decision,
+    DedupInput,
+    DedupItem,
+    ExistingFact,
+    ExtractedFact,
+    ExtractionInput,
+    ProfileInput,
+    ReflectionInput,
+    ScopeMemory,
+    Turn,
+    word_count,
+)
+from memlane.models import (
+    ConsolidatedMemory,
+    Fact,
+    Reflection,
+    Scope,
+    agent_partition,
+    content_hash,
+    new_id,
+    user_partition,
+    utcnow,
+)
+from memlane.providers.embed.base import Matrix
+from memlane.retrieval.text import parse_query, query_terms
+from memlane.stores.base import AppliedChange, FactChange, FactStore
+
+log = logging.getLogger("memlane.formation")
+
+EmbedFn = Callable[[list[str]], Awaitable[Matrix | None]]
+
+
+@dataclass(frozen=True)
+class Target:
+    """Whose memory a formation writes: derived from the session (or the ``add`` call)."""
+
+    session_id: str | None
+    user_id: str | None
+    """The single user (None in group sessions and agent-only writes)."""
+    agent_ns: str | None
+    """The agent / app namespace facts are stored under."""
+    is_group: bool = False
+    tier: int = 0
+    user_name: str | None = None
+    agent_name: str | None = None
+    force_scope: Literal["user", "agent"] | None = None
+    """``add(infer=True, scope=...)``: every fact goes to this scope."""
+
+
+def fact_scopes(target: Target, config: FormationConfig) -> tuple[bool, bool]:
+    """(user scope allowed, agent scope allowed). Group sessions never write user memory."""
+    user_ok = bool(config.user_memory and target.user_id and not target.is_group)
+    agent_ok = bool(config.agent_memory and target.agent_ns)
+    if target.force_scope == "user":
+        return bool(target.user_id), False
+    if target.force_scope == "agent":
+        return False, bool(target.agent_ns)
+    return user_ok, agent_ok
+
+
+def reflection_scopes(target: Target, config: FormationConfig) -> list[ReflectionScopeName]:
+    """Scopes reflections are formed for, broadest first. Session is always on (with a session)."""
+    user_ok, agent_ok = fact_scopes(target, config)
+    out: list[ReflectionScopeName] = []
+    if agent_ok:
+        out.append("agent")
+    if user_ok:
+        out.append("user")
+    if target.session_id:
+        out.append("session")
+    return out
+
+
+def scope_key(target: Target, scope: ReflectionScopeName) -> dict[str, str | None]:
+    """The (agent_id, user_id, session_id) a scope's reflections and blob are keyed by."""
+    if scope == "agent":
+        return {"agent_id": target.agent_ns, "user_id": None, "session_id": None}
+    if scope == "user":
+        return {"agent_id": target.agent_ns, "user_id": target.user_id, "session_id": None}
+    return {"agent_id": target.agent_ns, "user_id": target.user_id, "session_id": target.session_id}
+
+
+def clip_words(text: str, limit: int) -> str:
+    """Keep whole lines while within ``limit`` words; then cut the last line's words."""
+    out: list[str] = []
+    used = 0
+    for line in text.splitlines():
+        n = word_count(line)
+        if used + n <= limit:
+            out.append(line)
+            used += n
+            continue
+        room = limit - used
+        if room > 0:
+            out.append(" ".join(line.split()[:room]))
+        break
+    return "\n".join(out).strip()
+
+
+def ensure_blob(text: str, version: int, limit: int) -> str:
+    """Start the blob with ``VERSION: n`` (replacing a wrong one) and keep it within ``limit`` words."""
+    lines = text.strip().splitlines()
+    if lines and lines[0].strip().upper().startswith("VERSION"):
+        lines = lines[1:]
+    body = "\n".join(lines).strip()
+    return clip_words(f"VERSION: {version}\n{body}".strip(), limit)
+
+
+def attribute_sources(fact: str, turns: Sequence[Turn]) -> list[int]:
+    """Turns a fact most likely came from, by shared content words (latest turn wins ties)."""
+    want = set(query_terms(fact))
+    best, picks = 0, []
+    for i, t in enumerate(turns):
+        overlap = len(want & set(query_terms(t.text)))
+        if overlap > best:
+            best, picks = overlap, [i]
+        elif overlap == best and overlap > 0:
+            picks.append(i)
+    return picks[-1:] if picks else []
+
+
+class Pipeline:
+    """The five steps over one fact store, one embed function and two models.
+
+    Args:
+        facts: where facts, reflections and blobs live.
+        embed: batch embedding (``None`` result: no embedder; keyword candidates are used).
+        config: thresholds and switches.
+        fast: extraction and dedup model (and everything for free-tier users).
+        strong: reflections / consolidation / profile model for premium tiers (None: ``fast``).
+    """
+
+    def __init__(
+        self,
+        *,
+        facts: FactStore,
+        embed: EmbedFn,
+        config: FormationConfig,
+        fast: FormationModel,
+        strong: FormationModel | None = None,
+    ) -> None:
+        self.facts = facts
+        self.embed = embed
+        self.config = config
+        self.fast = fast
+        self.strong = strong or fast
+
+    def model_for(self, tier: int) -> FormationModel:
+        """Eden's tier rule: premium users get the strong model for reflections and consolidation."""
+        return self.strong if tier >= self.config.premium_tier else self.fast
+
+    # ------------------------------------------------------------------ 1. extraction
+    async def extract(self, target: Target, turns: Sequence[Turn]) -> list[ExtractedFact]:
+        """LLM call 1: standalone facts (<= 30 words) in allowed scopes, unique by text."""
+        user_ok, agent_ok = fact_scopes(target, self.config)
+        if not turns or not (user_ok or agent_ok):
+            return []
+        out = await self.fast.extract_facts(
+            ExtractionInput(
+                conversation=list(turns),
+                instructions=self.config.extraction_instructions.strip() or DEFAULT_EXTRACTION_INSTRUCTIONS,
+                user_name=target.user_name,
+                agent_name=target.agent_name,
+                allow_user_scope=user_ok,
+                allow_agent_scope=agent_ok,
+            )
+        )
+        seen: set[str] = set()
+        facts: list[ExtractedFact] = []
+        for f in out.facts:
+            text = " ".join(f.content.split())
+            if not text or word_count(text) > MAX_FACT_WORDS:
+                log.debug("dropping extracted fact (empty or over %d words): %r", MAX_FACT_WORDS, text)
+                continue
+            scope = f.scope
+            if scope == "user" and not user_ok:
+                scope = "agent"
+            if scope == "agent" and not agent_ok:
+                scope = "user"
+            if (scope == "user" and not user_ok) or (scope == "agent" and not agent_ok):
+                continue
+            h = content_hash(text.lower())
+            if h in seen:
+                continue
+            seen.add(h)
+            sources = [i for i in f.sources if 0 <= i < len(turns)] or attribute_sources(text, turns)
+            facts.append(ExtractedFact(content=text, scope=scope, sources=sources))
+        return facts
+
+    def partition(self, target: Target, scope: str) -> str:
+        if scope == "agent":
+            assert target.agent_ns is not None
+            return agent_partition(target.agent_ns)
+        assert target.user_id is not None
+        return user_partition(target.user_id, target.agent_ns)
+
+    def _scope_obj(self, target: Target, scope: str) -> Scope:
+        if scope == "agent":
+            return Scope(agent_id=target.agent_ns)
+        return Scope(user_id=target.user_id, agent_id=target.agent_ns)
+
+    # ------------------------------------------------------------------ 2. dedup
+    async def find_candidates(
+        self, target: Target, facts: Sequence[ExtractedFact]
+    ) -> tuple[Matrix | None, list[list[ExistingFact]]]:
+        """One batched embed call, then one search per fact, concurrently, in the fact's own scope."""
+        if not facts:
+            return None, []
+        vectors = await self.embed([f.content for f in facts])
+        if not self.config.dedup:
+            return vectors, [[] for _ in facts]
+        cfg = self.config
+
+        async def similar(i: int) -> list[ExistingFact]:
+            f = facts[i]
+            part = self.partition(target, f.scope)
+            scope = self._scope_obj(target, f.scope)
+            if vectors is not None:
+                cands = await self.facts.vector_search([part], vectors[i], limit=cfg.dedup_limit * 4)
+                cands = [c for c in cands if c.score >= cfg.dedup_threshold]
+            else:
+                cands = await self.facts.keyword_search([part], parse_query(f.content), limit=cfg.dedup_limit * 4)
+            found = await self.facts.get_facts([c.fact_id for c in cands], scope)
+            out: list[ExistingFact] = []
+            for c in cands:
+                fact = found.get(c.fact_id)
+                if fact is None or fact.kind != "fact" or not fact.is_valid or fact.partition != part:
+                    continue
+                sim = c.score if vectors is not None else 0.0
+                out.append(ExistingFact(id=fact.id, content=fact.content, similarity=round(float(sim), 4)))
+                if len(out) == cfg.dedup_limit:
+                    break
+            return out
+
+        return vectors, list(await asyncio.gather(*(similar(i) for i in range(len(facts)))))
+
+    async def decide(self, facts: Sequence[ExtractedFact], candidates: Sequence[list[ExistingFact]]) -> list[Decision]:
+        """ONE batched model call for every fact that has candidates; the rest are ADD."""
+        items = [
+            DedupItem(index=i, content=f.content, candidates=c)
+            for i, (f, c) in enumerate(zip(facts, candidates, strict=True))
+            if c
+        ]
+        decided: dict[int, Decision] = {}
+        if items:
+            out = await self.fast.decide(DedupInput(items=items))
+            for d in out.decisions:
+                decided.setdefault(d.index, d)
+        return [decided.get(i) or Decision(index=i, event="ADD") for i in range(len(facts))]
+
+    def plan(
+        self,
+        target: Target,
+        facts: Sequence[ExtractedFact],
+        vectors: Matrix | None,
+        candidates: Sequence[list[ExistingFact]],
+        decisions: Sequence[Decision],
+        turns: Sequence[Turn],
+        *,
+        job_key: str,
+    ) -> list[FactChange]:
+        """Turn decisions into safe changes. Guards (mem0 #1674 / #4536 and scope safety):
+        a decision may only touch one of its own candidates; an identical fact is NONE,
+        never DELETE; UPDATE without text keeps the new fact's text; unknown -> ADD."""
+        changes: list[FactChange] = []
+        for i, f in enumerate(facts):
+            d = decisions[i] if i < len(decisions) else Decision(index=i, event="ADD")
+            allowed = {c.id: c for c in candidates[i]} if i < len(candidates) else {}
+            part = self.partition(target, f.scope)
+            src = [turns[j] for j in f.sources if 0 <= j < len(turns)]
+            fact = Fact(
+                content=f.content,
+                hash=content_hash(f.content),
+                scope=f.scope,
+                user_id=target.user_id if f.scope == "user" else None,
+                agent_id=target.agent_ns,
+                session_id=target.session_id,
+                kind="fact",
+                occurred_at=max((t.at for t in src if t.at), default=None),
+                source_event_ids=[t.event_id for t in src if t.event_id],
+                metadata={"source": "formation", "job": job_key},
+            )
+            vec = vectors[i] if vectors is not None else None
+            event = d.event
+            target_id = d.fact_id if d.fact_id in allowed else None
+            if event != "ADD" and target_id is None:
+                event = "ADD"  # a decision about a fact it was not shown: never act on it
+            if target_id is not None and content_hash(allowed[target_id].content) == fact.hash:
+                event = "NONE"  # identical text: a duplicate, never a deletion
+            if event == "UPDATE":
+                text = " ".join((d.text or f.content).split())
+                if word_count(text) > MAX_FACT_WORDS:
+                    text = f.content
+                same = text == f.content
+                changes.append(
+                    FactChange("UPDATE", part, fact=fact, target_id=target_id, text=text, vector=vec if same else None)
+                )
+            elif event == "DELETE":
+                changes.append(FactChange("DELETE", part, fact=fact, target_id=target_id, vector=vec))
+            elif event == "NONE":
+                changes.append(FactChange("NONE", part, fact=fact, target_id=target_id))
+            else:
+                changes.append(FactChange("ADD", part, fact=fact, vector=vec))
+        return changes
+
+    async def embed_updates(self, changes: Sequence[FactChange]) -> None:
+        """Embed merged UPDATE texts (one call) so the updated facts stay vector-searchable."""
+        todo = [c for c in changes if c.event == "UPDATE" and c.vector is None and c.text]
+        if not todo:
+            return
+        vecs = await self.embed([c.text or "" for c in todo])
+        if vecs is not None:
+            for c, v in zip(todo, vecs, strict=True):
+                c.vector = v
+
+    async def apply(
+        self, changes: Sequence[FactChange], reflections: Sequence[Reflection], *, key: str
+    ) -> list[AppliedChange]:
+        """All of a batch's changes and reflections in one transaction, exactly once per key."""
+        return await self.facts.apply_changes(changes, reflections, key=key, actor="formation")
+
+    # ------------------------------------------------------------------ 3. reflections
+    async def scope_memory(self, target: Target, scope: ReflectionScopeName) -> ScopeMemory:
+        key = scope_key(target, scope)
+        blob = await self.facts.get_consolidated(scope=scope, **key)
+        pending = await self.facts.list_reflections(scope=scope, absorbed=False, **key)
+        return ScopeMemory(consolidated=blob.consolidated_content if blob else "", recent=[r.content for r in pending])
+
+    async def reflect(self, target: Target, turns: Sequence[Turn], new_facts: Sequence[str]) -> list[Reflection]:
+        """LLM call 2: hierarchical reflections (agent → user → session), <= 35 words each."""
+        scopes = reflection_scopes(target, self.config)
+        if not turns or not scopes:
+            return []
+        mem = {s: await self.scope_memory(target, s) for s in scopes}
+        out = await self.model_for(target.tier).reflect(
+            ReflectionInput(
+                conversation=list(turns),
+                new_facts=list(new_facts),
+                agent=mem.get("agent"),
+                user=mem.get("user"),
+                session=mem.get("session", ScopeMemory()),
+                user_name=target.user_name,
+                agent_name=target.agent_name,
+            )
+        )
+        result: list[Reflection] = []
+        seen: set[str] = set()
+        for scope in scopes:
+            for text in getattr(out, scope):
+                text = " ".join(str(text).split())
+                if not text or word_count(text) > MAX_REFLECTION_WORDS or text.lower() in seen:
+                    continue
+                seen.add(text.lower())
+                key = scope_key(target, scope)
+                result.append(
+                    Reflection(
+                        content=text,
+                        scope=scope,
+                        agent_id=key["agent_id"],
+                        user_id=key["user_id"],
+                        session_id=target.session_id,
+                    )
+                )
+        return result
+
+    # ------------------------------------------------------------------ 4. consolidation
+    async def consolidate(self, target: Target, *, force: bool = False) -> list[ConsolidatedMemory]:
+        """Merge each scope's unabsorbed reflections into its blob once they reach the scope's
+        threshold (``force``: whenever there are any). Scopes run concurrently."""
+        scopes = reflection_scopes(target, self.config)
+        results = await asyncio.gather(
+            *(self.consolidate_scope(target, s, force=force) for s in scopes), return_exceptions=True
+        )
+        done: list[ConsolidatedMemory] = []
+        errors: list[BaseException] = []
+        for r in results:
+            if isinstance(r, BaseException):
+                errors.append(r)
+            elif r is not None:
+                done.append(r)
+        if errors:
+            raise errors[0]
+        return done
+
+    async def consolidate_scope(
+        self, target: Target, scope: ReflectionScopeName, *, force: bool = False
+    ) -> ConsolidatedMemory | None:
+        key = scope_key(target, scope)
+        pending = await self.facts.list_reflections(scope=scope, absorbed=False, **key)
+        threshold = self.config.consolidation_threshold[scope]
+        if not pending or (not force and len(pending) < threshold):
+            return None
+        blob = await self.facts.get_consolidated(scope=scope, **key)
+        current_version = blob.version if blob else 0
+        limit = self.config.word_limit[scope]
+        text = await self.model_for(target.tier).consolidate(
+            ConsolidationInput(
+                scope=scope,
+                current=blob.consolidated_content if blob else "",
+                version=current_version + 1,
+                reflections=[r.content for r in pending],
+                word_limit=limit,
+            )
+        )
+        new = ConsolidatedMemory(
+            id=blob.id if blob else new_id(),
+            scope=scope,
+            consolidated_content=ensure_blob(text, current_version + 1, limit),
+            word_limit=limit,
+            version=current_version + 1,
+            unabsorbed_ids=[],
+            last_consolidated_at=utcnow(),
+            **key,
+        )
+        return await self.facts.put_consolidated(new, [r.id for r in pending], expected_version=current_version)
+
+    # ------------------------------------------------------------------ 5. profile
+    async def profile(
+        self,
+        user_id: str,
+        agent_ns: str | None,
+        *,
+        items: Sequence[str] = (),
+        tier: int = 0,
+        user_name: str | None = None,
+    ) -> str | None:
+        """Gaia's session-start profile: <= ``preload_limit`` importance-ranked bullets, or None
+        when memory is off or the user has nothing. Falls back to the raw fact list if the call fails."""
+        cfg = self.config
+        if not cfg.enabled or not cfg.preload:
+            return None
+        facts = await self.user_facts(user_id, agent_ns)
+        if not facts and not items:
+            return None
+        try:
+            out = await self.model_for(tier).distill_profile(
+                ProfileInput(facts=facts, items=list(items), limit=cfg.preload_limit, user_name=user_name)
+            )
+            bullets = [" ".join(b.split()).lstrip("-• ").strip() for b in out.bullets]
+            bullets = [b for b in bullets if b][: cfg.preload_limit]
+        except (ProviderError, ValueError) as exc:
+            log.warning("memlane: profile distillation failed (%s); using the raw fact list", exc)
+            bullets = []
+        if not bullets:
+            bullets = (facts + [f"Working on: {i}" for i in items])[: cfg.preload_limit]
+        return "\n".join(f"- {b}" for b in bullets)
+
+    async def user_facts(self, user_id: str, agent_ns: str | None, *, limit: int = 500) -> list[str]:
+        """The user's own valid facts (not verbatim turns), newest first."""
+        scope = Scope(user_id=user_id, agent_id=agent_ns)
+        part = user_partition(user_id, agent_ns)
+        out: list[str] = []
+        cursor: str | None = None
+        while len(out) < limit:
+            page = await self.facts.list_facts(scope, limit=200, cursor=cursor)
+            out.extend(f.content for f in page.items if f.kind == "fact" and f.partition == part)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return out[:limit]
+
+
+def turns_time(turns: Sequence[Turn]) -> datetime | None:
+    return max((t.at for t in turns if t.at), default=None)

@@ -1,0 +1,180 @@
+"""Typed inputs and outputs of each formation step.
+
+The ``*Output`` models double as the JSON schemas the LLM is asked to fill (see
+``prompts.py``), so they stay small and flat. The ``*Input`` models are what a
+:class:`~memlane.formation.model.FormationModel` receives: the prompted implementation
+renders them into prompts, the offline one reads them directly.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Hard caps from Eden memory v2's prompts.
+MAX_FACT_WORDS = 30
+MAX_REFLECTION_WORDS = 35
+
+
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+# --------------------------------------------------------------------------- shared
+
+
+class Turn(BaseModel):
+    """One conversational message, as formation sees it."""
+
+    role: Literal["user", "assistant"]
+    """``user`` for people, ``assistant`` for the agent."""
+    author: str
+    """Display name: the speaker's name when known (``Caroline``), else ``user`` / the agent's name."""
+    text: str
+    at: datetime | None = None
+    event_id: str | None = None
+
+
+class ExistingFact(BaseModel):
+    """A stored fact shown to the model as a dedup candidate."""
+
+    id: str
+    content: str
+    similarity: float = 0.0
+    """Cosine similarity to the new fact (0 when found by keyword only)."""
+
+
+# --------------------------------------------------------------------------- 1. extraction
+
+
+class ExtractionInput(BaseModel):
+    conversation: list[Turn]
+    instructions: str
+    """Steering text (the built-in default or the install's ``extraction_instructions``)."""
+    user_name: str | None = None
+    """The (single) user's display name, used to make facts stand alone."""
+    agent_name: str | None = None
+    allow_user_scope: bool = True
+    """False in group sessions: every fact must then be agent-scoped."""
+    allow_agent_scope: bool = True
+
+
+class ExtractedFact(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    content: str = Field(description="The fact, standalone, at most 30 words, naming people instead of pronouns.")
+    scope: Literal["user", "agent"] = Field(
+        default="user", description="user: about this user; agent: useful to the agent for everyone."
+    )
+    sources: list[int] = Field(
+        default_factory=list, description="0-based indexes of the messages the fact comes from (optional)"
+    )
+
+
+class ExtractionOutput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    facts: list[ExtractedFact] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- 2. dedup
+
+
+class DedupItem(BaseModel):
+    index: int
+    """Position of the new fact in the batch."""
+    content: str
+    candidates: list[ExistingFact]
+    """Similar stored facts of the same scope (at most 5, similarity >= 0.7)."""
+
+
+class DedupInput(BaseModel):
+    items: list[DedupItem]
+
+
+class Decision(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    index: int = Field(description="index of the new fact")
+    event: Literal["ADD", "UPDATE", "DELETE", "NONE"]
+    fact_id: str | None = Field(
+        default=None, description="for UPDATE / DELETE / NONE: id of the existing fact concerned"
+    )
+    text: str | None = Field(default=None, description="for UPDATE: the merged fact text")
+
+
+class DedupOutput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    decisions: list[Decision] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- 3. reflections
+
+
+class ScopeMemory(BaseModel):
+    """What a scope already holds: its consolidated blob and unabsorbed reflections."""
+
+    consolidated: str = ""
+    recent: list[str] = Field(default_factory=list)
+
+
+class ReflectionInput(BaseModel):
+    conversation: list[Turn]
+    new_facts: list[str]
+    """Facts formed from this conversation (reflections must not repeat them)."""
+    agent: ScopeMemory | None = None
+    """None when agent-scoped reflections are disabled."""
+    user: ScopeMemory | None = None
+    """None when user-scoped reflections are disabled (always in group sessions)."""
+    session: ScopeMemory = Field(default_factory=ScopeMemory)
+    user_name: str | None = None
+    agent_name: str | None = None
+
+
+class ReflectionOutput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    agent: list[str] = Field(default_factory=list, description="broadest: projects, learnings, world state")
+    user: list[str] = Field(default_factory=list, description="only what agent level lacks: rules, goals, skills")
+    session: list[str] = Field(default_factory=list, description="only what the above lack: goals, assets, fixes")
+
+
+# --------------------------------------------------------------------------- 4. consolidation
+
+
+class ConsolidationInput(BaseModel):
+    scope: Literal["agent", "user", "session"]
+    current: str
+    """The current blob (``VERSION: n`` header included), empty the first time."""
+    version: int
+    """The version the new blob must carry (current + 1)."""
+    reflections: list[str]
+    """Unabsorbed reflections, oldest first."""
+    word_limit: int
+
+
+class ConsolidationOutput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    content: str = Field(description="the whole new blob, starting with 'VERSION: n'")
+
+
+# --------------------------------------------------------------------------- 5. profile
+
+
+class ProfileInput(BaseModel):
+    facts: list[str]
+    """The user's stored facts (deduped), newest first."""
+    items: list[str] = Field(default_factory=list)
+    """Recent tasks / projects, when the app supplies them."""
+    limit: int = 20
+    user_name: str | None = None
+
+
+class ProfileOutput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    bullets: list[str] = Field(default_factory=list, description="most important first")
