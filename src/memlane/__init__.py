@@ -11,18 +11,24 @@ always-in-context reflections, embedded on SQLite and offline by default.
 
 from memlane.errors import (
     ConfigError,
+    ConflictError,
     CorruptDatabaseError,
     DimensionMismatchError,
     EmbedderError,
+    FormationError,
     InvalidInputError,
+    LLMError,
     MemlaneError,
     NotFoundError,
     NotSupportedError,
+    OutputParseError,
     ProviderError,
     ScopeError,
     StorageError,
     UsageError,
 )
+from memlane.formation.config import FormationConfig
+from memlane.formation.runner import FormationResult
 from memlane.memory import AsyncMemory
 from memlane.models import (
     ConsolidatedMemory,
@@ -31,6 +37,7 @@ from memlane.models import (
     Fact,
     HistoryEntry,
     Hit,
+    Job,
     MemoryEntry,
     Page,
     Reflection,
@@ -48,6 +55,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncMemory",
     "ConfigError",
+    "ConflictError",
     "ConsolidatedMemory",
     "CorruptDatabaseError",
     "DimensionMismatchError",
@@ -55,14 +63,20 @@ __all__ = [
     "Event",
     "EventType",
     "Fact",
+    "FormationConfig",
+    "FormationError",
+    "FormationResult",
     "HistoryEntry",
     "Hit",
     "InvalidInputError",
+    "Job",
+    "LLMError",
     "MemlaneError",
     "Memory",
     "MemoryEntry",
     "NotFoundError",
     "NotSupportedError",
+    "OutputParseError",
     "Page",
     "ProviderError",
     "Reflection",

@@ -2,7 +2,9 @@
 
 Embedders by ``provider[:arg]`` (``local``, ``local:/path/to/model``, ``hash:256``,
 ``openai:text-embedding-3-small``, ``gemini:gemini-embedding-001``, ``none``, ``auto``);
-session stores by name or URL (``sqlite``, ``local``, ``null``).
+chat models by ``provider:model`` (``openai:gpt-4o-mini``, ``ollama:llama3.1``,
+``anthropic:claude-3-5-haiku-latest``, ``gemini:gemini-2.5-flash``, ...); session stores by
+name or URL (``sqlite``, ``local``, ``null``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from memlane.errors import ConfigError
 from memlane.providers.embed.base import Embedder
+from memlane.providers.llm.base import LLM
 
 log = logging.getLogger("memlane")
 
@@ -23,6 +26,17 @@ EMBEDDERS: dict[str, tuple[str, str, str | None, str]] = {
     "hash": ("memlane.providers.embed.hashing", "HashEmbedder", "dim", "core"),
     "openai": ("memlane.providers.embed.openai", "OpenAIEmbedder", "model", "openai"),
     "gemini": ("memlane.providers.embed.gemini", "GeminiEmbedder", "model", "gemini"),
+}
+
+#: chat provider name -> (module, class or factory called as ``obj(model, **kwargs)``, extra to install)
+LLMS: dict[str, tuple[str, str, str]] = {
+    "openai": ("memlane.providers.llm.openai", "OpenAIChat", "openai"),
+    "ollama": ("memlane.providers.llm.openai", "ollama_chat", "openai"),
+    "vllm": ("memlane.providers.llm.openai", "vllm_chat", "openai"),
+    "lmstudio": ("memlane.providers.llm.openai", "lmstudio_chat", "openai"),
+    "llamacpp": ("memlane.providers.llm.openai", "llamacpp_chat", "openai"),
+    "anthropic": ("memlane.providers.llm.anthropic", "AnthropicChat", "anthropic"),
+    "gemini": ("memlane.providers.llm.gemini", "GeminiChat", "gemini"),
 }
 
 #: session store name -> (module, class)
@@ -79,6 +93,31 @@ def make_embedder(spec: str | Embedder | None, **kwargs: Any) -> Embedder | None
     return embedder
 
 
+def make_llm(spec: str | LLM, **kwargs: Any) -> LLM:
+    """Build a chat model from ``provider:model`` (``openai:gpt-4o-mini``, ``ollama:llama3.1:8b``, ...).
+
+    An :class:`~memlane.providers.llm.base.LLM` instance is returned as is. ``kwargs`` go to
+    the client (``base_url=``, ``api_key=``, ``timeout=``, ...). Everything after the first
+    ``:`` is the model name, so Ollama tags like ``llama3.1:8b`` work.
+    """
+    if not isinstance(spec, str):
+        if isinstance(spec, LLM):
+            return spec
+        raise ConfigError(f"expected an LLM or a 'provider:model' string, got {type(spec).__name__}")
+    provider, _, model = spec.strip().partition(":")
+    provider, model = provider.strip().lower(), model.strip()
+    if provider not in LLMS:
+        raise ConfigError(f"unknown LLM provider in {spec!r}; use 'provider:model' with one of: {', '.join(LLMS)}")
+    if not model:
+        raise ConfigError(
+            f"LLM spec {spec!r} has no model; write '{provider}:<model>' (e.g. 'openai:gpt-4o-mini', "
+            f"'ollama:llama3.1'); providers: {', '.join(LLMS)}"
+        )
+    module, attr, extra = LLMS[provider]
+    llm: LLM = _load(module, attr, extra)(model, **kwargs)
+    return llm
+
+
 def make_session_store(spec: str, **kwargs: Any) -> Any:
     """Build a session store by name (``sqlite`` needs ``db=``)."""
     name = spec.split("://", 1)[0]
@@ -86,3 +125,21 @@ def make_session_store(spec: str, **kwargs: Any) -> Any:
         raise ConfigError(f"unknown session store {spec!r}; choose one of: {', '.join(SESSION_STORES)}")
     module, cls_name = SESSION_STORES[name]
     return _load(module, cls_name, "core")(**kwargs)
+
+
+def make_formation_model(spec: Any, *, meter: Any = None) -> Any:
+    """A :class:`~memlane.formation.model.FormationModel` from ``"offline"``, a ``provider:model``
+    name, an :class:`LLM` (wrapped in prompts) or a FormationModel (returned as is)."""
+    from memlane.formation.model import FormationModel
+    from memlane.providers.llm.base import UsageMeter
+
+    meter = meter if meter is not None else UsageMeter()
+    if isinstance(spec, FormationModel):
+        return spec
+    if isinstance(spec, str) and spec.strip() in ("offline", "offline:rules"):
+        from memlane.formation.offline import OfflineModel
+
+        return OfflineModel(meter=meter)
+    from memlane.formation.prompted import PromptedModel
+
+    return PromptedModel(make_llm(spec), meter=meter)

@@ -6,7 +6,10 @@ Only tests import this module (it imports pytest).
 from __future__ import annotations
 
 import asyncio
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ from memlane.errors import DimensionMismatchError, EmbedderError, InvalidInputEr
 from memlane.models import ConsolidatedMemory, Event, EventType, Fact, Reflection, Scope, content_hash, session_key
 from memlane.providers.embed.base import Matrix
 from memlane.providers.embed.hashing import HashEmbedder
+from memlane.providers.llm.base import ChatMessage, Completion, Usage, estimate_tokens
 from memlane.retrieval.text import parse_query
 from memlane.stores.base import FactStore, SessionStore
 
@@ -516,3 +520,92 @@ class FactStoreContract:
         assert page.total == 5 and len(page.items) == 2 and page.next_cursor
         with pytest.raises(InvalidInputError):
             await fact_store.list_facts(Scope(user_id="u1"), cursor="not-a-cursor")
+
+
+# --------------------------------------------------------------------------- scripted LLM
+
+#: One scripted answer: the text, an exception to raise, or a function of the messages.
+ScriptedResponse = str | BaseException | Callable[[list[ChatMessage]], str]
+
+
+class ScriptedLLM:
+    """An :class:`~memlane.providers.llm.base.LLM` that answers from a script, for tests.
+
+    Each :meth:`complete` pops the next queued response: a string is returned as the
+    completion text, an exception instance is raised, a callable is called with the
+    messages and its string returned. When the queue is empty, ``default`` is returned if
+    set, else the call fails with ``AssertionError``. Every call (also failing ones) is
+    recorded in :attr:`calls` as ``{"messages", "schema", "schema_name", "temperature",
+    "max_tokens"}``; usage is estimated with
+    :func:`~memlane.providers.llm.base.estimate_tokens`.
+
+    ::
+
+        llm = ScriptedLLM(['{"facts": []}', LLMError("down", retryable=True)])
+        llm.push(lambda msgs: '{"bullets": ["%d messages"]}' % len(msgs))
+    """
+
+    def __init__(
+        self,
+        responses: Iterable[ScriptedResponse] = (),
+        *,
+        name: str = "scripted:test",
+        default: str | None = None,
+    ) -> None:
+        self.name = name
+        self.default = default
+        self.calls: list[dict[str, Any]] = []
+        self.closed = False
+        self._queue: deque[ScriptedResponse] = deque(responses)
+
+    def push(self, *responses: ScriptedResponse) -> None:
+        """Queue more responses (after those already queued)."""
+        self._queue.extend(responses)
+
+    @property
+    def pending(self) -> int:
+        """How many queued responses are left."""
+        return len(self._queue)
+
+    async def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        schema: Mapping[str, Any] | None = None,
+        schema_name: str = "output",
+        temperature: float | None = 0.0,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        sent = [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
+        self.calls.append(
+            {
+                "messages": sent,
+                "schema": schema,
+                "schema_name": schema_name,
+                "temperature": temperature,
+                "max_tokens": max_tokens,
+            }
+        )
+        if self._queue:
+            response = self._queue.popleft()
+        elif self.default is not None:
+            response = self.default
+        else:
+            raise AssertionError("ScriptedLLM: no response queued")
+        if isinstance(response, BaseException):
+            raise response
+        text = response(sent) if callable(response) else response
+        usage = Usage(
+            prompt_tokens=sum(estimate_tokens(m["content"]) for m in sent),
+            completion_tokens=estimate_tokens(text),
+            calls=1,
+        )
+        return Completion(text=text, model=self.name, usage=usage, finish_reason="stop")
+
+    def reset(self) -> None:
+        """Forget the queued responses and the recorded calls."""
+        self._queue.clear()
+        self.calls.clear()
+
+    async def aclose(self) -> None:
+        self.closed = True
