@@ -48,10 +48,7 @@ class Brain:
     async def _next(self, task: str, inp: Any, default: Callable[[Any], Any]) -> Any:
         self.calls.append((task, inp))
         self.meter.record(self.name, task, Usage(prompt_tokens=10, completion_tokens=5, calls=1))
-        if self.queues[task]:
-            answer = self.queues[task].popleft()
-        else:
-            answer = default
+        answer = self.queues[task].popleft() if self.queues[task] else default
         if isinstance(answer, BaseException):
             raise answer
         if callable(answer):

@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from formation_helpers import Brain
 from memlane import AsyncMemory, Event, EventType, FormationError
 from memlane.errors import EmbedderError, LLMError, UsageError
 from memlane.formation.config import FormationConfig
 from memlane.formation.schemas import DedupInput, ReflectionOutput
 from memlane.models import utcnow
 from memlane.providers.embed.hashing import HashEmbedder
-from formation_helpers import Brain
 
 
 class CountingEmbedder(HashEmbedder):
