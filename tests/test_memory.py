@@ -15,7 +15,6 @@ from memlane import (
     Event,
     EventType,
     NotFoundError,
-    NotSupportedError,
     RetrievalConfig,
     ScopeError,
     Session,
@@ -186,10 +185,11 @@ async def test_queries_without_scope_are_errors(mem: AsyncMemory) -> None:
         await mem.add("x", user_id="u", scope="agent")
 
 
-async def test_infer_raises_until_formation_lands(mem: AsyncMemory) -> None:
-    with pytest.raises(NotSupportedError, match="infer=True"):
-        await mem.add("I am vegan", user_id="u", infer=True)
-    assert (await mem.list(user_id="u")).total == 0
+async def test_infer_extracts_with_the_offline_model_by_default(mem: AsyncMemory) -> None:
+    facts = await mem.add("I am vegan", user_id="sam", infer=True)
+    assert [f.content for f in facts] == ["Sam is vegan"]  # rewritten to stand alone, not stored verbatim
+    assert (await mem.list(user_id="sam")).total == 1
+    assert await mem.add("hello there", user_id="sam", infer=True) == []  # nothing durable: nothing stored
 
 
 async def test_list_pagination(mem: AsyncMemory) -> None:

@@ -29,10 +29,13 @@ class Settings(BaseModel):
     """What the CLI reads from the environment.
 
     Environment: ``MEMLANE_DB`` (database file), ``MEMLANE_EMBEDDER`` (``auto``, ``local``,
-    ``local:/path``, ``hash``, ``openai:MODEL``, ``gemini:MODEL``, ``none``).
+    ``local:/path``, ``hash``, ``openai:MODEL``, ``gemini:MODEL``, ``none``), ``MEMLANE_LLM``
+    (formation model: ``offline``, ``openai:MODEL``, ``ollama:MODEL``, ``anthropic:MODEL``,
+    ``gemini:MODEL``, ...).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     db: str = Field(default_factory=default_db_path)
     embedder: str = Field(default_factory=lambda: os.environ.get("MEMLANE_EMBEDDER", "auto"))
+    llm: str = Field(default_factory=lambda: os.environ.get("MEMLANE_LLM", "offline"))

@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from memlane.cli import importers
 from memlane.cli.progress import Progress
 from memlane.config import Settings
 from memlane.errors import MemlaneError
-from memlane.models import Fact
+from memlane.formation.config import FormationConfig, ReflectionScopeName
+from memlane.formation.runner import FormationResult
+from memlane.models import Event, EventType, Fact, Job
 from memlane.sync import Memory
 
 
@@ -37,7 +40,26 @@ def _dump(obj: Any) -> None:
 
 
 def _open(args: argparse.Namespace) -> Memory:
-    return Memory(args.db, embedder=args.embedder, sessions="sqlite")
+    # Jobs run in the foreground here (a CLI process is short-lived); the idle timer is the
+    # long-running app's business, so it is off: pending sessions are picked up by `memlane sweep`.
+    formation = FormationConfig(background=False, idle_minutes=None)
+    return Memory(
+        args.db, embedder=args.embedder, sessions="sqlite", llm=getattr(args, "llm", None), formation=formation
+    )
+
+
+def _result_lines(res: FormationResult | Job) -> list[str]:
+    if isinstance(res, Job):
+        return [f"queued job {res.id}"]
+    lines = [f"{c.event:<6} {c.fact.content}" + (f"   (was: {c.previous})" if c.previous else "") for c in res.changes]
+    lines += [f"REFLECT[{r.scope}] {r.content}" for r in res.reflections]
+    lines += [f"CONSOLIDATED[{b.scope}] version {b.version}, {len(b.consolidated_content.split())} words"
+              for b in res.consolidated]  # fmt: skip
+    if res.skipped:
+        lines.append(f"skipped: {res.skipped}")
+    if res.cleared:
+        lines.append("session cleared")
+    return lines
 
 
 # ---------------------------------------------------------------------------- commands
@@ -45,13 +67,15 @@ def cmd_add(args: argparse.Namespace) -> int:
     with _open(args) as m:
         facts = m.add(
             args.text, user_id=args.user_id, agent_id=args.agent_id, session_id=args.session_id,
-            scope="agent" if args.shared else "user",
+            scope="agent" if args.shared else "user", infer=args.infer,
         )  # fmt: skip
         if args.json:
             _dump([f.model_dump(exclude={"embedding"}) for f in facts])
         else:
             for f in facts:
-                print(f"added {f.id}")
+                print(f"added {f.id}" + (f"  {f.content}" if args.infer else ""))
+            if args.infer and not facts:
+                print("no new facts (nothing durable, or already known)")
     return 0
 
 
@@ -170,7 +194,118 @@ def cmd_import(args: argparse.Namespace) -> int:
         for b in batches:
             m.add(b.messages, user_id=b.user_id, session_id=b.session_id)
             bar.update(len(b.messages))
-    print(f"imported {total} turns ({fmt}) into {args.db}")
+        print(f"imported {total} turns ({fmt}) into {args.db}")
+        if args.form:
+            _form_batches(m, batches, quiet=args.quiet)
+    return 0
+
+
+def _form_batches(m: Memory, batches: list[importers.Batch], *, quiet: bool) -> None:
+    """Replay imported turns as sessions and form memory from each (facts, reflections, blobs)."""
+    sessions: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for b in batches:
+        sessions.setdefault((b.user_id, b.session_id or f"{b.user_id}:import"), []).extend(b.messages)
+    changes = reflections = blobs = 0
+    with Progress(len(sessions), "form memory", unit="session", enabled=not quiet) as bar:
+        for (user_id, sid), messages in sessions.items():
+            if m.sessions.get_session(sid) is None:
+                m.sessions.create_session(user_ids=[user_id], session_id=sid)
+            for msg in messages:
+                assistant = msg.get("role") in ("assistant", "agent", "model")
+                when = msg.get("timestamp")
+                m.sessions.add_event(sid, Event(
+                    type=EventType.AGENT_RESPONSE if assistant else EventType.USER_MESSAGE,
+                    author=str(msg.get("name") or msg.get("role") or "user"), content=msg["content"],
+                    **({"timestamp": datetime.fromisoformat(str(when))} if when else {}),
+                ))  # fmt: skip
+            res = m.end_session(sid)
+            assert isinstance(res, FormationResult)
+            changes += sum(1 for c in res.changes if c.event != "NONE")
+            reflections += len(res.reflections)
+            blobs += len(res.consolidated)
+            bar.update(1)
+    print(f"formed {changes} fact changes, {reflections} reflections, {blobs} consolidations "
+          f"from {len(sessions)} sessions (model {m.engine.pipeline.fast.name})")  # fmt: skip
+
+
+def cmd_form(args: argparse.Namespace) -> int:
+    with _open(args) as m:
+        if args.reset:
+            res = m.reset_session(args.session_id, app=args.app)
+        elif args.end:
+            res = m.end_session(args.session_id, app=args.app)
+        else:
+            res = m.form(args.session_id, app=args.app)
+        if args.json:
+            _dump(res.model_dump(mode="json"))
+        else:
+            print("\n".join(_result_lines(res)) or "nothing formed")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    with _open(args) as m:
+        if args.retry:
+            m.retry_job(args.retry)
+            print(f"re-queued {args.retry}")
+        if args.run:
+            print(f"ran {m.run_jobs()} job(s)")
+        jobs = m.list_jobs(status=args.status, limit=args.limit)
+        if args.json:
+            _dump([j.model_dump(mode="json") for j in jobs])
+            return 0
+        for j in jobs:
+            what = j.payload.get("session_id") or j.payload.get("user_id") or ""
+            err = f"  last error: {j.last_error[:120]}" if j.last_error and j.status != "done" else ""
+            print(f"{j.id}  {j.kind:<5} {j.status:<7} attempts={j.attempts}  {j.payload.get('reason', '')} {what}{err}")
+        if not jobs:
+            print("no jobs")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    formation = FormationConfig(background=False, idle_minutes=args.idle_minutes)
+    with Memory(args.db, embedder=args.embedder, sessions="sqlite", llm=args.llm, formation=formation) as m:
+        jobs = m.sweep_idle()
+        ran = m.run_jobs()
+        print(f"{len(jobs)} idle session(s) queued, {ran} job(s) run")
+    return 0
+
+
+def cmd_reflections(args: argparse.Namespace) -> int:
+    with _open(args) as m:
+        out: dict[str, Any] = {}
+        scopes: list[ReflectionScopeName] = []
+        if args.agent_id:
+            scopes.append("agent")
+        if args.user_id:
+            scopes.append("user")
+        if args.session_id:
+            scopes.append("session")
+        if not scopes:
+            print("give -u USER, -a AGENT and/or -s SESSION", file=sys.stderr)
+            return 2
+        for scope in scopes:
+            kw = {"user_id": args.user_id, "agent_id": args.agent_id, "session_id": args.session_id}
+            blob = m.consolidated(scope, **kw)
+            pending = m.reflections(scope, absorbed=False, **kw)
+            out[scope] = {"consolidated": blob.consolidated_content if blob else None,
+                          "pending": [r.content for r in pending]}  # fmt: skip
+        if args.json:
+            _dump(out)
+            return 0
+        for name, data in out.items():
+            print(f"== {name} memory")
+            print(data["consolidated"] or "(not consolidated yet)")
+            for r in data["pending"]:
+                print(f"  + {r}")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    with _open(args) as m:
+        block = m.profile(args.user_id, agent_id=args.agent_id, items=args.item or ())
+        print(block if block is not None else "(no profile: nothing stored for this user)")
     return 0
 
 
@@ -234,6 +369,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--embedder", default=settings.embedder,
         help="auto | local | local:/path | hash | openai:MODEL | gemini:MODEL | none (default: %(default)s)",
     )  # fmt: skip
+    common.add_argument(
+        "--llm", default=settings.llm,
+        help="formation model: offline | openai:MODEL | ollama:MODEL | anthropic:MODEL | gemini:MODEL "
+        "(default: $MEMLANE_LLM or %(default)s)",
+    )  # fmt: skip
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("-q", "--quiet", action="store_true", help="no progress bars or warnings")
 
@@ -249,9 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"memlane {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    s = sub.add_parser("add", parents=[common, scope], help="store a memory verbatim")
+    s = sub.add_parser("add", parents=[common, scope], help="store a memory (verbatim, or --infer facts)")
     s.add_argument("text", help="the text to remember")
     s.add_argument("-s", "--session-id", help="source session")
+    s.add_argument("--infer", action="store_true", help="extract and de-duplicate facts with --llm instead")
     s.add_argument("--shared", action="store_true", help="store in the agent's shared memory (needs -a)")
     s.set_defaults(fn=cmd_add)
 
@@ -296,7 +437,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--format", choices=["locomo", "jsonl"], help="default: detected from the file")
     s.add_argument("--user-prefix", default="", help="prefix for LoCoMo user ids (one user per conversation)")
+    s.add_argument(
+        "--form", action="store_true",
+        help="also replay each session and form memory from it (facts, reflections, consolidation) with --llm",
+    )  # fmt: skip
     s.set_defaults(fn=cmd_import)
+
+    s = sub.add_parser("form", parents=[common], help="form a session's new messages into memory now")
+    s.add_argument("session_id")
+    s.add_argument("--app", default="default", help="application namespace (default: %(default)s)")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--end", action="store_true", help="session end: final formation + consolidate every scope")
+    g.add_argument("--reset", action="store_true", help="/reset: form, then delete the session")
+    s.set_defaults(fn=cmd_form)
+
+    s = sub.add_parser("jobs", parents=[common], help="formation jobs: status, --run pending, --retry failed")
+    s.add_argument("--status", choices=["queued", "running", "done", "failed"], help="only jobs in this state")
+    s.add_argument("-n", "--limit", type=int, default=20, help="newest N (default: %(default)s)")
+    s.add_argument("--run", action="store_true", help="run due jobs now")
+    s.add_argument("--retry", metavar="JOB_ID", help="re-queue a failed job")
+    s.set_defaults(fn=cmd_jobs)
+
+    s = sub.add_parser("sweep", parents=[common], help="form (and clear) sessions idle for --idle-minutes")
+    s.add_argument("--idle-minutes", type=float, default=30.0, help="silence that counts as idle (default: 30)")
+    s.set_defaults(fn=cmd_sweep)
+
+    s = sub.add_parser("reflections", parents=[common, scope], help="consolidated memory + pending reflections")
+    s.add_argument("-s", "--session-id", help="include this session's memory")
+    s.set_defaults(fn=cmd_reflections)
+
+    s = sub.add_parser("profile", parents=[common, scope], help="the session-start user profile (<= 20 bullets)")
+    s.add_argument("--item", action="append", help="a recent task/project to fold in (repeatable)")
+    s.set_defaults(fn=cmd_profile)
 
     b = sub.add_parser("bench", help="benchmarks")
     bsub = b.add_subparsers(dest="bench", metavar="BENCH", required=True)

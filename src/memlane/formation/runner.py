@@ -104,6 +104,13 @@ def _speaker(turns: Sequence[Turn], role: str) -> str | None:
     return next(iter(names)) if len(names) == 1 else None
 
 
+def name_from_id(user_id: str | None) -> str | None:
+    """A display name from a user id that looks like one (``sam`` -> ``Sam``), else None."""
+    if user_id and user_id.isalpha() and len(user_id) <= 24:
+        return user_id[:1].upper() + user_id[1:]
+    return None
+
+
 def session_key_of(app: str, session_id: str) -> str:
     return f"session\x1f{app}\x1f{session_id}"
 
@@ -434,7 +441,7 @@ class FormationRunner:
             session_id=pl.get("session_id"),
             user_id=pl.get("user_id"),
             agent_ns=pl.get("agent_id"),
-            user_name=pl.get("user_name") or _speaker(turns, "user"),
+            user_name=pl.get("user_name") or _speaker(turns, "user") or name_from_id(pl.get("user_id")),
             force_scope=pl.get("scope", "user"),
         )
         changes, _ = await self._form_batch(job, target, turns, reflect=False)
@@ -474,7 +481,7 @@ class FormationRunner:
             agent_ns=None if session.app in ("", "default") else session.app,
             is_group=session.is_group,
             tier=cursor.tier if cursor else 0,
-            user_name=_speaker(turns, "user") if not session.is_group else None,
+            user_name=(_speaker(turns, "user") or name_from_id(session.user_id)) if not session.is_group else None,
             agent_name=_speaker(turns, "assistant") or session.agent_id,
         )
         if turns and (forced or len(turns) >= self.config.min_messages):
