@@ -38,8 +38,7 @@ from memlane.models import (
     utcnow,
 )
 from memlane.providers.llm.base import UsageMeter, estimate_tokens
-from memlane.stores.base import SessionStore
-from memlane.stores.sqlite.jobs import SqliteJobStore
+from memlane.stores.base import JobStore, SessionStore
 
 log = logging.getLogger("memlane.formation")
 
@@ -122,7 +121,7 @@ class FormationRunner:
         self,
         *,
         pipeline: Pipeline,
-        jobs: SqliteJobStore,
+        jobs: JobStore,
         sessions: SessionStore,
         config: FormationConfig,
         meter: UsageMeter,

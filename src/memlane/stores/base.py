@@ -7,15 +7,19 @@ Two small contracts:
   (durable), ``NullMemory`` (memory disabled).
 * :class:`FactStore` — long-term memory: facts with keyword and vector candidate search,
   reflections, consolidated blobs and history. Implementation: ``SqliteFactStore``.
+* :class:`JobStore` — durable formation jobs (leased, retried) and per-session formation
+  cursors. Implementation: ``SqliteJobStore``.
 
 Every read takes a scope (app / user / agent) and returns nothing outside it.
 """
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +29,9 @@ from memlane.models import (
     Event,
     EventType,
     Fact,
+    FormationCursor,
     HistoryEntry,
+    Job,
     Page,
     Reflection,
     Scope,
@@ -310,3 +316,82 @@ class FactStore(Protocol):
     async def close(self) -> None:
         """Release resources."""
         ...
+
+
+@runtime_checkable
+class JobStore(Protocol):
+    """Durable formation jobs and per-session formation cursors.
+
+    Contract: ``claim`` is atomic and leased (a job whose lease expired is claimable again, so
+    a killed worker's job is redone); two jobs with the same ``key`` never run at once;
+    ``fail`` counts an attempt and schedules the retry or marks the job ``failed``.
+    """
+
+    async def enqueue(
+        self,
+        kind: str,
+        key: str,
+        payload: dict[str, Any],
+        *,
+        user_id: str | None = None,
+        max_attempts: int = 8,
+        coalesce: bool = False,
+    ) -> Job:
+        """Queue a job; with ``coalesce``, merge into a not-yet-started queued job of the same key."""
+        ...
+
+    async def claim(self, worker: str, *, lease_seconds: float, job_id: str | None = None) -> Job | None:
+        """Take the oldest due job (or ``job_id``) and lease it to ``worker``."""
+        ...
+
+    async def checkpoint(self, job_id: str, state: dict[str, Any]) -> None:
+        """Save step outputs so a replay does not call the model again."""
+        ...
+
+    async def complete(self, job_id: str, result: dict[str, Any]) -> None: ...
+
+    async def fail(self, job_id: str, error: str, *, retry_in: float | None) -> Job: ...
+
+    async def release(self, job_id: str) -> None:
+        """Give a running job back without counting an attempt."""
+        ...
+
+    async def retry(self, job_id: str) -> Job: ...
+
+    async def get(self, job_id: str) -> Job | None: ...
+
+    async def list(
+        self, *, status: str | None = None, key: str | None = None, limit: int = 50
+    ) -> builtins.list[Job]: ...
+
+    async def next_due(self) -> datetime | None: ...
+
+    async def counts(self) -> dict[str, int]: ...
+
+    async def touch(
+        self,
+        app: str,
+        session_id: str,
+        *,
+        user_ids: Sequence[str],
+        agent_id: str | None,
+        tier: int | None,
+        messages: int,
+        tokens: float,
+    ) -> FormationCursor:
+        """Record activity on a session (trigger counters grow, last activity = now)."""
+        ...
+
+    async def get_cursor(self, app: str, session_id: str) -> FormationCursor | None: ...
+
+    async def reset_pending(self, app: str, session_id: str) -> None: ...
+
+    async def advance(self, app: str, session_id: str, *, last_event_id: str, formed: int) -> None: ...
+
+    async def delete_cursor(self, app: str, session_id: str) -> None: ...
+
+    async def idle_cursors(self, before: datetime, *, limit: int = 1000) -> builtins.list[FormationCursor]: ...
+
+    async def purge_user(self, user_id: str) -> int: ...
+
+    async def close(self) -> None: ...
