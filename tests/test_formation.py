@@ -139,7 +139,11 @@ async def test_one_embed_and_one_dedup_call_per_batch(brain_mem: tuple[AsyncMemo
     assert isinstance(dedup_inp, DedupInput)
     assert all(len(it.candidates) <= 5 for it in dedup_inp.items)
     threshold = m.formation_config.dedup_threshold
-    assert all(c.similarity >= threshold for it in dedup_inp.items for c in it.candidates)
+    for it in dedup_inp.items:  # vector candidates (cosine >= threshold) first, then keyword-only ones (0)
+        sims = [c.similarity for c in it.candidates]
+        assert all(s >= threshold or s == 0.0 for s in sims) and sims == sorted(sims, key=lambda s: s == 0.0)
+    rex = next(it for it in dedup_inp.items if it.content == "Sam has a dog named Rex")
+    assert rex.candidates[0].content == "Sam has a dog named Rex" and rex.candidates[0].similarity > 0.99
 
 
 def test_defaults_are_eden_and_gaia_constants() -> None:

@@ -235,7 +235,9 @@ class Pipeline:
     async def find_candidates(
         self, target: Target, facts: Sequence[ExtractedFact]
     ) -> tuple[Matrix | None, list[list[ExistingFact]]]:
-        """One batched embed call, then one search per fact, concurrently, in the fact's own scope."""
+        """One batched embed call, then one search per fact, concurrently, in the fact's own scope:
+        up to ``dedup_limit`` stored facts, those with cosine >= ``dedup_threshold`` first, then
+        keyword (BM25) matches with ``similarity`` 0. Verbatim turns are never candidates."""
         if not facts:
             return None, []
         vectors = await self.embed([f.content for f in facts])
@@ -247,19 +249,23 @@ class Pipeline:
             f = facts[i]
             part = self.partition(target, f.scope)
             scope = self._scope_obj(target, f.scope)
+            sims: dict[str, float] = {}
             if vectors is not None:
-                cands = await self.facts.vector_search([part], vectors[i], limit=cfg.dedup_limit * 4)
-                cands = [c for c in cands if c.score >= cfg.dedup_threshold]
-            else:
-                cands = await self.facts.keyword_search([part], parse_query(f.content), limit=cfg.dedup_limit * 4)
-            found = await self.facts.get_facts([c.fact_id for c in cands], scope)
+                vec = await self.facts.vector_search([part], vectors[i], limit=cfg.dedup_limit * 4)
+                sims = {c.fact_id: c.score for c in vec if c.score >= cfg.dedup_threshold}
+            # Keyword matches fill the remaining slots: a contradiction ("moved to Porto" vs
+            # "lives in Lisbon") often shares the subject and little else, so its cosine is low.
+            kw = await self.facts.keyword_search([part], parse_query(f.content), limit=cfg.dedup_limit * 4)
+            order = list(sims) + [c.fact_id for c in kw if c.fact_id not in sims]
+            found = await self.facts.get_facts(order, scope)
             out: list[ExistingFact] = []
-            for c in cands:
-                fact = found.get(c.fact_id)
+            for fid in order:
+                fact = found.get(fid)
                 if fact is None or fact.kind != "fact" or not fact.is_valid or fact.partition != part:
                     continue
-                sim = c.score if vectors is not None else 0.0
-                out.append(ExistingFact(id=fact.id, content=fact.content, similarity=round(float(sim), 4)))
+                out.append(
+                    ExistingFact(id=fact.id, content=fact.content, similarity=round(float(sims.get(fid, 0.0)), 4))
+                )
                 if len(out) == cfg.dedup_limit:
                     break
             return out
