@@ -172,3 +172,46 @@ def test_import_locomo(capsys: pytest.CaptureFixture[str], db: list[str], tmp_pa
     assert code == 0 and "imported 5 turns (locomo)" in out
     code, out, _ = run(capsys, "search", "pottery bowl", "-u", "conv-x", "--json", *db)
     assert "[shares a photo of a bowl]" in json.loads(out)["hits"][0]["fact"]["content"]
+
+
+def test_formation_commands_offline(capsys: pytest.CaptureFixture[str], db: list[str]) -> None:
+    sample = str(ROOT / "examples" / "sample_conversation.jsonl")
+    code, out, _ = run(capsys, "import", sample, "--form", "--llm", "offline", *db)
+    assert code == 0 and "imported 25 turns" in out
+    assert re.search(r"formed \d+ fact changes, \d+ reflections, \d+ consolidations from 4 sessions", out)
+    code, out, _ = run(capsys, "list", "-u", "sam", *db)
+    assert "Sam is vegetarian" in out and "Grace is Sam's girlfriend" in out
+    code, out, _ = run(capsys, "reflections", "-u", "sam", "-s", "s1", *db)
+    assert code == 0 and "== session memory" in out and "VERSION: 1" in out
+    code, out, _ = run(capsys, "profile", "-u", "sam", *db)
+    assert code == 0 and "- Sam is vegetarian" in out
+    code, out, _ = run(capsys, "profile", "-u", "nobody", *db)
+    assert "no profile" in out
+    # a contradiction of a stored fact is an UPDATE, with the old text shown
+    code, out, _ = run(capsys, "add", "--infer", "My sister Mia moved to Faro", "-u", "sam", *db)
+    assert code == 0 and out.startswith("UPDATE") and "was: Sam's sister Mia lives in Porto" in out
+    code, out, _ = run(capsys, "add", "--infer", "thanks, that's all", "-u", "sam", *db)
+    assert "no facts" in out
+    code, out, _ = run(capsys, "jobs", *db)
+    assert out.count(" done ") == 6 and "infer" in out
+    code, out, _ = run(capsys, "jobs", "--json", *db)
+    assert {j["status"] for j in json.loads(out)} == {"done"}
+
+
+def test_form_and_sweep_commands(capsys: pytest.CaptureFixture[str], db: list[str], tmp_path: Path) -> None:
+    from memlane import Event, EventType, FormationConfig, Memory
+
+    conf = FormationConfig(background=False, idle_minutes=None)
+    with Memory(db[1], embedder="hash", formation=conf) as m:
+        for sid in ("a", "b"):
+            m.sessions.create_session(user_ids=["sam"], session_id=sid)
+            m.add_event(sid, Event(type=EventType.USER_MESSAGE, author="Sam", content="I live in Lisbon."))
+            m.add_event(sid, Event(type=EventType.AGENT_RESPONSE, author="bot", content="Nice."))
+    code, out, _ = run(capsys, "form", "a", "--reset", *db)
+    assert code == 0 and "ADD" in out and "Sam lives in Lisbon" in out and "session cleared" in out
+    code, out, _ = run(capsys, "sessions", *db)
+    assert "a " not in out and out.startswith("b ")
+    code, out, _ = run(capsys, "sweep", "--idle-minutes", "0.0001", *db)
+    assert code == 0 and "1 idle session(s) queued, 1 job(s) run" in out
+    code, _, err = run(capsys, "form", "missing", *db)
+    assert code == 2 and "no session" in err

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from memlane import __version__
 from memlane.cli import importers
@@ -51,7 +51,11 @@ def _open(args: argparse.Namespace) -> Memory:
 def _result_lines(res: FormationResult | Job) -> list[str]:
     if isinstance(res, Job):
         return [f"queued job {res.id}"]
-    lines = [f"{c.event:<6} {c.fact.content}" + (f"   (was: {c.previous})" if c.previous else "") for c in res.changes]
+    lines = [
+        f"{c.event:<6} {c.fact.id}  {c.fact.content}"
+        + (f"   (was: {c.previous})" if c.previous and c.previous != c.fact.content else "")
+        for c in res.changes
+    ]
     lines += [f"REFLECT[{r.scope}] {r.content}" for r in res.reflections]
     lines += [f"CONSOLIDATED[{b.scope}] version {b.version}, {len(b.consolidated_content.split())} words"
               for b in res.consolidated]  # fmt: skip
@@ -64,18 +68,28 @@ def _result_lines(res: FormationResult | Job) -> list[str]:
 
 # ---------------------------------------------------------------------------- commands
 def cmd_add(args: argparse.Namespace) -> int:
+    scope: Literal["user", "agent"] = "agent" if args.shared else "user"
     with _open(args) as m:
-        facts = m.add(
-            args.text, user_id=args.user_id, agent_id=args.agent_id, session_id=args.session_id,
-            scope="agent" if args.shared else "user", infer=args.infer,
-        )  # fmt: skip
+        if args.infer:
+            job = m.add(args.text, user_id=args.user_id, agent_id=args.agent_id, session_id=args.session_id,
+                        scope=scope, infer=True, wait=False)  # fmt: skip
+            m.run_jobs()
+            done = m.get_job(job.id)
+            if done.status != "done" or done.result is None:
+                print(f"formation failed: {done.last_error}; job {job.id} is kept for retry", file=sys.stderr)
+                return 1
+            res = FormationResult.model_validate(done.result)
+            if args.json:
+                _dump(res.model_dump(mode="json"))
+            else:
+                print("\n".join(_result_lines(res)) or "no facts (nothing durable to remember)")
+            return 0
+        facts = m.add(args.text, user_id=args.user_id, agent_id=args.agent_id, session_id=args.session_id, scope=scope)
         if args.json:
             _dump([f.model_dump(exclude={"embedding"}) for f in facts])
         else:
             for f in facts:
-                print(f"added {f.id}" + (f"  {f.content}" if args.infer else ""))
-            if args.infer and not facts:
-                print("no new facts (nothing durable, or already known)")
+                print(f"added {f.id}")
     return 0
 
 
