@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from formation_helpers import Brain
 from memlane import AsyncMemory, Event, EventType, FormationError
@@ -535,3 +537,78 @@ async def test_reflection_output_levels_disabled_are_dropped(tmp_path: Path) -> 
         brain.queue("reflect", ReflectionOutput(agent=["x"], user=["y"], session=["z"]))
         res = await m.form("s")
         assert [r.scope for r in res.reflections] == ["session"]
+
+
+async def test_extraction_sees_both_sides_and_the_steering_instructions(tmp_path: Path) -> None:
+    from memlane.formation.prompts import DEFAULT_EXTRACTION_INSTRUCTIONS
+
+    brain = Brain()
+    custom = "Only extract facts about the user's pets."
+    async with AsyncMemory(tmp_path / "st.db", embedder="hash", llm=brain, formation=cfg()) as m:
+        await m.sessions.create_session(user_ids=["sam"], session_id="s")
+        await chat(m, "s", 2)
+        await m.form("s")
+        inp = next(i for t, i in brain.calls if t == "extract")
+        assert [t.role for t in inp.conversation] == ["user", "assistant"] * 2
+        assert inp.instructions == DEFAULT_EXTRACTION_INSTRUCTIONS
+    async with AsyncMemory(tmp_path / "st2.db", embedder="hash", llm=brain,
+                           formation=cfg(extraction_instructions=custom)) as m:  # fmt: skip
+        await m.sessions.create_session(user_ids=["sam"], session_id="s")
+        await chat(m, "s", 2)
+        await m.form("s")
+        assert [i for t, i in brain.calls if t == "extract"][-1].instructions == custom
+
+
+async def test_facts_are_keyed_by_the_canonical_user_across_channels(tmp_path: Path) -> None:
+    from memlane import session_key
+
+    async with AsyncMemory(tmp_path / "ch.db", embedder="hash", formation=cfg()) as m:  # offline model
+        for channel, text in (("telegram", "I'm vegetarian."), ("whatsapp", "I live in Lisbon.")):
+            sid = session_key("sam", channel)
+            await m.sessions.create_session(user_ids=["sam"], session_id=sid, channel=channel)
+            await m.add_event(sid, Event(type=EventType.USER_MESSAGE, author="Sam", content=text))
+            await m.end_session(sid)
+        facts = sorted(f.content for f in (await m.list(user_id="sam")).items)
+        assert facts == ["Sam is vegetarian", "Sam lives in Lisbon"]
+        assert await m.profile("sam") is not None
+
+
+STATEMENTS = [
+    "I'm vegetarian.",
+    "I live in Lisbon.",
+    "I work at Acme.",
+    "My dog is named Rex.",
+    "I'm allergic to nuts.",
+]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    plan=st.lists(
+        st.tuples(st.sampled_from(["ann", "bob", "cy", "group"]), st.sampled_from(STATEMENTS)), min_size=1, max_size=8
+    )
+)
+async def test_formation_never_leaks_between_users(tmp_path_factory: pytest.TempPathFactory, plan: list[Any]) -> None:
+    """Whatever is said where, a user's facts come only from that user's own 1:1 sessions,
+    and group sessions write no user memory."""
+    db = tmp_path_factory.mktemp("iso") / "iso.db"
+    async with AsyncMemory(db, embedder="hash", formation=cfg(agent_memory=True)) as m:
+        said: dict[str, set[str]] = {}
+        for i, (who, text) in enumerate(plan):
+            sid = f"s{i}"
+            users = ["ann", "bob", "cy"] if who == "group" else [who]
+            await m.sessions.create_session(app="club", user_ids=users, session_id=sid)
+            ev = await m.add_event(
+                sid, Event(type=EventType.USER_MESSAGE, author=who.title(), content=text), app="club"
+            )
+            said.setdefault(who, set()).add(ev.id)
+            await m.end_session(sid, app="club")
+        for uid in ("ann", "bob", "cy"):
+            own = [f for f in (await m.list(user_id=uid, agent_id="club", limit=100)).items if f.scope == "user"]
+            for f in own:
+                assert f.user_id == uid and set(f.source_event_ids) <= said.get(uid, set())
+            assert await m.reflections("user", user_id=uid, agent_id="club") is not None
+            for r in await m.reflections("user", user_id=uid, agent_id="club"):
+                assert r.session_id is not None and r.session_id in {
+                    f"s{i}" for i, (w, _) in enumerate(plan) if w == uid
+                }
