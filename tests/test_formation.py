@@ -182,13 +182,17 @@ async def test_dedup_off_adds_everything_without_a_dedup_call(tmp_path: Path) ->
 async def test_infer_without_wait_returns_a_durable_job(brain_mem: tuple[AsyncMemory, Brain, CountingEmbedder]) -> None:
     m, brain, _ = brain_mem
     brain.queue("extract", ["Sam is a nurse"])
-    job = await m.add([{"role": "user", "content": "I'm a nurse"}], user_id="sam", infer=True, wait=False)
+    job = await m.add(
+        [{"role": "user", "content": "I'm a nurse"}], user_id="sam", infer=True, wait=False, metadata={"src": "crm"}
+    )
     assert (await m.get_job(job.id)).status == "queued"
     assert await m.run_jobs() == 1
     done = await m.get_job(job.id)
     assert done.status == "done" and done.result is not None
     assert [c["event"] for c in done.result["changes"]] == ["ADD"]
     assert done.result["usage"]["extract"]["calls"] == 1
+    (fact,) = (await m.list(user_id="sam")).items
+    assert fact.metadata["src"] == "crm" and fact.metadata["source"] == "formation"
     with pytest.raises(UsageError):
         await m.add("x", user_id="sam", wait=False)
 
@@ -439,9 +443,15 @@ async def test_reset_forms_then_clears_and_end_session_consolidates(tmp_path: Pa
         await m.sessions.create_session(user_ids=["sam"], session_id="a")
         await m.add_event("a", user("I'm vegetarian"))  # one message: reset forms anyway (explicit)
         brain.queue("extract", ["Sam is vegetarian"])
+        brain.queue("reflect", {"session": ["Sam mentioned being vegetarian"]})
         res = await m.reset_session("a")
         assert res.cleared and [c.event for c in res.changes] == ["ADD"]
+        assert [b.scope for b in res.consolidated] == ["session"]  # consolidated before the clear
         assert await m.sessions.get_session("a") is None
+        # the cleared session's own memory went with it; the user's facts stay
+        assert await m.consolidated("session", user_id="sam", session_id="a") is None
+        assert await m.reflections("session", user_id="sam", session_id="a") == []
+        assert (await m.stats(user_id="sam")).valid_facts == 1
 
         await m.sessions.create_session(user_ids=["sam"], session_id="b")
         await chat(m, "b", 2)

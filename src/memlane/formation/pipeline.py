@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from memlane.errors import ProviderError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
@@ -77,6 +77,8 @@ class Target:
     agent_name: str | None = None
     force_scope: Literal["user", "agent"] | None = None
     """``add(infer=True, scope=...)``: every fact goes to this scope."""
+    metadata: tuple[tuple[str, Any], ...] = ()
+    """Stored on every fact formed (``add(..., metadata=...)``)."""
 
 
 def fact_scopes(target: Target, config: FormationConfig) -> tuple[bool, bool]:
@@ -316,7 +318,7 @@ class Pipeline:
                 kind="fact",
                 occurred_at=max((t.at for t in src if t.at), default=None),
                 source_event_ids=[t.event_id for t in src if t.event_id],
-                metadata={"source": "formation", "job": job_key},
+                metadata={**dict(target.metadata), "source": "formation", "job": job_key},
             )
             vec = vectors[i] if vectors is not None else None
             event = d.event

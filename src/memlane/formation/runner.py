@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from memlane.errors import FormationError, InvalidInputError, UsageError
 from memlane.formation.config import FormationConfig
-from memlane.formation.pipeline import Pipeline, Target
+from memlane.formation.pipeline import Pipeline, Target, scope_key
 from memlane.formation.schemas import Decision, ExistingFact, ExtractedFact, Turn
 from memlane.models import (
     TEXT_EVENT_TYPES,
@@ -442,6 +442,7 @@ class FormationRunner:
             agent_ns=pl.get("agent_id"),
             user_name=pl.get("user_name") or _speaker(turns, "user") or name_from_id(pl.get("user_id")),
             force_scope=pl.get("scope", "user"),
+            metadata=tuple(sorted((pl.get("metadata") or {}).items())),
         )
         changes, _ = await self._form_batch(job, target, turns, reflect=False)
         return FormationResult(job_id=job.id, reason="infer", turns=len(turns), changes=changes)
@@ -502,6 +503,9 @@ class FormationRunner:
                 log.info("memlane: session %s got new events during formation; not cleared", sid)
             else:
                 await self.sessions.delete_session(sid, app=app)
+                # a cleared session starts fresh: its session-scope memory goes with it (user and
+                # agent memory, and the facts, stay)
+                await self.pipeline.facts.clear_session_memory(**scope_key(target, "session"))  # type: ignore[arg-type]
                 await self.jobs.delete_cursor(app, sid)
                 self._who.pop((app, sid), None)
                 self.cancel_idle(app, sid)

@@ -309,6 +309,10 @@ class FactStore(Protocol):
         blob still has that version (0 = none yet): a concurrent consolidation won."""
         ...
 
+    async def clear_session_memory(self, *, agent_id: str | None, user_id: str | None, session_id: str) -> int:
+        """Delete one session's reflections and blob (the session was cleared); returns rows removed."""
+        ...
+
     async def stats(self, scope: Scope | None = None) -> StoreStats:
         """Counts (whole database when ``scope`` is None: for operators, returns no content)."""
         ...

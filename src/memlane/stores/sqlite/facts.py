@@ -831,6 +831,21 @@ class SqliteFactStore:
 
         return await self._db.run(op)
 
+    async def clear_session_memory(self, *, agent_id: str | None, user_id: str | None, session_id: str) -> int:
+        def op(c: sqlite3.Connection) -> int:
+            with self._db.write(c):
+                n = c.execute(
+                    "DELETE FROM reflections WHERE scope='session' AND agent_id IS ? AND user_id IS ? AND session_id=?",
+                    (agent_id, user_id, session_id),
+                ).rowcount
+                n += c.execute(
+                    "DELETE FROM consolidated WHERE scope='session' AND agent_id=? AND user_id=? AND session_id=?",
+                    (agent_id or "", user_id or "", session_id),
+                ).rowcount
+                return int(n)
+
+        return await self._db.run(op)
+
     # ------------------------------------------------------------------ stats
     async def stats(self, scope: Scope | None = None) -> StoreStats:
         def op(c: sqlite3.Connection) -> StoreStats:
