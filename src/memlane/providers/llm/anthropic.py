@@ -18,20 +18,20 @@ then on; use one client per loop (or :meth:`AnthropicChat.aclose` it before movi
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memlane.errors import ConfigError, InvalidInputError, LLMError, UsageError
-from memlane.providers._http import post_json, require_httpx
+from memlane.errors import ConfigError, InvalidInputError, LLMError
+from memlane.providers._http import post_json
+from memlane.providers.llm._client import HttpChatClient
 from memlane.providers.llm.base import ChatMessage, Completion, Usage, estimate_tokens
-from memlane.providers.llm.limits import GLOBAL_LIMITER, RateLimiter
+from memlane.providers.llm.limits import RateLimiter
 
 if TYPE_CHECKING:
-    import httpx
+    pass
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -45,7 +45,7 @@ def _identifier(name: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:64] or "output"
 
 
-class AnthropicChat:
+class AnthropicChat(HttpChatClient):
     """Chat model behind the Anthropic Messages API.
 
     Args:
@@ -76,15 +76,13 @@ class AnthropicChat:
         name: str | None = None,
         limiter: RateLimiter | None = None,
     ) -> None:
-        self._httpx = require_httpx("anthropic")
+        self._setup_http(
+            "anthropic", timeout=timeout, max_retries=max_retries, backoff_base=backoff_base, limiter=limiter
+        )
         if not model:
             raise ConfigError("AnthropicChat needs a model name, e.g. 'claude-3-5-haiku-latest'")
         if max_tokens < 1:
             raise ConfigError(f"max_tokens must be at least 1, got {max_tokens}")
-        if max_retries < 0:
-            raise ConfigError(f"max_retries must be 0 or more, got {max_retries}")
-        if timeout <= 0:
-            raise ConfigError(f"timeout must be positive, got {timeout}")
         key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
         if not key:
             raise ConfigError("No key found - set ANTHROPIC_API_KEY or pass api_key=")
@@ -96,29 +94,9 @@ class AnthropicChat:
         self.model = model
         self.name = name or f"anthropic:{model}"
         self.max_tokens = max_tokens
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.limiter = limiter if limiter is not None else GLOBAL_LIMITER
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:  # never show the key
         return f"AnthropicChat(name={self.name!r}, base_url={self.base_url!r})"
-
-    def _get_client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is not None and self._client_loop is not loop:
-            if self._client_loop is not None and not self._client_loop.is_closed():
-                raise UsageError(
-                    f"{self.name}: this client is already used by another event loop; create one client per "
-                    "loop, or await aclose() before using it from a new one"
-                )
-            self._client = None  # its loop is gone, and its connections with it
-        if self._client is None:
-            self._client = self._httpx.AsyncClient(timeout=self.timeout)
-            self._client_loop = loop
-        return self._client
 
     def _headers(self) -> dict[str, str]:
         return {"content-type": "application/json", "x-api-key": self._api_key, "anthropic-version": API_VERSION}
@@ -201,12 +179,6 @@ class AnthropicChat:
             usage=_usage(data.get("usage"), body, text),
             finish_reason=str(stop) if stop is not None else None,
         )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client (a later call opens a new one)."""
-        client, self._client, self._client_loop = self._client, None, None
-        if client is not None:
-            await client.aclose()
 
 
 def _convert(messages: Sequence[ChatMessage], who: str) -> tuple[str, list[dict[str, str]]]:

@@ -21,18 +21,18 @@ then on; use one client per loop (or :meth:`GeminiChat.aclose` it before moving 
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from memlane.errors import ConfigError, InvalidInputError, LLMError, UsageError
-from memlane.providers._http import post_json, require_httpx
+from memlane.errors import ConfigError, InvalidInputError, LLMError
+from memlane.providers._http import post_json
+from memlane.providers.llm._client import HttpChatClient
 from memlane.providers.llm.base import ChatMessage, Completion, Usage, estimate_tokens
-from memlane.providers.llm.limits import GLOBAL_LIMITER, RateLimiter
+from memlane.providers.llm.limits import RateLimiter
 
 if TYPE_CHECKING:
-    import httpx
+    pass
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 
@@ -44,7 +44,7 @@ _ROLES = {"system": "system", "user": "user", "assistant": "model"}
 _BLOCKED_FINISH = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"})
 
 
-class GeminiChat:
+class GeminiChat(HttpChatClient):
     """Chat model behind the Gemini API.
 
     Args:
@@ -80,16 +80,12 @@ class GeminiChat:
         name: str | None = None,
         limiter: RateLimiter | None = None,
     ) -> None:
-        self._httpx = require_httpx("gemini")
+        self._setup_http("gemini", timeout=timeout, max_retries=max_retries, backoff_base=backoff_base, limiter=limiter)
         model = model.removeprefix("models/")
         if not model:
             raise ConfigError("GeminiChat needs a model name, e.g. 'gemini-2.5-flash'")
         if schema_field not in ("responseJsonSchema", "responseSchema"):
             raise ConfigError(f"schema_field must be 'responseJsonSchema' or 'responseSchema', got {schema_field!r}")
-        if max_retries < 0:
-            raise ConfigError(f"max_retries must be 0 or more, got {max_retries}")
-        if timeout <= 0:
-            raise ConfigError(f"timeout must be positive, got {timeout}")
         key = api_key if api_key is not None else os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
         if not key:
             raise ConfigError("No key found - set GEMINI_API_KEY (or GOOGLE_API_KEY) or pass api_key=")
@@ -100,29 +96,9 @@ class GeminiChat:
         self.model = model
         self.name = name or f"gemini:{model}"
         self.schema_field: SchemaField = schema_field
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.limiter = limiter if limiter is not None else GLOBAL_LIMITER
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:  # never show the key
         return f"GeminiChat(name={self.name!r}, base_url={self.base_url!r})"
-
-    def _get_client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is not None and self._client_loop is not loop:
-            if self._client_loop is not None and not self._client_loop.is_closed():
-                raise UsageError(
-                    f"{self.name}: this client is already used by another event loop; create one client per "
-                    "loop, or await aclose() before using it from a new one"
-                )
-            self._client = None  # its loop is gone, and its connections with it
-        if self._client is None:
-            self._client = self._httpx.AsyncClient(timeout=self.timeout)
-            self._client_loop = loop
-        return self._client
 
     async def complete(
         self,
@@ -193,12 +169,6 @@ class GeminiChat:
             usage=_usage(data.get("usageMetadata"), system, contents, text),
             finish_reason=str(finish) if finish is not None else None,
         )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client (a later call opens a new one)."""
-        client, self._client, self._client_loop = self._client, None, None
-        if client is not None:
-            await client.aclose()
 
 
 def _convert(messages: Sequence[ChatMessage], who: str) -> tuple[str, list[dict[str, Any]]]:

@@ -24,7 +24,6 @@ then on; use one client per loop (or :meth:`OpenAIChat.aclose` it before moving 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -33,13 +32,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
-from memlane.errors import ConfigError, InvalidInputError, LLMError, UsageError
-from memlane.providers._http import post_json, require_httpx
+from memlane.errors import ConfigError, InvalidInputError, LLMError
+from memlane.providers._http import post_json
+from memlane.providers.llm._client import HttpChatClient
 from memlane.providers.llm.base import ChatMessage, Completion, Usage, estimate_tokens
-from memlane.providers.llm.limits import GLOBAL_LIMITER, RateLimiter
+from memlane.providers.llm.limits import RateLimiter
 
 if TYPE_CHECKING:
-    import httpx
+    pass
 
 log = logging.getLogger("memlane")
 
@@ -97,7 +97,7 @@ def _content_text(content: Any) -> str:
     raise TypeError(f"message content is a {type(content).__name__}")
 
 
-class OpenAIChat:
+class OpenAIChat(HttpChatClient):
     """Chat model behind an OpenAI-compatible ``/chat/completions`` API.
 
     Args:
@@ -137,15 +137,11 @@ class OpenAIChat:
         name: str | None = None,
         limiter: RateLimiter | None = None,
     ) -> None:
-        self._httpx = require_httpx("openai")
+        self._setup_http("openai", timeout=timeout, max_retries=max_retries, backoff_base=backoff_base, limiter=limiter)
         if not model:
             raise ConfigError("OpenAIChat needs a model name, e.g. 'gpt-4o-mini'")
         if structured not in _STRUCTURED_MODES:
             raise ConfigError(f"structured must be one of {', '.join(_STRUCTURED_MODES)}; got {structured!r}")
-        if max_retries < 0:
-            raise ConfigError(f"max_retries must be 0 or more, got {max_retries}")
-        if timeout <= 0:
-            raise ConfigError(f"timeout must be positive, got {timeout}")
 
         base = base_url if base_url is not None else os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = base.rstrip("/")
@@ -157,18 +153,12 @@ class OpenAIChat:
         self.model = model
         self.name = name or f"openai:{model}"
         self.structured: StructuredMode = structured
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.limiter = limiter if limiter is not None else GLOBAL_LIMITER
         # what the server accepts, learned from its 400s; kept for the client's life
         self._mode: Literal["json_schema", "json_object", "none"] = (
             "json_schema" if structured == "auto" else structured
         )
         self._send_temperature = True
         self._max_tokens_field = "max_completion_tokens" if _is_official(self.base_url) else "max_tokens"
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIChat(name={self.name!r}, base_url={self.base_url!r}, structured={self.structured!r})"
@@ -177,20 +167,6 @@ class OpenAIChat:
     def structured_mode(self) -> Literal["json_schema", "json_object", "none"]:
         """The way a schema is currently requested (``auto`` may have fallen back)."""
         return self._mode
-
-    def _get_client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is not None and self._client_loop is not loop:
-            if self._client_loop is not None and not self._client_loop.is_closed():
-                raise UsageError(
-                    f"{self.name}: this client is already used by another event loop; create one client per "
-                    "loop, or await aclose() before using it from a new one"
-                )
-            self._client = None  # its loop is gone, and its connections with it
-        if self._client is None:
-            self._client = self._httpx.AsyncClient(timeout=self.timeout)
-            self._client_loop = loop
-        return self._client
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -316,12 +292,6 @@ class OpenAIChat:
             usage=_usage(data.get("usage"), sent, text),
             finish_reason=str(finish) if finish is not None else None,
         )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client (a later call opens a new one)."""
-        client, self._client, self._client_loop = self._client, None, None
-        if client is not None:
-            await client.aclose()
 
 
 def _usage(raw: Any, sent: list[dict[str, str]], text: str) -> Usage:
