@@ -1,0 +1,230 @@
+"""Extraction: turns -> sentences -> clauses -> rule matches (drafts) -> facts naming the speaker."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Literal
+
+from memlane.formation.offline.claims import _parse_claim
+from memlane.formation.offline.drafts import _Draft, _Rule
+from memlane.formation.offline.lexicon import _DATE_RE, _GENERIC_AUTHORS, _I, _SPEAKER
+from memlane.formation.offline.rules import _RULES
+from memlane.formation.offline.text import (
+    _SPACES,
+    _TRAIL_PUNCT,
+    _clauses,
+    _content,
+    _date_phrase,
+    _expand,
+    _has_relative_date,
+    _is_hypothetical,
+    _is_question,
+    _normalise,
+    _opens_clause,
+    _sentences,
+)
+from memlane.formation.schemas import MAX_FACT_WORDS, ExtractedFact, ExtractionInput, ExtractionOutput, Turn, word_count
+from memlane.retrieval.text import words
+
+_FIRST_PERSON = re.compile(r"\b(?:I|my|me)\b|'s\s", _I)
+_ASSISTANT_MARKER = re.compile(
+    r"\b(?:you(?:\s+have)?\s+(?:mentioned|said|told\s+me|noted|shared|indicated|stated)|as\s+you\s+(?:mentioned|said)|"
+    r"I\s+(?:remember|recall|know|noted|understand)|(?:since|given\s+that|because)(?=\s+you(?:r)?\s))"
+    r"(?:\s+(?:that|earlier|before|previously))*[,\s]+",
+    _I,
+)
+_TO_FIRST_PERSON = re.compile(r"\b(?:you\s+are|you\s+were|you\s+have|yourself|yours|your|you)\b", _I)
+_FIRST_PERSON_MAP = {"you are": "I am", "you were": "I was", "you have": "I have", "yourself": "myself",
+                     "yours": "mine", "your": "my", "you": "I"}  # fmt: skip
+
+
+def _rules_for(clause: str, lead: str) -> Iterator[_Rule]:
+    """Rules worth running on a clause: a trigger word is present (no triggers: a date is, ``lead`` included)."""
+    low = clause.lower()
+    dated: bool | None = None
+    for rule in _RULES:
+        if rule.triggers:
+            if any(t in low for t in rule.triggers):
+                yield rule
+        else:
+            if dated is None:
+                dated = _DATE_RE.search(clause) is not None or _DATE_RE.search(lead) is not None
+            if dated:
+                yield rule
+
+
+def _drafts(clause: str, lead: str = "") -> list[_Draft]:
+    """Drafts of one clause; ``lead`` is the sentence before it (a fronted "Last week, ...")."""
+    if not _FIRST_PERSON.search(clause) or _is_hypothetical(clause):
+        return []
+    out: list[_Draft] = []
+    for rule in _rules_for(clause, lead):
+        for m in rule.pattern.finditer(clause):
+            before = lead + clause[: m.start()]
+            if m.group()[:2] in ("I ", "i ") and not _opens_clause(before):
+                continue
+            out.extend(rule.build(m, before))
+    return out
+
+
+# Instructions such as "do not extract health details" block whole categories of drafts.
+_INSTRUCTION_BLOCK = re.compile(
+    r"\b(?:do\s+not|don't|never|no\s+longer|avoid|stop)\s+(?:extract(?:ing)?|stor(?:e|ing)|record(?:ing)?|"
+    r"remember(?:ing)?|sav(?:e|ing)|keep(?:ing)?|captur(?:e|ing)|collect(?:ing)?)\s+(?P<what>[^.;\n]*)",
+    _I,
+)
+_INSTRUCTION_CATEGORIES = {
+    "email": "contact", "emails": "contact", "phone": "contact", "phones": "contact", "contact": "contact",
+    "contacts": "contact", "address": "contact", "addresses": "contact", "preference": "preferences",
+    "preferences": "preferences", "likes": "preferences", "dislikes": "preferences", "tastes": "preferences",
+    "health": "health", "medical": "health", "diet": "health", "dietary": "health", "allergies": "health",
+    "allergy": "health", "plans": "plans", "plan": "plans", "goals": "plans", "goal": "plans", "events": "events",
+    "activities": "events", "relationships": "relationships", "family": "relationships", "relatives": "relationships",
+    "location": "location", "locations": "location", "job": "work", "jobs": "work", "work": "work",
+    "employer": "work", "occupation": "work", "career": "work", "age": "age", "ages": "age", "birthday": "age",
+    "birthdays": "age", "name": "name", "names": "name", "pets": "pets", "languages": "languages",
+    "education": "education", "school": "education", "studies": "education", "religion": "identity",
+    "identity": "identity",
+}  # fmt: skip
+
+
+def _blocked_categories(instructions: str) -> frozenset[str]:
+    """Categories an instruction like "do not extract health or contact details" rules out."""
+    out: set[str] = set()
+    for m in _INSTRUCTION_BLOCK.finditer(instructions):
+        out.update(_INSTRUCTION_CATEGORIES[w] for w in words(m["what"]) if w in _INSTRUCTION_CATEGORIES)
+    return frozenset(out)
+
+
+def _extract(inp: ExtractionInput) -> ExtractionOutput:
+    """Facts of a batch: drafts of every turn, named once the whole batch is read (a name said late still counts)."""
+    if not (inp.allow_user_scope or inp.allow_agent_scope):
+        return ExtractionOutput()
+    scope: Literal["user", "agent"] = "user" if inp.allow_user_scope else "agent"
+    blocked = _blocked_categories(inp.instructions) if inp.instructions else frozenset()
+    default_user = (inp.user_name or "").strip() or "The user"
+    labels: dict[str, str] = {}
+    learned: dict[str, str] = {}
+    found: list[tuple[str, _Draft, str]] = []
+    last_user_key: str | None = None
+    for turn in inp.conversation:
+        if turn.role == "user":
+            key = _speaker_key(turn, default_user, labels)
+            last_user_key = key
+            drafts = _turn_drafts(turn.text)
+        else:
+            key = last_user_key or "\x01user"
+            labels.setdefault(key, default_user)
+            drafts = _assistant_drafts(turn.text)
+        suffix = ""
+        for d in drafts:
+            if d.category in blocked:
+                continue
+            if d.learn and labels[key] == default_user and default_user == "The user":
+                learned.setdefault(key, d.learn)
+            if turn.at is not None and _has_relative_date(d.value + d.tail):
+                suffix = f" (said on {_date_phrase(turn.at)})"
+            else:
+                suffix = ""
+            found.append((key, d, suffix))
+    facts: list[ExtractedFact] = []
+    seen: dict[str, int] = {}
+    for key, d, suffix in found:
+        if d.learn and d.learn.casefold() == labels[key].casefold():
+            continue  # "I'm Sam" said by Sam: "Sam's name is Sam" says nothing
+        text = _render(d, labels[key] if d.own_label else learned.get(key, labels[key]), suffix)
+        if text is None:
+            continue
+        norm = _normalise(text)
+        if norm in seen:
+            continue
+        seen[norm] = len(facts)
+        facts.append(ExtractedFact(content=text, scope=scope))
+    return ExtractionOutput(facts=_drop_contained(facts))
+
+
+def _speaker_key(turn: Turn, default_user: str, labels: dict[str, str]) -> str:
+    author = turn.author.strip()
+    if author.lower() in _GENERIC_AUTHORS:
+        labels.setdefault("\x01user", default_user)
+        return "\x01user"
+    labels.setdefault(author, author)
+    return author
+
+
+def _turn_drafts(text: str) -> list[_Draft]:
+    out: list[_Draft] = []
+    for sentence in _sentences(text):
+        if _is_question(sentence):
+            continue
+        lead = ""
+        for clause in _clauses(sentence):
+            out.extend(_drafts(clause, lead))
+            lead += clause + ", "
+    return out
+
+
+def _assistant_drafts(text: str) -> list[_Draft]:
+    """Only what the assistant reports about the user ("You mentioned you're vegetarian")."""
+    out: list[_Draft] = []
+    for sentence in _sentences(text):
+        if _is_question(sentence):
+            continue
+        expanded = _expand(sentence)
+        for m in _ASSISTANT_MARKER.finditer(expanded):
+            rest = expanded[m.end() :]
+            if not re.match(r"you(?:r)?\b", rest, _I):
+                continue
+            first = _TO_FIRST_PERSON.sub(lambda x: _FIRST_PERSON_MAP[_SPACES.sub(" ", x.group().lower())], rest)
+            for clause in _clauses(first):
+                out.extend(_drafts(clause))
+            break
+    return out
+
+
+def _render(d: _Draft, name: str, suffix: str) -> str | None:
+    def fill(s: str, start: bool) -> str:
+        if not s:
+            return s
+        label = name
+        if start and s.startswith(_SPEAKER):
+            s = label + s[1:]
+        lower = label[0].lower() + label[1:] if label == "The user" else label
+        return s.replace(_SPEAKER, lower)
+
+    head, value, tail = fill(d.head, True), fill(d.value, False), fill(d.tail, False)
+    text = _SPACES.sub(" ", " ".join(p for p in (head, value) if p) + tail + suffix).strip()
+    if word_count(text) <= MAX_FACT_WORDS:
+        return text
+    fixed = word_count(head) + word_count(tail) + word_count(suffix)
+    room = MAX_FACT_WORDS - fixed
+    if room <= 0 or not value:
+        return None
+    toks = value.split()[:room]
+    for i in range(len(toks), 0, -1):
+        if toks[i - 1].endswith(",") or (i < len(toks) and toks[i].lower() in {"and", "with", "for", "to", "in"}):
+            short = _TRAIL_PUNCT.sub("", " ".join(toks[:i]))
+            if _content(short):
+                return _SPACES.sub(" ", f"{head} {short}{tail}{suffix}").strip()
+    return None
+
+
+def _drop_contained(facts: list[ExtractedFact]) -> list[ExtractedFact]:
+    """Within a batch, drop a fact another fact of the same subject and relation already covers."""
+    claims = [_parse_claim(f.content) for f in facts]
+    groups: dict[tuple[str, str, bool], list[int]] = {}
+    for i, c in enumerate(claims):
+        if c is not None:
+            groups.setdefault((c.subject, c.key, c.positive), []).append(i)
+    drop: set[int] = set()
+    for members in groups.values():
+        for i in members:
+            ti = _content(facts[i].content)
+            for j in members:
+                if i != j and j not in drop:
+                    tj = _content(facts[j].content)
+                    if ti < tj:
+                        drop.add(i)
+                        break
+    return [f for i, f in enumerate(facts) if i not in drop]
