@@ -622,3 +622,23 @@ async def test_formation_never_leaks_between_users(tmp_path_factory: pytest.Temp
                 assert r.session_id is not None and r.session_id in {
                     f"s{i}" for i, (w, _) in enumerate(plan) if w == uid
                 }
+
+
+async def test_update_merges_provenance_and_turns_never_crowd_out_candidates(
+    brain_mem: tuple[AsyncMemory, Brain, CountingEmbedder],
+) -> None:
+    m, brain, _ = brain_mem
+    a = Event(type=EventType.USER_MESSAGE, author="Sam", content="I live in Lisbon")
+    brain.queue("extract", ["Sam lives in Lisbon"])
+    (lisbon,) = await m.add([a], user_id="sam", infer=True)
+    assert lisbon.source_event_ids == [a.id]
+    # 40 verbatim turns that look more like the new fact than the stored fact does
+    await m.add([{"role": "user", "content": f"Sam lives in Porto now, post {i}"} for i in range(40)], user_id="sam")
+    b = Event(type=EventType.USER_MESSAGE, author="Sam", content="I moved, I live in Porto")
+    brain.queue("extract", ["Sam lives in Porto"])
+    brain.queue("dedup", [{"index": 0, "event": "UPDATE", "fact_id": lisbon.id, "text": "Sam lives in Porto"}])
+    (porto,) = await m.add([b], user_id="sam", infer=True)
+    dedup_inp = [i for t, i in brain.calls if t == "dedup"][-1]
+    assert [c.id for c in dedup_inp.items[0].candidates] == [lisbon.id]  # only facts are candidates
+    assert porto.id == lisbon.id and porto.source_event_ids == [a.id, b.id]
+    assert porto.occurred_at is not None and porto.occurred_at >= lisbon.occurred_at  # type: ignore[operator]

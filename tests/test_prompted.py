@@ -298,7 +298,7 @@ async def test_extract_facts_prompt_and_output() -> None:
     long_fact = _words(31)
     answer = {
         "facts": [
-            {"content": "  Caroline's sister Maya lives in Lisbon.  ", "scope": "user"},
+            {"content": "  Caroline's sister Maya lives in Lisbon.  ", "scope": "user", "sources": [0, 7]},
             {"content": "   ", "scope": "user"},
             {"content": long_fact, "scope": "user"},
             {"content": _words(30), "scope": "agent"},
@@ -311,13 +311,14 @@ async def test_extract_facts_prompt_and_output() -> None:
         ("Caroline's sister Maya lives in Lisbon.", "user"),
         (_words(30), "agent"),
     ]
+    assert out.facts[0].sources == [0]  # the cited message kept, an out-of-range number dropped
     prompt = _all_text(llm)
     system, user = llm.calls[0]["messages"]
     assert system["role"] == "system" and user["role"] == "user"
     assert "Keep pet names." in system["content"]
-    assert "[2024-05-03 14:05] Caroline (user): My sister Maya moved to Lisbon." in user["content"]
-    assert "[2024-05-03 14:06] Helper (assistant): I created a reminder for you." in user["content"]
-    assert "\nCaroline (user): Thanks!" in user["content"]
+    assert "#0 [2024-05-03 14:05] Caroline (user): My sister Maya moved to Lisbon." in user["content"]
+    assert "#1 [2024-05-03 14:06] Helper (assistant): I created a reminder for you." in user["content"]
+    assert "\n#2 Caroline (user): Thanks!" in user["content"]
     for needle in (
         "Searchable",
         "Specific",

@@ -441,6 +441,20 @@ class FactStoreContract:
         assert len(kw) == 1 and len(vec) == 1
         assert -1.0 <= vec[0].score <= 1.0
 
+    async def test_kind_filter_keeps_turns_from_crowding_out_facts(self, fact_store: FactStore) -> None:
+        turns = [_fact(f"lima turn {i}", kind="message") for i in range(30)]
+        await fact_store.put_facts(turns, _vecs(*(t.content for t in turns)))
+        await fact_store.put_facts([_fact("lima fact")], _vecs("lima fact"))
+        parts = Scope(user_id="u1").partitions()
+        for cands in (
+            await fact_store.keyword_search(parts, parse_query("lima"), limit=3, kind="fact"),
+            await fact_store.vector_search(parts, _vecs("lima turn 1")[0], limit=3, kind="fact"),
+        ):
+            got = await fact_store.get_facts([c.fact_id for c in cands], Scope(user_id="u1"))
+            assert [f.content for f in got.values()] == ["lima fact"]
+        msgs = await fact_store.vector_search(parts, _vecs("lima fact")[0], limit=40, kind="message")
+        assert len(msgs) == 30
+
     async def test_scores_are_higher_is_better(self, fact_store: FactStore) -> None:
         texts = ["zulu zulu zulu", "zulu yankee", "xray yankee"]
         await fact_store.put_facts([_fact(t) for t in texts], _vecs(*texts))

@@ -253,11 +253,11 @@ class Pipeline:
             scope = self._scope_obj(target, f.scope)
             sims: dict[str, float] = {}
             if vectors is not None:
-                vec = await self.facts.vector_search([part], vectors[i], limit=cfg.dedup_limit * 4)
+                vec = await self.facts.vector_search([part], vectors[i], limit=cfg.dedup_limit * 4, kind="fact")
                 sims = {c.fact_id: c.score for c in vec if c.score >= cfg.dedup_threshold}
             # Keyword matches fill the remaining slots: a contradiction ("moved to Porto" vs
             # "lives in Lisbon") often shares the subject and little else, so its cosine is low.
-            kw = await self.facts.keyword_search([part], parse_query(f.content), limit=cfg.dedup_limit * 4)
+            kw = await self.facts.keyword_search([part], parse_query(f.content), limit=cfg.dedup_limit * 4, kind="fact")
             order = list(sims) + [c.fact_id for c in kw if c.fact_id not in sims]
             found = await self.facts.get_facts(order, scope)
             out: list[ExistingFact] = []

@@ -160,7 +160,8 @@ class PromptedModel:
             if fact.scope not in allowed:
                 log.debug("dropping a %s-scoped fact (scope not allowed here): %.80s", fact.scope, content)
                 continue
-            facts.append(ExtractedFact(content=content, scope=fact.scope))
+            sources = sorted({i for i in fact.sources if 0 <= i < len(inp.conversation)})
+            facts.append(ExtractedFact(content=content, scope=fact.scope, sources=sources))
         return ExtractionOutput(facts=facts)
 
     async def decide(self, inp: DedupInput) -> DedupOutput:

@@ -47,9 +47,12 @@ def format_turn(turn: Turn) -> str:
     return f"[{turn.at:%Y-%m-%d %H:%M}] {line}" if turn.at is not None else line
 
 
-def render_conversation(turns: Sequence[Turn]) -> str:
-    """The conversation, one message per line (see :func:`format_turn`)."""
-    return "\n".join(format_turn(t) for t in turns) if turns else "(no messages)"
+def render_conversation(turns: Sequence[Turn], *, numbered: bool = False) -> str:
+    """The conversation, one message per line (see :func:`format_turn`); ``numbered`` prefixes
+    ``#i`` so the model can cite the messages a fact comes from."""
+    if not turns:
+        return "(no messages)"
+    return "\n".join(f"#{i} {format_turn(t)}" if numbered else format_turn(t) for i, t in enumerate(turns))
 
 
 def _bullets(items: Sequence[str], empty: str = "(none)") -> str:
@@ -109,12 +112,12 @@ Operator instructions (follow them; they say what is worth keeping here):
 </instructions>
 
 Most conversations contain few or no facts: an empty list is a good answer.
-Return JSON only: {{"facts": [{{"content": "Alice's email is alice@example.com", "scope": "user"}}]}}, \
-or {{"facts": []}}."""
+Return JSON only: {{"facts": [{{"content": "Alice's email is alice@example.com", "scope": "user", \
+"sources": [3]}}]}} ("sources": the #numbers of the messages the fact comes from), or {{"facts": []}}."""
 
 EXTRACTION_USER = """\
-Conversation (one message per line: [date time] author (role): text; role "user" is a person, role \
-"assistant" is the agent).{people}
+Conversation (one message per line: #number [date time] author (role): text; role "user" is a person, \
+role "assistant" is the agent).{people}
 <conversation>
 {conversation}
 </conversation>
@@ -152,7 +155,7 @@ def extraction_messages(inp: ExtractionInput) -> list[ChatMessage]:
     )
     user = EXTRACTION_USER.format(
         people=f" {people}" if people else "",
-        conversation=render_conversation(inp.conversation),
+        conversation=render_conversation(inp.conversation, numbered=True),
         max_words=MAX_FACT_WORDS,
     )
     return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=user)]

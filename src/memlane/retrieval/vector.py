@@ -25,6 +25,7 @@ class VectorIndex:
         self.keys: list[str] = []
         self.sessions: list[str | None] = []
         self._mat = np.zeros((0, dim), dtype=np.float32)
+        self._facts = np.zeros(0, dtype=np.bool_)  # row is an extracted/remembered fact (not a verbatim turn)
         self._n = 0
         self._bits: npt.NDArray[np.uint64] | None = None
         self._bits_n = 0
@@ -36,8 +37,9 @@ class VectorIndex:
     def matrix(self) -> F32:
         return self._mat[: self._n]
 
-    def append(self, keys: list[str], sessions: list[str | None], vectors: F32) -> None:
-        """Add rows (amortised growth, like a list)."""
+    def append(self, keys: list[str], sessions: list[str | None], vectors: F32, kinds: list[str] | None = None) -> None:
+        """Add rows (amortised growth, like a list). ``kinds``: each row's fact kind
+        (``fact`` / ``message``), for :meth:`search`'s ``kind`` filter."""
         m = len(keys)
         if m == 0:
             return
@@ -47,7 +49,11 @@ class VectorIndex:
             grown = np.zeros((cap, self.dim), dtype=np.float32)
             grown[: self._n] = self._mat[: self._n]
             self._mat = grown
+            flags = np.zeros(cap, dtype=np.bool_)
+            flags[: self._n] = self._facts[: self._n]
+            self._facts = flags
         self._mat[self._n : need] = vectors
+        self._facts[self._n : need] = [k == "fact" for k in kinds] if kinds is not None else False
         self._n = need
         self.keys.extend(keys)
         self.sessions.extend(sessions)
@@ -62,14 +68,22 @@ class VectorIndex:
             self._bits_n = self._n
         return self._bits
 
-    def search(self, query: F32, limit: int, *, session_id: str | None = None) -> tuple[npt.NDArray[np.int64], F32]:
-        """Top ``limit`` rows by cosine: (row indexes, scores), best first."""
+    def search(
+        self, query: F32, limit: int, *, session_id: str | None = None, kind: str | None = None
+    ) -> tuple[npt.NDArray[np.int64], F32]:
+        """Top ``limit`` rows by cosine: (row indexes, scores), best first; optionally only
+        rows of one session and/or one kind (``fact`` or ``message``), searched exactly."""
         n = self._n
         if n == 0 or limit <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
-        if session_id is not None:
-            rows = np.fromiter((i for i, s in enumerate(self.sessions) if s == session_id), dtype=np.int64)
+        if session_id is not None or kind is not None:
+            mask = np.ones(n, dtype=np.bool_)
+            if kind is not None:
+                mask &= self._facts[:n] if kind == "fact" else ~self._facts[:n]
+            if session_id is not None:
+                mask &= np.fromiter((s == session_id for s in self.sessions), dtype=np.bool_, count=n)
+            rows = np.flatnonzero(mask).astype(np.int64)
             scores = self.matrix[rows] @ q
             return self._top(rows, scores, limit)
         if n <= self.exact_max:

@@ -234,15 +234,27 @@ class FactStore(Protocol):
         ...
 
     async def keyword_search(
-        self, partitions: Sequence[str], query: KeywordQuery, *, limit: int, session_id: str | None = None
+        self,
+        partitions: Sequence[str],
+        query: KeywordQuery,
+        *,
+        limit: int,
+        session_id: str | None = None,
+        kind: str | None = None,
     ) -> list[Candidate]:
-        """Valid facts matching any query term, best first."""
+        """Valid facts matching any query term, best first (optionally of one session / kind)."""
         ...
 
     async def vector_search(
-        self, partitions: Sequence[str], vector: Vector, *, limit: int, session_id: str | None = None
+        self,
+        partitions: Sequence[str],
+        vector: Vector,
+        *,
+        limit: int,
+        session_id: str | None = None,
+        kind: str | None = None,
     ) -> list[Candidate]:
-        """Valid facts with embeddings, by cosine similarity, best first."""
+        """Valid facts with embeddings, by cosine similarity, best first (optionally of one session / kind)."""
         ...
 
     async def missing_embeddings(self, *, limit: int = 256) -> list[tuple[str, str]]:

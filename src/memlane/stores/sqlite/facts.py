@@ -409,6 +409,18 @@ class SqliteFactStore:
             return None
         return tuple(row)
 
+    @staticmethod
+    def _merge_provenance(c: sqlite3.Connection, rowid: int, updated: Fact, new: Fact) -> Fact:
+        """An UPDATE merges the new fact in: its source events join the old ones, its time wins."""
+        sources = list(dict.fromkeys([*updated.source_event_ids, *new.source_event_ids]))
+        when = max((t for t in (updated.occurred_at, new.occurred_at) if t is not None), default=None)
+        c.execute(
+            "UPDATE facts SET source_event_ids=?, occurred_at=? WHERE id=?",
+            (json.dumps(sources), _iso(when), updated.id),
+        )
+        c.execute("UPDATE facts_fts SET date=? WHERE rowid=?", (date_words(when), rowid))
+        return updated.model_copy(update={"source_event_ids": sources, "occurred_at": when})
+
     def _apply_one(self, c: sqlite3.Connection, ch: FactChange, actor: str) -> AppliedChange:
         now = utcnow()
         target = self._target_row(c, ch)
@@ -431,7 +443,10 @@ class SqliteFactStore:
                     (ch.partition, content_hash(text), old.id),
                 ).fetchone()
                 if clash is None:
-                    return AppliedChange("UPDATE", self._update_row(c, target, text, ch.vector, actor), old.content)
+                    updated = self._update_row(c, target, text, ch.vector, actor)
+                    if new_fact is not None:
+                        updated = self._merge_provenance(c, target[0], updated, new_fact)
+                    return AppliedChange("UPDATE", updated, old.content)
         if ch.event == "NONE" and target is not None:
             existing = _row_to_fact(target)
             self._history(
@@ -585,7 +600,13 @@ class SqliteFactStore:
         )
 
     async def keyword_search(
-        self, partitions: Sequence[str], query: KeywordQuery, *, limit: int, session_id: str | None = None
+        self,
+        partitions: Sequence[str],
+        query: KeywordQuery,
+        *,
+        limit: int,
+        session_id: str | None = None,
+        kind: str | None = None,
     ) -> list[Candidate]:
         if not query.terms or not partitions:
             return []
@@ -602,15 +623,22 @@ class SqliteFactStore:
             order = bm25
         args.append(match)
         sql = f"SELECT rowid, {order} AS s FROM facts_fts WHERE facts_fts MATCH ? ORDER BY s"
-        if session_id is None:
+        if session_id is None and kind is None:
             sql = f"SELECT f.id, k.s FROM ({sql} LIMIT ?) k JOIN facts f ON f.rowid = k.rowid ORDER BY k.s"
             args.append(limit)
         else:
+            where = []
+            if session_id is not None:
+                where.append("f.session_id = ?")
+                args.append(session_id)
+            if kind is not None:
+                where.append("f.kind = ?")
+                args.append(kind)
             sql = (
                 f"SELECT f.id, k.s FROM ({sql}) k JOIN facts f ON f.rowid = k.rowid"
-                " WHERE f.session_id = ? ORDER BY k.s LIMIT ?"
+                f" WHERE {' AND '.join(where)} ORDER BY k.s LIMIT ?"
             )
-            args.extend([session_id, limit])
+            args.append(limit)
         rows = await self._db.run(lambda c: c.execute(sql, args).fetchall())
         return [Candidate(r[0], -float(r[1])) for r in rows]
 
@@ -631,19 +659,25 @@ class SqliteFactStore:
         with cached.lock:
             if cached.appends != appends:
                 rows = c.execute(
-                    "SELECT rowid, id, session_id, embedding FROM facts WHERE partition=? AND rowid>?"
+                    "SELECT rowid, id, session_id, embedding, kind FROM facts WHERE partition=? AND rowid>?"
                     " AND invalid_at IS NULL AND embedding IS NOT NULL ORDER BY rowid",
                     (part, cached.max_rowid),
                 ).fetchall()
                 if rows:
                     mat = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), self.dim)
-                    cached.index.append([r[1] for r in rows], [r[2] for r in rows], mat)
+                    cached.index.append([r[1] for r in rows], [r[2] for r in rows], mat, [r[4] for r in rows])
                     cached.max_rowid = rows[-1][0]
                 cached.appends = appends
         return cached
 
     async def vector_search(
-        self, partitions: Sequence[str], vector: Vector, *, limit: int, session_id: str | None = None
+        self,
+        partitions: Sequence[str],
+        vector: Vector,
+        *,
+        limit: int,
+        session_id: str | None = None,
+        kind: str | None = None,
     ) -> list[Candidate]:
         if self.dim is None or not partitions:
             return []
@@ -663,7 +697,7 @@ class SqliteFactStore:
                     continue
                 with cached.lock:
                     index = cached.index
-                    rows, scores = index.search(q, limit, session_id=session_id)
+                    rows, scores = index.search(q, limit, session_id=session_id, kind=kind)
                     found.extend(Candidate(index.keys[i], float(s)) for i, s in zip(rows, scores, strict=True))
             found.sort(key=lambda x: -x.score)
             return found[:limit]
