@@ -219,7 +219,7 @@ async def test_session_formation_reflections_and_consolidation(
     assert refl_inp.new_facts == ["Sam is vegetarian"] and refl_inp.user is not None and refl_inp.agent is None
     assert len(await m.reflections("session", user_id="sam", session_id="s1")) == 2
     status = await m.get_consolidation_status(user_id="sam", session_id="s1")
-    assert status["session"]["buffer"] == 2 and status["session"]["threshold"] == 4
+    assert status["session"]["buffer_size"] == 2 and status["session"]["threshold"] == 4
     assert not status["session"]["needs_consolidation"]
 
     # two more session reflections reach the threshold (4): consolidated in the same job

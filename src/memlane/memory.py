@@ -746,11 +746,12 @@ class AsyncMemory:
                 scope, user_id=user_id, agent_id=agent_id, session_id=session_id, absorbed=False
             )
             blob = await self.consolidated(scope, user_id=user_id, agent_id=agent_id, session_id=session_id)
-            out[scope] = {
-                "buffer": len(pending),
+            out[scope] = {  # Eden's keys, plus version and time
+                "buffer_size": len(pending),
                 "threshold": cfg.consolidation_threshold[scope],
-                "word_limit": cfg.word_limit[scope],
                 "needs_consolidation": len(pending) >= cfg.consolidation_threshold[scope],
+                "word_limit": cfg.word_limit[scope],
+                "current_word_count": len(blob.consolidated_content.split()) if blob else 0,
                 "version": blob.version if blob else 0,
                 "last_consolidated_at": blob.last_consolidated_at if blob else None,
             }
