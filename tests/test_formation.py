@@ -642,3 +642,15 @@ async def test_update_merges_provenance_and_turns_never_crowd_out_candidates(
     assert [c.id for c in dedup_inp.items[0].candidates] == [lisbon.id]  # only facts are candidates
     assert porto.id == lisbon.id and porto.source_event_ids == [a.id, b.id]
     assert porto.occurred_at is not None and porto.occurred_at >= lisbon.occurred_at  # type: ignore[operator]
+
+
+def test_trigger_weights_are_edens() -> None:
+    from memlane.formation.runner import event_weight
+
+    text = "x" * 450
+    assert event_weight(user(text)) == (1, 100.0)  # user characters x1.0, 4.5 per token
+    assert event_weight(agent(text)) == (1, pytest.approx(20.0))  # agent x0.2
+    tool = Event(type=EventType.TOOL_RESULT, author="search", content="y" * 450)
+    assert event_weight(tool) == (1, 50.0)  # tool x0.5
+    assert event_weight(Event(type=EventType.ERROR, content="boom")) == (0, 0.0)
+    assert event_weight(user("   ")) == (0, 0.0)

@@ -56,9 +56,9 @@ class FormationConfig(BaseModel):
 
     # ---- triggers (Eden MEMORY_FORMATION_*)
     message_interval: int = Field(45, ge=1)
-    """Form after this many messages since the last formation..."""
+    """Form after this many messages (user, agent and tool events) since the last formation..."""
     token_interval: float = Field(1500, gt=0)
-    """...or this many weighted tokens (user text x1.0, agent text x0.5, tool output x0.1)."""
+    """...or this many weighted tokens (Eden: user characters x1.0, agent x0.2, tool x0.5, 4.5 per token)."""
     min_messages: int = Field(4, ge=1)
     """Never form a session with fewer messages than this (Eden NEVER_FORM_MEMORIES_LESS_THAN_N_MESSAGES)."""
     idle_minutes: float | None = Field(30.0, gt=0)

@@ -37,13 +37,15 @@ from memlane.models import (
     Session,
     utcnow,
 )
-from memlane.providers.llm.base import UsageMeter, estimate_tokens
+from memlane.providers.llm.base import UsageMeter
 from memlane.stores.base import JobStore, SessionStore
 
 log = logging.getLogger("memlane.formation")
 
-#: Weights of the token trigger: the user's words carry most facts.
-TOKEN_WEIGHTS: dict[str, float] = {"user": 1.0, "assistant": 0.5, "tool": 0.1}
+#: Eden's character weights for the token trigger (the user's words carry most facts) and its
+#: characters-per-token estimate.
+CHAR_WEIGHTS: dict[str, float] = {"user": 1.0, "assistant": 0.2, "tool": 0.5}
+CHARS_PER_TOKEN = 4.5
 
 
 class FactEvent(BaseModel):
@@ -78,13 +80,19 @@ class FormationResult(BaseModel):
 
 
 def event_weight(event: Event) -> tuple[int, float]:
-    """(messages, weighted tokens) an event adds to the trigger counters."""
-    if event.type in TEXT_EVENT_TYPES and event.text.strip():
-        w = TOKEN_WEIGHTS["user"] if event.role == "user" else TOKEN_WEIGHTS["assistant"]
-        return 1, w * estimate_tokens(event.text)
-    if event.type in (EventType.TOOL_RESULT, EventType.TOOL_CALL) and event.content is not None:
-        return 0, TOKEN_WEIGHTS["tool"] * estimate_tokens(str(event.content))
-    return 0, 0.0
+    """(messages, weighted tokens) an event adds to the trigger counters (Eden's
+    ``estimate_weighted_tokens``: user chars x1.0, agent x0.2, tool x0.5, / 4.5)."""
+    if event.type == EventType.ERROR:
+        return 0, 0.0
+    if event.type in TEXT_EVENT_TYPES or event.type == EventType.DELEGATION_REQUEST:
+        text = event.text.strip()
+        if not text:
+            return 0, 0.0
+        weight = CHAR_WEIGHTS["user"] if event.role == "user" else CHAR_WEIGHTS["assistant"]
+        return 1, weight * len(text) / CHARS_PER_TOKEN
+    if event.content is None:
+        return 0, 0.0
+    return 1, CHAR_WEIGHTS["tool"] * len(str(event.content)) / CHARS_PER_TOKEN
 
 
 def events_to_turns(events: Sequence[Event]) -> list[Turn]:
