@@ -378,14 +378,14 @@ async def test_token_trigger(tmp_path: Path) -> None:
 
 async def test_idle_timer_forms_then_clears(tmp_path: Path) -> None:
     brain = Brain()
-    conf = cfg(idle_minutes=0.3 / 60, background=True)
+    conf = cfg(idle_minutes=1.5 / 60, background=True)  # 1.5 s
     async with AsyncMemory(tmp_path / "idle.db", embedder="hash", llm=brain, formation=conf) as m:
         await m.sessions.create_session(user_ids=["sam"], session_id="sam:cli")
         brain.queue("extract", ["Sam is vegetarian"])
         await chat(m, "sam:cli", 2)
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.5)
         await m.add_event("sam:cli", user("still here"))  # re-arms the timer
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(1.2)  # 1.7 s after the first turns, 1.2 s after the last
         assert await m.sessions.get_session("sam:cli") is not None  # not idle long enough yet
         for _ in range(100):
             if await m.sessions.get_session("sam:cli") is None:
