@@ -654,3 +654,20 @@ def test_trigger_weights_are_edens() -> None:
     assert event_weight(tool) == (1, 50.0)  # tool x0.5
     assert event_weight(Event(type=EventType.ERROR, content="boom")) == (0, 0.0)
     assert event_weight(user("   ")) == (0, 0.0)
+
+
+async def test_two_workers_on_one_file_run_each_job_once(tmp_path: Path) -> None:
+    db = tmp_path / "two.db"
+    brain = Brain()
+    brain.queue("extract", *([f"Sam has fact number {i}"] for i in range(6)))
+    a = AsyncMemory(db, embedder="hash", llm=brain, formation=cfg())
+    b = AsyncMemory(db, embedder="hash", llm=brain, formation=cfg())
+    try:
+        jobs = [await a.add(f"statement {i}", user_id=f"u{i}", infer=True, wait=False) for i in range(6)]
+        ran = await asyncio.gather(a.run_jobs(), b.run_jobs())
+        assert sum(ran) == 6 and brain.count("extract") == 6
+        assert {(await a.get_job(j.id)).status for j in jobs} == {"done"}
+        assert sum([(await a.stats(user_id=f"u{i}")).valid_facts for i in range(6)]) == 6
+    finally:
+        await a.close()
+        await b.close()
