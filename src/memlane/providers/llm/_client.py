@@ -4,15 +4,34 @@ loop, and ``aclose``. Private to :mod:`memlane.providers.llm`."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from memlane.errors import ConfigError, UsageError
-from memlane.providers._http import require_httpx
+from memlane.errors import ConfigError, InvalidInputError, LLMError, UsageError
+from memlane.providers._http import post_json, require_httpx
+from memlane.providers.llm.base import ChatMessage
 from memlane.providers.llm.limits import GLOBAL_LIMITER, RateLimiter
 
 if TYPE_CHECKING:
     import httpx
+
+
+_ROLES = ("system", "user", "assistant")
+
+
+def check_message(message: Any, who: str) -> ChatMessage:
+    """The message as a :class:`ChatMessage`, or InvalidInputError saying what a message must be."""
+    if (
+        not isinstance(message, Mapping)
+        or message.get("role") not in _ROLES
+        or not isinstance(message.get("content"), str)
+    ):
+        raise InvalidInputError(
+            f"{who}: each message must be {{'role': 'system' | 'user' | 'assistant', 'content': str}}, "
+            f"got {message!r:.200}"
+        )
+    return ChatMessage(role=message["role"], content=message["content"])
 
 
 class HttpChatClient:
@@ -63,3 +82,17 @@ class HttpChatClient:
         client, self._client, self._client_loop = self._client, None, None
         if client is not None:
             await client.aclose()
+
+    async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        """POST under the shared rate limit, with the client's retries; errors are :class:`LLMError`."""
+        async with self.limiter:
+            return await post_json(
+                self._get_client(),
+                url,
+                json=body,
+                headers=headers,
+                max_retries=self.max_retries,
+                who=self.name,
+                backoff_base=self.backoff_base,
+                error_cls=LLMError,
+            )

@@ -25,8 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memlane.errors import ConfigError, InvalidInputError, LLMError
-from memlane.providers._http import post_json
-from memlane.providers.llm._client import HttpChatClient
+from memlane.providers.llm._client import HttpChatClient, check_message
 from memlane.providers.llm.base import ChatMessage, Completion, Usage, estimate_tokens
 from memlane.providers.llm.limits import RateLimiter
 
@@ -137,17 +136,7 @@ class AnthropicChat(HttpChatClient):
                 }
             ]
             body["tool_choice"] = {"type": "tool", "name": tool}
-        async with self.limiter:
-            data = await post_json(
-                self._get_client(),
-                f"{self.base_url}/v1/messages",
-                json=body,
-                headers=self._headers(),
-                max_retries=self.max_retries,
-                who=self.name,
-                backoff_base=self.backoff_base,
-                error_cls=LLMError,
-            )
+        data = await self._post(f"{self.base_url}/v1/messages", body, self._headers())
         return self._parse(data, body, tool if schema is not None else None, wrapped)
 
     def _parse(self, data: dict[str, Any], body: dict[str, Any], tool: str | None, wrapped: bool) -> Completion:
@@ -186,16 +175,8 @@ def _convert(messages: Sequence[ChatMessage], who: str) -> tuple[str, list[dict[
     system: list[str] = []
     turns: list[dict[str, str]] = []
     for message in messages:
-        if (
-            not isinstance(message, Mapping)
-            or message.get("role") not in _ROLES
-            or not isinstance(message.get("content"), str)
-        ):
-            raise InvalidInputError(
-                f"{who}: each message must be {{'role': 'system' | 'user' | 'assistant', 'content': str}}, "
-                f"got {message!r:.200}"
-            )
-        role, content = message["role"], message["content"]
+        checked = check_message(message, who)
+        role, content = checked["role"], checked["content"]
         if not content.strip():  # the API rejects empty text blocks
             continue
         if role == "system":

@@ -26,8 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from memlane.errors import ConfigError, InvalidInputError, LLMError
-from memlane.providers._http import post_json
-from memlane.providers.llm._client import HttpChatClient
+from memlane.providers.llm._client import HttpChatClient, check_message
 from memlane.providers.llm.base import ChatMessage, Completion, Usage, estimate_tokens
 from memlane.providers.llm.limits import RateLimiter
 
@@ -127,17 +126,11 @@ class GeminiChat(HttpChatClient):
             config[self.schema_field] = dict(schema)
         if config:
             body["generationConfig"] = config
-        async with self.limiter:
-            data = await post_json(
-                self._get_client(),
-                f"{self.base_url}/v1beta/models/{self.model}:generateContent",
-                json=body,
-                headers={"Content-Type": "application/json", "x-goog-api-key": self._api_key},
-                max_retries=self.max_retries,
-                who=self.name,
-                backoff_base=self.backoff_base,
-                error_cls=LLMError,
-            )
+        data = await self._post(
+            f"{self.base_url}/v1beta/models/{self.model}:generateContent",
+            body,
+            {"Content-Type": "application/json", "x-goog-api-key": self._api_key},
+        )
         return self._parse(data, system, contents)
 
     def _parse(self, data: dict[str, Any], system: str, contents: list[dict[str, Any]]) -> Completion:
@@ -176,16 +169,8 @@ def _convert(messages: Sequence[ChatMessage], who: str) -> tuple[str, list[dict[
     system: list[str] = []
     turns: list[tuple[str, str]] = []
     for message in messages:
-        if (
-            not isinstance(message, Mapping)
-            or message.get("role") not in _ROLES
-            or not isinstance(message.get("content"), str)
-        ):
-            raise InvalidInputError(
-                f"{who}: each message must be {{'role': 'system' | 'user' | 'assistant', 'content': str}}, "
-                f"got {message!r:.200}"
-            )
-        role, content = _ROLES[message["role"]], message["content"]
+        checked = check_message(message, who)
+        role, content = _ROLES[checked["role"]], checked["content"]
         if not content.strip():
             continue
         if role == "system":

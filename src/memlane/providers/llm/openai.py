@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 from memlane.errors import ConfigError, InvalidInputError, LLMError
-from memlane.providers._http import post_json
-from memlane.providers.llm._client import HttpChatClient
+from memlane.providers.llm._client import HttpChatClient, check_message
 from memlane.providers.llm.base import ChatMessage, Completion, Usage, estimate_tokens
 from memlane.providers.llm.limits import RateLimiter
 
@@ -184,24 +183,14 @@ class OpenAIChat(HttpChatClient):
         max_tokens: int | None = None,
     ) -> Completion:
         """One chat completion (see :class:`~memlane.providers.llm.base.LLM`)."""
-        sent = [_check_message(m, self.name) for m in messages]
+        sent = [check_message(m, self.name) for m in messages]
         if not sent:
             raise InvalidInputError(f"{self.name}: no messages to send")
         for _ in range(6):  # each retry follows a permanent adjustment; there are at most 4 of them
             mode = self._mode if schema is not None else "none"
             body = self._body(sent, schema, schema_name, mode, temperature, max_tokens)
             try:
-                async with self.limiter:
-                    data = await post_json(
-                        self._get_client(),
-                        f"{self.base_url}/chat/completions",
-                        json=body,
-                        headers=self._headers(),
-                        max_retries=self.max_retries,
-                        who=self.name,
-                        backoff_base=self.backoff_base,
-                        error_cls=LLMError,
-                    )
+                data = await self._post(f"{self.base_url}/chat/completions", body, self._headers())
             except LLMError as exc:
                 if self._adapt(exc, mode if schema is not None else None, body):
                     continue
@@ -302,19 +291,6 @@ def _usage(raw: Any, sent: list[dict[str, str]], text: str) -> Usage:
         completion_tokens=completion if isinstance(completion, int) else estimate_tokens(text),
         calls=1,
     )
-
-
-def _check_message(message: Any, who: str) -> ChatMessage:
-    if (
-        not isinstance(message, Mapping)
-        or message.get("role") not in _ROLES
-        or not isinstance(message.get("content"), str)
-    ):
-        raise InvalidInputError(
-            f"{who}: each message must be {{'role': 'system' | 'user' | 'assistant', 'content': str}}, "
-            f"got {message!r:.200}"
-        )
-    return ChatMessage(role=message["role"], content=message["content"])
 
 
 def compatible_chat(provider: str, model: str, **kwargs: Any) -> OpenAIChat:
