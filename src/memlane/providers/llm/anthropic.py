@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 
-_ROLES = ("system", "user", "assistant")
 _WRAP_KEY = "value"  # a non-object schema travels as {"value": <schema>} (tool inputs must be objects)
 
 

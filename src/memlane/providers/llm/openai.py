@@ -54,7 +54,6 @@ LOCAL_SERVERS: dict[str, str] = {
     "llamacpp": "http://localhost:8080/v1",
 }
 
-_ROLES = ("system", "user", "assistant")
 _STRUCTURED_MODES = ("json_schema", "json_object", "none", "auto")
 _REJECTS_JSON_SCHEMA = ("response_format", "response format", "json_schema")
 _REJECTS_JSON_OBJECT = ("response_format", "response format", "json_object")
