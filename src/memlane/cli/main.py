@@ -204,10 +204,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     # Read and validate everything first: a bad line aborts before anything is written.
     batches = list(importers.read_locomo(path, args.user_prefix) if fmt == "locomo" else importers.read_jsonl(path))
     total = sum(len(b.messages) for b in batches)
-    with _open(args) as m, Progress(total, f"import {path.name}", unit="turn", enabled=not args.quiet) as bar:
-        for b in batches:
-            m.add(b.messages, user_id=b.user_id, session_id=b.session_id)
-            bar.update(len(b.messages))
+    with _open(args) as m:
+        with Progress(total, f"import {path.name}", unit="turn", enabled=not args.quiet) as bar:
+            for b in batches:
+                m.add(b.messages, user_id=b.user_id, session_id=b.session_id)
+                bar.update(len(b.messages))
         print(f"imported {total} turns ({fmt}) into {args.db}")
         if args.form:
             _form_batches(m, batches, quiet=args.quiet)
