@@ -19,7 +19,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 from memlane.errors import ProviderError
@@ -498,7 +497,3 @@ class Pipeline:
             if cursor is None:
                 break
         return out[:limit]
-
-
-def turns_time(turns: Sequence[Turn]) -> datetime | None:
-    return max((t.at for t in turns if t.at), default=None)

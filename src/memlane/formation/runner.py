@@ -133,7 +133,6 @@ class FormationRunner:
         sessions: SessionStore,
         config: FormationConfig,
         meter: UsageMeter,
-        on_change: Any = None,
     ) -> None:
         self.pipeline = pipeline
         self.jobs = jobs
@@ -146,7 +145,6 @@ class FormationRunner:
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
-        self._on_change = on_change
         self._who: dict[tuple[str, str], tuple[list[str], str | None]] = {}
 
     # ------------------------------------------------------------------ worker
@@ -437,8 +435,6 @@ class FormationRunner:
                 Reflection.model_validate(r) for r in await self._checkpointed(job, "reflections", do_reflect)
             ]
         applied = await p.apply(changes, reflections, key=f"job:{job.id}")
-        if self._on_change is not None:
-            self._on_change()
         return [FactEvent(event=a.event, fact=a.fact, previous=a.previous) for a in applied], reflections
 
     async def _run_infer(self, job: Job) -> FormationResult:
