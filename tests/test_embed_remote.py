@@ -18,12 +18,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import numpy as np
 import pytest
 
+from loopback import LoopbackServer, serve
 from memlane.errors import ConfigError, DimensionMismatchError, EmbedderError
 from memlane.providers._http import backoff_delay, parse_retry_after, redact
 from memlane.providers.embed.base import Embedder, normalize
@@ -73,7 +74,7 @@ class FakeState:
 
 
 class Handler(BaseHTTPRequestHandler):
-    server: FakeServer
+    server: LoopbackServer
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -128,32 +129,15 @@ class Handler(BaseHTTPRequestHandler):
         return Reply(200, {"embeddings": out})
 
 
-class FakeServer(ThreadingHTTPServer):
-    daemon_threads = False  # server_close() joins the handler threads
-    block_on_close = True
-
-    def __init__(self, state: FakeState) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.state = state
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that timed out and hung up is expected in some tests
-
-
 @pytest.fixture
 def server() -> Iterator[FakeState]:
     state = FakeState()
-    httpd = FakeServer(state)
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01})
-    thread.start()
-    try:
-        yield state
-    finally:
-        state.release.set()
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serve(Handler, state) as url:
+        state.url = url
+        try:
+            yield state
+        finally:
+            state.release.set()  # unblock handlers that wait, before the server joins them
 
 
 @pytest.fixture(autouse=True)

@@ -14,12 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from loopback import serve
 from memlane import AsyncMemory, Event, EventType, FormationConfig, FormationError, Memory
 from memlane.providers.llm.openai import OpenAIChat
 
@@ -94,14 +95,9 @@ def server() -> Iterator[Server]:
             self.end_headers()
             self.wfile.write(data)
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    t = threading.Thread(target=httpd.serve_forever, daemon=True)
-    t.start()
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
+    with serve(Handler) as url:
+        state.url = url + "/v1"
+        yield state
 
 
 def conf(**kw: Any) -> FormationConfig:

@@ -17,11 +17,12 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
+from loopback import LoopbackServer, serve
 from memlane.errors import ConfigError, InvalidInputError, LLMError, UsageError
 from memlane.providers.llm.anthropic import AnthropicChat
 from memlane.providers.llm.base import LLM, ChatMessage, Completion, Usage
@@ -145,7 +146,7 @@ def gemini_reply(body: dict[str, Any]) -> Reply:
 
 
 class Handler(BaseHTTPRequestHandler):
-    server: FakeServer
+    server: LoopbackServer
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -190,32 +191,15 @@ class Handler(BaseHTTPRequestHandler):
             self._send(Reply(404, {"error": {"message": f"no route {self.path}"}}))
 
 
-class FakeServer(ThreadingHTTPServer):
-    daemon_threads = False  # server_close() joins the handler threads
-    block_on_close = True
-
-    def __init__(self, state: FakeState) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.state = state
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that timed out and hung up is expected in some tests
-
-
 @pytest.fixture
 def server() -> Iterator[FakeState]:
     state = FakeState()
-    httpd = FakeServer(state)
-    state.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01})
-    thread.start()
-    try:
-        yield state
-    finally:
-        state.release.set()
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serve(Handler, state) as url:
+        state.url = url
+        try:
+            yield state
+        finally:
+            state.release.set()  # unblock handlers that wait, before the server joins them
 
 
 ENV_VARS = (
