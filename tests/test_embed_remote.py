@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import socket
 import subprocess
 import sys
@@ -18,13 +17,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import numpy as np
 import pytest
 
-from loopback import LoopbackServer, serve
+from loopback import JsonHandler, Reply, serve
 from memlane.errors import ConfigError, DimensionMismatchError, EmbedderError
 from memlane.providers._http import backoff_delay, parse_retry_after, redact
 from memlane.providers.embed.base import Embedder, normalize
@@ -47,13 +45,6 @@ def expected(texts: list[str], dim: int) -> np.ndarray[Any, Any]:
 
 
 @dataclass
-class Reply:
-    status: int
-    body: Any
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
 class Recorded:
     path: str
     headers: dict[str, str]
@@ -73,26 +64,10 @@ class FakeState:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class Handler(BaseHTTPRequestHandler):
-    server: LoopbackServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _send(self, reply: Reply) -> None:
-        data = json.dumps(reply.body).encode() if not isinstance(reply.body, bytes) else reply.body
-        self.send_response(reply.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for key, value in reply.headers.items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
-
+class Handler(JsonHandler):
     def do_POST(self) -> None:
         state = self.server.state
-        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        body: Any = json.loads(raw) if raw else None
+        body: Any = self.read_json()
         with state.lock:
             state.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
             scripted = state.script.pop(0) if state.script else state.forever

@@ -17,12 +17,11 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
-from loopback import LoopbackServer, serve
+from loopback import JsonHandler, Reply, serve
 from memlane.errors import ConfigError, InvalidInputError, LLMError, UsageError
 from memlane.providers.llm.anthropic import AnthropicChat
 from memlane.providers.llm.base import LLM, ChatMessage, Completion, Usage
@@ -43,13 +42,6 @@ CHAT: list[ChatMessage] = [
 ]
 
 # --------------------------------------------------------------------------- fake server
-
-
-@dataclass
-class Reply:
-    status: int
-    body: Any
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -145,26 +137,10 @@ def gemini_reply(body: dict[str, Any]) -> Reply:
     )
 
 
-class Handler(BaseHTTPRequestHandler):
-    server: LoopbackServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _send(self, reply: Reply) -> None:
-        data = json.dumps(reply.body).encode() if not isinstance(reply.body, bytes) else reply.body
-        self.send_response(reply.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for key, value in reply.headers.items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
-
+class Handler(JsonHandler):
     def do_POST(self) -> None:
         state = self.server.state
-        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        body: Any = json.loads(raw) if raw else None
+        body: Any = self.read_json()
         record = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
         with state.lock:
             state.requests.append(record)
