@@ -1,11 +1,52 @@
 """Named schema migrations, applied in order inside one transaction each on open.
 
-Never edit an applied migration: append a new one.
+Never edit an applied migration: append a new one. A step is an SQL statement or a Python
+function of the connection (for data rewrites SQL cannot express), run in the same transaction.
 """
 
 from __future__ import annotations
 
-MIGRATIONS: list[tuple[str, list[str]]] = [
+import hashlib
+import sqlite3
+from collections.abc import Callable
+from urllib.parse import quote
+
+
+def _rekey_partitions(c: sqlite3.Connection) -> None:
+    """0003: partition keys joined ids with a bare ``\x1f``, so ids containing it collided
+    across (agent, user) pairs. Rebuild every key from the fact's own columns with
+    percent-encoded parts (``u|user|agent``, ``a|agent``), and the FTS partition tokens."""
+
+    def key(scope: str, agent: str | None, user: str | None) -> str:
+        if scope == "agent":
+            return f"a|{quote(agent or '', safe='')}"
+        return f"u|{quote(user or '', safe='')}|{quote(agent or '', safe='')}"
+
+    def token(partition: str) -> str:
+        return "p" + hashlib.md5(partition.encode("utf-8")).hexdigest()[:20]
+
+    old_of: dict[str, str] = {}
+    for rowid, scope, agent, user, old in c.execute(
+        "SELECT rowid, scope, agent_id, user_id, partition FROM facts"
+    ).fetchall():
+        new = key(scope, agent, user)
+        if new != old:
+            c.execute("UPDATE facts SET partition=? WHERE rowid=?", (new, rowid))
+            c.execute("UPDATE facts_fts SET part=? WHERE rowid=?", (token(new), rowid))
+        old_of.setdefault(old, new)
+    c.execute("DELETE FROM partitions")
+    for (part,) in c.execute("SELECT DISTINCT partition FROM facts").fetchall():
+        c.execute("INSERT INTO partitions (partition, token, appends, changes) VALUES (?, ?, 1, 1)", (part, token(part)))
+    authors = c.execute("SELECT partition, author FROM authors").fetchall()
+    c.execute("DELETE FROM authors")
+    for part, author in authors:
+        if part in old_of:
+            c.execute("INSERT OR IGNORE INTO authors VALUES (?, ?)", (old_of[part], author))
+
+
+Step = str | Callable[[sqlite3.Connection], None]
+
+MIGRATIONS: list[tuple[str, list[Step]]] = [
     (
         "0001_core",
         [
@@ -172,5 +213,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             "CREATE TABLE applied_batches (key TEXT PRIMARY KEY, user_id TEXT, at TEXT NOT NULL, result TEXT NOT NULL)",
             "CREATE INDEX applied_batches_user ON applied_batches(user_id)",
         ],
+    ),
+    (
+        # Partition keys with percent-encoded ids: no collisions whatever ids contain, and all
+        # of a user's partitions share the prefix ``u|user|`` (a range scan of `partitions`).
+        "0003_partition_keys",
+        [_rekey_partitions],
     ),
 ]
