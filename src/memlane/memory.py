@@ -22,6 +22,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
+from memlane import inputs
 from memlane.config import default_db_path
 from memlane.errors import (
     EmbedderError,
@@ -36,6 +37,8 @@ from memlane.formation.model import FormationModel
 from memlane.formation.pipeline import Pipeline, Target, scope_key
 from memlane.formation.runner import FormationResult, FormationRunner
 from memlane.formation.schemas import Turn
+from memlane.inputs import MAX_TEXT_CHARS as MAX_TEXT_CHARS  # re-exported
+from memlane.inputs import clean_text as _clean_text
 from memlane.models import (
     ConsolidatedMemory,
     Event,
@@ -64,34 +67,14 @@ from memlane.stores.sqlite.jobs import SqliteJobStore
 
 log = logging.getLogger("memlane")
 
-#: Longest text accepted for one memory or query (characters). Longer input is rejected,
-#: not truncated, so nothing is stored half.
-MAX_TEXT_CHARS = 32_000
 #: Most messages accepted by one ``add`` call.
 MAX_BATCH = 10_000
+#: Highest user tier accepted (``profile(tier=...)``, ``add_event(tier=...)``).
+MAX_TIER = 1_000_000
 #: Query embeddings kept in memory (LRU).
 QUERY_CACHE_SIZE = 1024
 
 Message = Mapping[str, Any] | Event
-
-
-def _clean_text(value: object, what: str) -> str:
-    if isinstance(value, bytes | bytearray):
-        try:
-            value = bytes(value).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidInputError(f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{what} must be text, got {type(value).__name__}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInputError(f"{what} is not valid UTF-8 (lone surrogate at {exc.start})") from exc
-    if not value.strip():
-        raise InvalidInputError(f"{what} is empty")
-    if len(value) > MAX_TEXT_CHARS:
-        raise InvalidInputError(f"{what} has {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
-    return value
 
 
 def _ns(app: str | None) -> str | None:
@@ -312,6 +295,10 @@ class AsyncMemory:
             FormationError: ``infer=True, wait=True`` and the model failed; the job is kept
                 and retried later, the input is not lost.
         """
+        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
+        infer, wait = inputs.flag(infer, "infer"), inputs.flag(wait, "wait")
+        inputs.choice(scope, "scope", ("user", "agent"))
+        metadata, timestamp = inputs.metadata(metadata), inputs.timestamp(timestamp)
         if not wait and not infer:
             raise UsageError("wait=False only applies to infer=True (verbatim writes are immediate)")
         if scope == "user" and not user_id:
@@ -395,26 +382,17 @@ class AsyncMemory:
         when: datetime | None
         if isinstance(m, Event):
             text = _clean_text(m.text, f"message {i}")
-            author, when, src = m.author, m.timestamp, [m.id]
+            author, when, src = m.author, inputs.timestamp(m.timestamp, f"message {i} timestamp"), [m.id]
         elif isinstance(m, Mapping):
             if "content" not in m:
                 raise InvalidInputError(f"message {i} has no 'content'")
             text = _clean_text(m["content"], f"message {i}")
             author = str(m.get("name") or m.get("role") or "user")
-            raw_when = m.get("timestamp")
-            if raw_when is None or isinstance(raw_when, datetime):
-                when = raw_when
-            else:
-                try:
-                    when = datetime.fromisoformat(str(raw_when))
-                except ValueError as exc:
-                    raise InvalidInputError(f"message {i} has an invalid timestamp {raw_when!r}") from exc
+            when = inputs.timestamp(m.get("timestamp"), f"message {i} timestamp")
             src = [str(m["id"])] if m.get("id") else []
             extra = m.get("metadata")
             if extra is not None:
-                if not isinstance(extra, Mapping):
-                    raise InvalidInputError(f"message {i} metadata must be a dict")
-                meta = {**meta, **extra}
+                meta = {**meta, **inputs.metadata(extra, f"message {i} metadata")}
         else:
             raise InvalidInputError(f"message {i} must be a dict or Event, got {type(m).__name__}")
         return Fact(
@@ -436,6 +414,7 @@ class AsyncMemory:
         Returns:
             How many facts got vectors.
         """
+        batch_size = inputs.integer(batch_size, "batch_size", 1, 10_000)
         if self.embedder is None:
             return 0
         done = 0
@@ -452,6 +431,8 @@ class AsyncMemory:
 
     async def update(self, fact_id: str, text: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
         """Replace a fact's text (version + 1; the old text stays in history)."""
+        fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
+        user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
         text = _clean_text(text, "text")
         scope = self._scope(user_id, agent_id)
         try:
@@ -465,13 +446,14 @@ class AsyncMemory:
 
     async def delete(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
         """Soft delete: the fact leaves search but stays in history with ``invalid_at`` set."""
+        fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
+        user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
         return await self.facts.invalidate_fact(fact_id, self._scope(user_id, agent_id), actor="api")
 
     async def forget(self, user_id: str) -> int:
         """Hard purge everything of ``user_id``: facts, history, reflections, blobs, pending
         formation jobs, and sessions the user took part in alone. Returns the number of rows removed."""
-        if not isinstance(user_id, str) or not user_id.strip():
-            raise ScopeError("forget() needs a non-empty user_id")
+        user_id = inputs.identifier(user_id, "user_id")
         removed = await self.facts.purge_user(user_id)
         removed += await self.jobs.purge_user(user_id)
         return removed + await self.sessions.delete_user_sessions(user_id)
@@ -479,6 +461,8 @@ class AsyncMemory:
     # ------------------------------------------------------------------ reads
     async def get(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
         """One fact by id (NotFoundError if absent or outside the scope)."""
+        fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
+        user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
         fact = await self.facts.get_fact(fact_id, self._scope(user_id, agent_id))
         if fact is None:
             raise NotFoundError(f"no fact {fact_id!r} for this user/agent")
@@ -495,6 +479,9 @@ class AsyncMemory:
         include_invalid: bool = False,
     ) -> Page:
         """Facts newest first; pass ``page.next_cursor`` as ``cursor`` for the next page."""
+        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
+        limit, cursor = inputs.integer(limit, "limit", 1, 10_000), inputs.cursor(cursor)
+        include_invalid = inputs.flag(include_invalid, "include_invalid")
         return await self.facts.list_facts(
             self._scope(user_id, agent_id, session_id), limit=limit, cursor=cursor,
             include_invalid=include_invalid,
@@ -504,10 +491,13 @@ class AsyncMemory:
         self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None
     ) -> builtins.list[HistoryEntry]:
         """Every change to a fact, oldest first."""
+        fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
+        user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
         return await self.facts.history(fact_id, self._scope(user_id, agent_id))
 
     async def stats(self, *, user_id: str | None = None, agent_id: str | None = None) -> StoreStats:
         """Counts for one scope, or for the whole database when no id is given."""
+        user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
         scope = self._scope(user_id, agent_id) if (user_id or agent_id) else None
         return await self.facts.stats(scope)
 
@@ -536,13 +526,11 @@ class AsyncMemory:
             debug: include per-stage timings and candidate lists.
         """
         t0 = time.perf_counter()
+        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         scope = self._scope(user_id, agent_id, session_id)
-        queries = [query] if isinstance(query, str | bytes) else list(query)
-        if not queries or len(queries) > MAX_QUERIES:
-            raise InvalidInputError(f"give 1 to {MAX_QUERIES} queries, got {len(queries)}")
-        queries = [_clean_text(q, "query") for q in queries]
-        if not 1 <= top_k <= 100:
-            raise InvalidInputError("top_k must be between 1 and 100")
+        queries = inputs.queries(query, MAX_QUERIES)
+        top_k, filters = inputs.integer(top_k, "top_k", 1, 100), inputs.filters(filters)
+        debug = inputs.flag(debug, "debug")
         cfg = self.retrieval
         parts = scope.partitions()
         depth = max(cfg.depth, top_k)
@@ -620,6 +608,10 @@ class AsyncMemory:
             tier: the user's tier (``>= formation.premium_tier`` selects the strong model);
                 remembered for the session.
         """
+        session_id, app = inputs.identifier(session_id, "session_id"), inputs.identifier(app, "app")
+        tier = inputs.optional_integer(tier, "tier", 0, MAX_TIER)
+        if not isinstance(event, Event):
+            raise InvalidInputError(f"event must be an Event, got {inputs.show(event)}")
         stored = await self.sessions.add_event(session_id, event, app=app)
         self.formation.start()
         await self.formation.on_event(app, session_id, stored, tier=tier)
@@ -628,6 +620,8 @@ class AsyncMemory:
     async def _form_session(
         self, session_id: str, app: str, reason: str, *, clear: bool, final: bool, wait: bool
     ) -> FormationResult | Job:
+        session_id, app = inputs.identifier(session_id, "session_id"), inputs.identifier(app, "app")
+        wait = inputs.flag(wait, "wait")
         if await self.sessions.get_session(session_id, app=app) is None:
             raise NotFoundError(f"no session {session_id!r} in app {app!r}")
         job = await self.formation.enqueue_session(app, session_id, reason=reason, clear=clear, final=final)
@@ -661,6 +655,7 @@ class AsyncMemory:
     async def run_jobs(self, *, max_jobs: int | None = None) -> int:
         """Run due formation jobs now, in this task (tests, cron, or ``background=False``).
         A failing job is rescheduled with backoff, not raised. Returns how many ran."""
+        max_jobs = inputs.optional_integer(max_jobs, "max_jobs", 0, inputs.MAX_INT)
         n = 0
         while max_jobs is None or n < max_jobs:
             try:
@@ -675,6 +670,7 @@ class AsyncMemory:
 
     async def get_job(self, job_id: str) -> Job:
         """A formation job's status, attempts, last error and result."""
+        job_id = inputs.identifier(job_id, "job_id", error=InvalidInputError)
         job = await self.jobs.get(job_id)
         if job is None:
             raise NotFoundError(f"no formation job {job_id!r}")
@@ -682,10 +678,13 @@ class AsyncMemory:
 
     async def list_jobs(self, *, status: str | None = None, limit: int = 50) -> builtins.list[Job]:
         """Formation jobs, newest first (``status``: queued, running, done, failed)."""
+        inputs.optional_choice(status, "status", ("queued", "running", "done", "failed"))
+        limit = inputs.integer(limit, "limit", 1, 10_000)
         return await self.jobs.list(status=status, limit=limit)
 
     async def retry_job(self, job_id: str) -> Job:
         """Queue a failed job again with a fresh set of attempts."""
+        job_id = inputs.identifier(job_id, "job_id", error=InvalidInputError)
         job = await self.jobs.retry(job_id)
         self.formation.kick()
         return job
@@ -702,6 +701,9 @@ class AsyncMemory:
         or projects) distilled by one model call into <= ``preload_limit`` importance-ranked
         bullets. None when memory is off or the user has nothing; the raw fact list if the
         call fails."""
+        user_id = inputs.identifier(user_id, "user_id")
+        agent_id = inputs.optional_id(agent_id, "agent_id")
+        items, tier = inputs.texts(items, "items", MAX_BATCH), inputs.integer(tier, "tier", 0, MAX_TIER)
         scope = self._scope(user_id, agent_id)
         assert scope.user_id is not None
         return await self.pipeline.profile(scope.user_id, agent_id, items=list(items), tier=tier)
@@ -719,6 +721,8 @@ class AsyncMemory:
         absorbed: bool | None = None,
     ) -> builtins.list[Reflection]:
         """A scope's reflections, oldest first (``absorbed=False``: the pending buffer)."""
+        inputs.reflection_scope(scope, user_id, agent_id, session_id)
+        absorbed = inputs.optional_flag(absorbed, "absorbed")
         key = scope_key(self._reflection_target(user_id, agent_id, session_id), scope)
         return await self.facts.list_reflections(scope=scope, absorbed=absorbed, **key)
 
@@ -731,6 +735,7 @@ class AsyncMemory:
         session_id: str | None = None,
     ) -> ConsolidatedMemory | None:
         """A scope's consolidated blob (``VERSION: n`` ...), or None before its first consolidation."""
+        inputs.reflection_scope(scope, user_id, agent_id, session_id)
         key = scope_key(self._reflection_target(user_id, agent_id, session_id), scope)
         return await self.facts.get_consolidated(scope=scope, **key)
 
@@ -739,6 +744,7 @@ class AsyncMemory:
     ) -> dict[str, dict[str, Any]]:
         """Eden's ``get_consolidation_status``: per scope, the buffer size, threshold, word limit
         and whether consolidation is due."""
+        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         cfg = self.formation_config
         out: dict[str, dict[str, Any]] = {}
         for scope in self._status_scopes(user_id, agent_id, session_id):
@@ -762,6 +768,7 @@ class AsyncMemory:
     ) -> dict[str, Any]:
         """Eden's ``get_memory_stats``: per scope, word counts of the blob, reflection counts and
         timestamps; plus fact counts, job counts and model usage so far."""
+        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         scopes: dict[str, Any] = {}
         for scope in self._status_scopes(user_id, agent_id, session_id):
             refl = await self.reflections(scope, user_id=user_id, agent_id=agent_id, session_id=session_id)
@@ -802,6 +809,8 @@ class AsyncMemory:
         """Index a session's events into long-term memory (ADK semantics): one memory per
         event with text, keeping author and timestamp. A group session (several users)
         goes to the app's shared memory, never into one user's."""
+        if not isinstance(session, Session):
+            raise InvalidInputError(f"session must be a Session, got {inputs.show(session)}")
         events = [e for e in session.events if e.text.strip()]
         if not events:
             return []
@@ -814,6 +823,7 @@ class AsyncMemory:
 
     async def search_memory(self, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
         """ADK's ``search_memory``: the (app, user) memories matching ``query``."""
+        app_name, user_id = inputs.identifier(app_name, "app_name"), inputs.identifier(user_id, "user_id")
         result = await self.search(query, user_id=user_id, agent_id=_ns(app_name))
         return SearchMemoryResponse(
             memories=[
