@@ -1,4 +1,4 @@
-"""The fact store contract over every long-term backend, plus SQLite-specific behaviour."""
+"""The fact and reflection store contracts over every long-term backend."""
 
 from __future__ import annotations
 
@@ -9,33 +9,39 @@ import pytest
 
 from memlane.stores.sqlite.db import Database
 from memlane.stores.sqlite.facts import SqliteFactStore
-from memlane.testing import FactStoreContract
+from memlane.testing import FactStoreContract, ReflectionStoreContract
 
 
-class TestSqliteFileFactStore(FactStoreContract):
+class _SqliteContracts(FactStoreContract, ReflectionStoreContract):
+    @pytest.fixture
+    def reflection_store(self, fact_store: SqliteFactStore) -> SqliteFactStore:
+        return fact_store  # one class, one file, both protocols
+
+
+class TestSqliteFileFactStore(_SqliteContracts):
     @pytest.fixture
     async def fact_store(self, tmp_path: Path) -> AsyncIterator[SqliteFactStore]:
-        store = SqliteFactStore(tmp_path / "facts.db")
-        store.bind_embedder("hash:64", 64)
+        store = await SqliteFactStore.open(tmp_path / "facts.db")
+        await store.bind_embedder("hash:64", 64)
         yield store
         await store.close()
 
 
-class TestSqliteMemoryFactStore(FactStoreContract):
+class TestSqliteMemoryFactStore(_SqliteContracts):
     @pytest.fixture
     async def fact_store(self) -> AsyncIterator[SqliteFactStore]:
-        store = SqliteFactStore(Database(":memory:").open_sync())
-        store.bind_embedder("hash:64", 64)
+        store = await SqliteFactStore.open(Database(":memory:").open_sync())
+        await store.bind_embedder("hash:64", 64)
         yield store
         await store.close()
 
 
-class TestSqliteApproximateVectorPath(FactStoreContract):
-    """The same contract with the binary-quantised vector path forced on (exact_max=0)."""
+class TestSqliteApproximateVectorPath(_SqliteContracts):
+    """The same contracts with the binary-quantised vector path forced on (exact_max=0)."""
 
     @pytest.fixture
     async def fact_store(self, tmp_path: Path) -> AsyncIterator[SqliteFactStore]:
-        store = SqliteFactStore(tmp_path / "facts.db", exact_max=0)
-        store.bind_embedder("hash:64", 64)
+        store = await SqliteFactStore.open(tmp_path / "facts.db", exact_max=0)
+        await store.bind_embedder("hash:64", 64)
         yield store
         await store.close()

@@ -11,9 +11,10 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from memlane.errors import ScopeError
 
@@ -21,6 +22,18 @@ from memlane.errors import ScopeError
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC."""
     return datetime.now(UTC)
+
+
+def as_utc(value: datetime) -> datetime:
+    """``value`` as an aware UTC datetime; a naive datetime is taken to be UTC already."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
+"""A datetime field normalised on validation: naive values are taken as UTC, aware ones
+converted to UTC, so timestamps from different callers always compare."""
 
 
 def new_id() -> str:
@@ -69,7 +82,7 @@ class Event(BaseModel):
     """Unique event id."""
     type: EventType = EventType.USER_MESSAGE
     """What happened (user message, agent response, tool call, ...)."""
-    timestamp: datetime = Field(default_factory=utcnow)
+    timestamp: UtcDatetime = Field(default_factory=utcnow)
     """When it happened (UTC)."""
     author: str = "user"
     """Who produced it: ``"user"``, an agent name, a tool name, or a speaker's name."""
@@ -117,9 +130,9 @@ class Session(BaseModel):
     """Free-form session state."""
     events: list[Event] = Field(default_factory=list)
     """The event log, oldest first (may be a window; see ``SessionStore.get_events``)."""
-    created_at: datetime = Field(default_factory=utcnow)
+    created_at: UtcDatetime = Field(default_factory=utcnow)
     """When the session was created."""
-    updated_at: datetime = Field(default_factory=utcnow)
+    updated_at: UtcDatetime = Field(default_factory=utcnow)
     """When an event was last added."""
 
     @property
@@ -131,6 +144,14 @@ class Session(BaseModel):
     def is_group(self) -> bool:
         """True when more than one user takes part."""
         return len(self.user_ids) > 1
+
+
+def agent_namespace(app: str | None, agent_id: str | None = None) -> str | None:
+    """The agent namespace memories of a session (or an ADK app) form under: the session's
+    ``agent_id`` when set, else its app name, where ``"default"`` (and empty) means none."""
+    if agent_id:
+        return agent_id
+    return None if app in (None, "", "default") else app
 
 
 def session_key(user_id: str, channel: str) -> str:
@@ -145,12 +166,33 @@ ReflectionScope = Literal["session", "user", "agent"]
 
 
 @dataclass(frozen=True)
+class PartitionFilter:
+    """Which storage partitions a read may touch: exact keys, plus every partition whose key
+    starts with one of ``prefixes`` (a user's partitions across all agents)."""
+
+    exact: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
+
+    def matches(self, partition: str) -> bool:
+        """True when ``partition`` is readable through this filter."""
+        return partition in self.exact or any(partition.startswith(p) for p in self.prefixes)
+
+
+@dataclass(frozen=True)
 class Scope:
     """Who a memory belongs to. Every store query is filtered by a scope.
 
-    ``user_id`` set: the user's own facts (within ``agent_id``'s namespace when given).
-    ``agent_id`` set: additionally the agent's shared facts (``scope="agent"``).
-    A scope with neither is rejected (:class:`ScopeError`): there is no "everything" query.
+    The memory model, in one table:
+
+    ========================  ===============================================================
+    scope                     reads
+    ========================  ===============================================================
+    ``user_id`` only          all of that user's own memories, under every agent
+    ``user_id`` + ``agent_id``  the user's memories under that agent, plus the agent's shared ones
+    ``agent_id`` only         the agent's shared memories (``scope="agent"``)
+    ========================  ===============================================================
+
+    A scope with neither id is rejected (:class:`ScopeError`): there is no "everything" query.
     """
 
     user_id: str | None = None
@@ -168,24 +210,100 @@ class Scope:
         if self.user_id is None and self.agent_id is None:
             raise ScopeError("a scope needs user_id or agent_id: pass user_id=... (there is no global query)")
 
-    def partitions(self) -> list[str]:
-        """The storage partitions this scope reads: the user's, then the agent's shared one."""
-        parts = []
+    def partition_filter(self) -> PartitionFilter:
+        """The storage partitions this scope reads (see the class docstring)."""
+        if self.user_id is not None and self.agent_id is None:
+            return PartitionFilter(prefixes=(user_partition_prefix(self.user_id),))
+        exact = []
         if self.user_id is not None:
-            parts.append(user_partition(self.user_id, self.agent_id))
+            exact.append(user_partition(self.user_id, self.agent_id))
         if self.agent_id is not None:
-            parts.append(agent_partition(self.agent_id))
-        return parts
+            exact.append(agent_partition(self.agent_id))
+        return PartitionFilter(exact=tuple(exact))
+
+    def write_partition(self, scope: FactScope = "user") -> str:
+        """The partition a ``scope`` fact written through this scope lands in."""
+        if scope == "agent":
+            if self.agent_id is None:
+                raise ScopeError("an agent-scoped memory needs agent_id")
+            return agent_partition(self.agent_id)
+        if self.user_id is None:
+            raise ScopeError("a user-scoped memory needs user_id")
+        return user_partition(self.user_id, self.agent_id)
+
+
+def _enc(part: str) -> str:
+    """Percent-encode one id for a partition key: the result never contains ``|``, so keys
+    of different (user, agent) pairs can never collide, whatever characters ids hold."""
+    return quote(part, safe="")
 
 
 def user_partition(user_id: str, agent_id: str | None) -> str:
-    """Storage partition key of a user's facts within an agent namespace."""
-    return f"u\x1f{agent_id or ''}\x1f{user_id}"
+    """Storage partition key of a user's facts within an agent namespace (``u|user|agent``)."""
+    return f"{user_partition_prefix(user_id)}{_enc(agent_id or '')}"
+
+
+def user_partition_prefix(user_id: str) -> str:
+    """The key prefix shared by all of a user's partitions (one per agent)."""
+    return f"u|{_enc(user_id)}|"
 
 
 def agent_partition(agent_id: str) -> str:
-    """Storage partition key of an agent's shared facts."""
-    return f"a\x1f{agent_id}"
+    """Storage partition key of an agent's shared facts (``a|agent``)."""
+    return f"a|{_enc(agent_id)}"
+
+
+# --------------------------------------------------------------------------- search plumbing
+# Shared by the engine, retrieval (pure) and every store backend.
+
+
+@dataclass(frozen=True)
+class FactFilter:
+    """Exact-match filters pushed down into a store's queries (all must hold).
+
+    ``metadata`` compares top-level metadata keys to JSON scalars (str, int, float, bool, None).
+    """
+
+    kind: str | None = None
+    author: str | None = None
+    session_id: str | None = None
+    metadata: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing is filtered."""
+        return self.kind is None and self.author is None and self.session_id is None and not self.metadata
+
+    def matches(self, fact: Fact) -> bool:
+        """The reference semantics every backend implements in its queries."""
+        if self.kind is not None and fact.kind != self.kind:
+            return False
+        if self.author is not None and fact.author != self.author:
+            return False
+        if self.session_id is not None and fact.session_id != self.session_id:
+            return False
+        return all(k in fact.metadata and fact.metadata[k] == v for k, v in self.metadata)
+
+
+@dataclass(frozen=True)
+class KeywordQuery:
+    """A parsed keyword query (see ``memlane.retrieval.text``)."""
+
+    terms: tuple[str, ...]
+    """Query words with stopwords removed, lowercase."""
+    boost_authors: tuple[str, ...] = ()
+    """Authors named in the query: the engine multiplies their memories' keyword scores by ``author_boost``."""
+    author_boost: float = 2.0
+
+
+@dataclass
+class Candidate:
+    """A store's candidate for one search list: fact id and a raw score (higher is better)."""
+
+    fact_id: str
+    score: float
+    author: str | None = None
+    """The memory's author (lower-case), so the engine can apply the author boost."""
 
 
 # --------------------------------------------------------------------------- long-term
@@ -212,7 +330,8 @@ class Fact(BaseModel):
     agent_id: str | None = None
     """The agent / app namespace."""
     user_id: str | None = None
-    """Owner when ``scope == "user"``."""
+    """Owner when ``scope == "user"``; on an agent fact, the user whose words it holds (for
+    ``forget``; None when formed from a group session)."""
     session_id: str | None = None
     """Source session."""
     kind: Literal["message", "fact"] = "fact"
@@ -221,11 +340,11 @@ class Fact(BaseModel):
     """Who said it (role or speaker name) for verbatim memories."""
     seq: int | None = None
     """Position within the source session (orders neighbouring turns)."""
-    occurred_at: datetime | None = None
+    occurred_at: UtcDatetime | None = None
     """When the underlying event happened (a message's timestamp, a session date)."""
-    formed_at: datetime = Field(default_factory=utcnow)
+    formed_at: UtcDatetime = Field(default_factory=utcnow)
     """When the fact was stored."""
-    updated_at: datetime = Field(default_factory=utcnow)
+    updated_at: UtcDatetime = Field(default_factory=utcnow)
     """Last content change."""
     access_count: int = 0
     """How often retrieval returned it."""
@@ -233,9 +352,9 @@ class Fact(BaseModel):
     """Incremented on each UPDATE."""
     source_event_ids: list[str] = Field(default_factory=list)
     """Provenance: ids of the events it came from."""
-    valid_from: datetime = Field(default_factory=utcnow)
+    valid_from: UtcDatetime = Field(default_factory=utcnow)
     """From when the fact holds."""
-    invalid_at: datetime | None = None
+    invalid_at: UtcDatetime | None = None
     """Set when superseded or deleted; invalid facts are kept for history, not returned by search."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form extra data."""
@@ -271,7 +390,7 @@ class HistoryEntry(BaseModel):
     """Content after the change."""
     actor: str = "api"
     """Who made it: ``api``, ``cli``, ``formation``, ..."""
-    at: datetime = Field(default_factory=utcnow)
+    at: UtcDatetime = Field(default_factory=utcnow)
     """When."""
 
 
@@ -292,7 +411,11 @@ class Reflection(BaseModel):
     """Source session (always populated by formation)."""
     absorbed: bool = False
     """True once merged into a consolidated blob."""
-    formed_at: datetime = Field(default_factory=utcnow)
+    formed_at: UtcDatetime = Field(default_factory=utcnow)
+    source_user_ids: list[str] = Field(default_factory=list, repr=False)
+    """Users whose conversation it was formed from (set by formation, written by the store so
+    ``forget`` can erase agent-scope reflections). Write-only: reads return it empty, so the
+    users of an agent do not learn each other's ids."""
 
 
 class ConsolidatedMemory(BaseModel):
@@ -313,7 +436,7 @@ class ConsolidatedMemory(BaseModel):
     """Incremented on every consolidation."""
     unabsorbed_ids: list[str] = Field(default_factory=list)
     """Pending reflection ids."""
-    last_consolidated_at: datetime | None = None
+    last_consolidated_at: UtcDatetime | None = None
 
 
 # --------------------------------------------------------------------------- formation jobs
@@ -341,9 +464,13 @@ class Job(BaseModel):
     attempts: int = 0
     max_attempts: int = 8
     last_error: str | None = None
-    next_run_at: datetime = Field(default_factory=utcnow)
-    created_at: datetime = Field(default_factory=utcnow)
-    updated_at: datetime = Field(default_factory=utcnow)
+    next_run_at: UtcDatetime = Field(default_factory=utcnow)
+    created_at: UtcDatetime = Field(default_factory=utcnow)
+    updated_at: UtcDatetime = Field(default_factory=utcnow)
+    worker: str | None = None
+    """The worker holding (or last holding) the job's lease."""
+    lease_until: UtcDatetime | None = None
+    """While ``running``: when the lease expires unless the worker renews it."""
 
 
 class FormationCursor(BaseModel):
@@ -361,8 +488,8 @@ class FormationCursor(BaseModel):
     """Messages since the last formation was triggered."""
     pending_tokens: float = 0.0
     """Weighted tokens since the last formation was triggered."""
-    last_activity_at: datetime = Field(default_factory=utcnow)
-    last_formed_at: datetime | None = None
+    last_activity_at: UtcDatetime = Field(default_factory=utcnow)
+    last_formed_at: UtcDatetime | None = None
 
 
 # --------------------------------------------------------------------------- search results
@@ -407,7 +534,7 @@ class MemoryEntry(BaseModel):
 
     content: str
     author: str | None = None
-    timestamp: datetime | None = None
+    timestamp: UtcDatetime | None = None
     id: str | None = None
 
 

@@ -4,7 +4,9 @@ Embedders by ``provider[:arg]`` (``local``, ``local:/path/to/model``, ``hash:256
 ``openai:text-embedding-3-small``, ``gemini:gemini-embedding-001``, ``none``, ``auto``);
 chat models by ``provider:model`` (``openai:gpt-4o-mini``, ``ollama:llama3.1``,
 ``anthropic:claude-3-5-haiku-latest``, ``gemini:gemini-2.5-flash``, ...); session stores by
-name or URL (``sqlite``, ``local``, ``null``).
+name or URL (``sqlite``, ``local``, ``null``); long-term stores by URL (``sqlite:///path``,
+``:memory:``, a bare path; later ``postgresql://...``). A new backend is one folder under
+``stores/`` plus one row in :data:`STORES` (and :data:`SESSION_STORES`).
 """
 
 from __future__ import annotations
@@ -12,11 +14,17 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
-from typing import Any
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from memlane.errors import ConfigError
 from memlane.providers.embed.base import Embedder
 from memlane.providers.llm.base import LLM
+
+if TYPE_CHECKING:
+    from memlane.stores.base import FactStore, JobStore, ReflectionStore, SessionStore
 
 log = logging.getLogger("memlane")
 
@@ -39,12 +47,106 @@ LLMS: dict[str, tuple[str, str, str]] = {
     "gemini": ("memlane.providers.llm.gemini", "GeminiChat", "gemini"),
 }
 
-#: session store name -> (module, class)
-SESSION_STORES: dict[str, tuple[str, str]] = {
-    "local": ("memlane.stores.local", "LocalMemory"),
-    "null": ("memlane.stores.null", "NullMemory"),
-    "sqlite": ("memlane.stores.sqlite.sessions", "SqliteSessionStore"),
+#: session store name -> (module, class or async ``open(location)``, extra to install)
+SESSION_STORES: dict[str, tuple[str, str, str]] = {
+    "local": ("memlane.stores.local", "LocalMemory", "core"),
+    "null": ("memlane.stores.null", "NullMemory", "core"),
+    "sqlite": ("memlane.stores.sqlite.sessions", "SqliteSessionStore", "core"),
 }
+
+#: long-term store URL scheme -> (module, async ``open_stores(location)``, extra to install)
+STORES: dict[str, tuple[str, str, str]] = {
+    "sqlite": ("memlane.stores.sqlite", "open_stores", "core"),
+}
+
+
+@dataclass
+class Stores:
+    """The stores one backend opened on one location."""
+
+    facts: FactStore
+    reflections: ReflectionStore
+    jobs: JobStore
+    sessions: SessionStore | None
+    """The backend's own session store (``sessions="<scheme>"``), if it has one."""
+    location: str
+
+
+def parse_store_url(url: str | os.PathLike[str]) -> tuple[str, str]:
+    """``(scheme, location)`` of a store URL: ``sqlite:///rel.db`` and ``sqlite:////abs.db``
+    (SQLAlchemy's form), ``sqlite://`` or ``:memory:`` (in memory), or a bare file path."""
+    from memlane.errors import ConfigError
+
+    text = os.fspath(url)
+    if not isinstance(text, str):
+        raise ConfigError(f"a store location must be a path or URL string, got {type(url).__name__}")
+    if text == ":memory:":
+        return "sqlite", ":memory:"
+    scheme, sep, rest = text.partition("://")
+    if not sep or len(scheme) == 1:  # a bare path (a Windows drive letter is no scheme)
+        return "sqlite", text
+    scheme = scheme.lower()
+    if scheme not in STORES:
+        raise ConfigError(f"unknown store URL scheme {scheme!r} in {text!r}; supported: {', '.join(STORES)}")
+    if scheme == "sqlite":
+        if rest in ("", ":memory:", "/:memory:"):
+            return "sqlite", ":memory:"
+        if not rest.startswith("/"):
+            raise ConfigError(f"write SQLite URLs as sqlite:///relative.db or sqlite:////absolute.db, not {text!r}")
+        return "sqlite", rest[1:]
+    return scheme, text
+
+
+def store_location(db: object) -> str:
+    """Check a ``db=`` argument's type (no I/O): a path, ``os.PathLike`` or store URL string."""
+    from memlane.errors import ConfigError
+
+    if isinstance(db, os.PathLike):
+        db = os.fspath(db)
+    if not isinstance(db, str):
+        raise ConfigError(f"db must be a file path or store URL, got {type(db).__name__}")
+    if not db.strip():
+        raise ConfigError("db is empty: give a file path, ':memory:' or a store URL such as sqlite:///memlane.db")
+    parse_store_url(db)
+    return db
+
+
+async def open_stores(url: str | os.PathLike[str]) -> Stores:
+    """Open the long-term stores (facts, reflections, jobs) a URL names, without blocking the loop."""
+    scheme, location = parse_store_url(url)
+    module, attr, extra = STORES[scheme]
+    opener: Callable[[str], Awaitable[Stores]] = _load(module, attr, extra)
+    return await opener(location)
+
+
+async def open_session_store(spec: str | SessionStore, default: Stores) -> SessionStore:
+    """The session store for ``sessions=``: an instance as is; ``"sqlite"`` (or the long-term
+    backend's scheme) shares the long-term store's location; ``"local"`` / ``"null"``; or a URL
+    of its own (``sqlite:///sessions.db``)."""
+    from memlane.errors import ConfigError
+    from memlane.stores.base import SessionStore as SessionStoreProtocol
+
+    if not isinstance(spec, str):
+        if isinstance(spec, SessionStoreProtocol):
+            return spec
+        raise ConfigError(f"sessions= takes a name, a URL or a SessionStore, got {type(spec).__name__}")
+    name = spec.strip()
+    if "://" not in name:
+        if name not in SESSION_STORES:
+            raise ConfigError(f"unknown session store {spec!r}; choose one of: {', '.join(SESSION_STORES)}, or a URL")
+        if name == "sqlite" or (default.sessions is not None and name == parse_store_url(default.location)[0]):
+            if default.sessions is None:
+                raise ConfigError(f"the long-term store at {default.location!r} has no {name!r} session store")
+            return default.sessions
+        module, cls_name, extra = SESSION_STORES[name]
+        store: SessionStore = _load(module, cls_name, extra)()
+        return store
+    scheme, location = parse_store_url(name)
+    if scheme not in SESSION_STORES:
+        raise ConfigError(f"no session store for {scheme!r} URLs; choose one of: {', '.join(SESSION_STORES)}")
+    module, cls_name, extra = SESSION_STORES[scheme]
+    opened: SessionStore = await _load(module, cls_name, extra).open(location)
+    return opened
 
 
 def _load(module: str, name: str, extra: str) -> Any:
@@ -116,15 +218,6 @@ def make_llm(spec: str | LLM, **kwargs: Any) -> LLM:
     module, attr, extra = LLMS[provider]
     llm: LLM = _load(module, attr, extra)(model, **kwargs)
     return llm
-
-
-def make_session_store(spec: str, **kwargs: Any) -> Any:
-    """Build a session store by name (``sqlite`` needs ``db=``)."""
-    name = spec.split("://", 1)[0]
-    if name not in SESSION_STORES:
-        raise ConfigError(f"unknown session store {spec!r}; choose one of: {', '.join(SESSION_STORES)}")
-    module, cls_name = SESSION_STORES[name]
-    return _load(module, cls_name, "core")(**kwargs)
 
 
 def make_formation_model(spec: Any, *, meter: Any = None) -> Any:

@@ -14,13 +14,33 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memlane.errors import DimensionMismatchError, EmbedderError, InvalidInputError, NotFoundError, ScopeError
-from memlane.models import ConsolidatedMemory, Event, EventType, Fact, Reflection, Scope, content_hash, session_key
+from memlane.errors import (
+    ConfigError,
+    ConflictError,
+    DimensionMismatchError,
+    EmbedderError,
+    InvalidInputError,
+    NotFoundError,
+    ScopeError,
+)
+from memlane.models import (
+    ConsolidatedMemory,
+    Event,
+    EventType,
+    Fact,
+    FactFilter,
+    PartitionFilter,
+    Reflection,
+    Scope,
+    content_hash,
+    session_key,
+    user_partition,
+)
 from memlane.providers.embed.base import Matrix
 from memlane.providers.embed.hashing import HashEmbedder
 from memlane.providers.llm.base import ChatMessage, Completion, Usage, estimate_tokens
 from memlane.retrieval.text import parse_query
-from memlane.stores.base import FactStore, SessionStore
+from memlane.stores.base import FactChange, FactStore, ReflectionStore, SessionStore
 
 # --------------------------------------------------------------------------- session store contract
 #
@@ -387,17 +407,21 @@ class FlakyEmbedder:
 
 # --------------------------------------------------------------------------- fact store contract
 #
-#     class TestMyFactStore(FactStoreContract):
+#     class TestMyFactStore(FactStoreContract, ReflectionStoreContract):
 #         @pytest.fixture
 #         async def fact_store(self, tmp_path):
-#             store = MyFactStore(...); store.bind_embedder("hash:64", 64)   # dim 64
+#             store = await MyFactStore.open(...); await store.bind_embedder("hash:64", 64)   # dim 64
 #             yield store
 #             await store.close()
+#
+#         @pytest.fixture
+#         def reflection_store(self, fact_store):   # or a store of its own
+#             return fact_store
 
 _EMB = HashEmbedder(64)
 
 
-def _fact(text: str, user: str | None = "u1", **kw: object) -> Fact:
+def _fact(text: str, user: str | None = "u1", **kw: Any) -> Fact:
     return Fact(content=text, user_id=user, hash=content_hash(text), **kw)
 
 
@@ -405,8 +429,16 @@ def _vecs(*texts: str) -> Matrix:
     return _EMB.embed_sync(list(texts))
 
 
+def _pf(user: str | None = "u1", agent: str | None = None) -> PartitionFilter:
+    return Scope(user_id=user, agent_id=agent).partition_filter()
+
+
+def _terms(text: str) -> tuple[str, ...]:
+    return parse_query(text).terms
+
+
 class FactStoreContract:
-    """Behaviour every long-term store must show (fixture ``fact_store``, dim 64)."""
+    """Behaviour every long-term fact store must show (fixture ``fact_store``, dim 64)."""
 
     async def test_put_is_idempotent_by_hash_within_partition(self, fact_store: FactStore) -> None:
         a = await fact_store.put_facts([_fact("Ann likes tea")], _vecs("Ann likes tea"))
@@ -427,41 +459,120 @@ class FactStoreContract:
         with pytest.raises(DimensionMismatchError):
             await fact_store.put_facts([_fact("x"), _fact("y")], _vecs("x"))
         with pytest.raises(DimensionMismatchError):
-            await fact_store.vector_search(Scope(user_id="u1").partitions(), np.ones(3, dtype=np.float32), limit=3)
+            await fact_store.vector_search(_pf(), np.ones(3, dtype=np.float32), limit=3)
         assert (await fact_store.list_facts(Scope(user_id="u1"))).total == 0
+
+    async def test_rebinding_another_embedder_is_refused(self, fact_store: FactStore) -> None:
+        await fact_store.bind_embedder("hash:64", 64)  # the fixture's own: fine
+        with pytest.raises(DimensionMismatchError):
+            await fact_store.bind_embedder("hash:128", 128)
+        with pytest.raises(ConfigError):
+            await fact_store.bind_embedder("other:64", 64)
 
     async def test_keyword_and_vector_search_stay_in_partition(self, fact_store: FactStore) -> None:
         await fact_store.put_facts([_fact("alpha bravo", user="u1"), _fact("alpha charlie", user="u2")],
                                    _vecs("alpha bravo", "alpha charlie"))  # fmt: skip
-        parts = Scope(user_id="u1").partitions()
-        kw = await fact_store.keyword_search(parts, parse_query("alpha"), limit=10)
-        vec = await fact_store.vector_search(parts, _vecs("alpha")[0], limit=10)
+        kw = await fact_store.keyword_search(_pf(), _terms("alpha"), limit=10)
+        vec = await fact_store.vector_search(_pf(), _vecs("alpha")[0], limit=10)
         got = await fact_store.get_facts([c.fact_id for c in kw + vec], Scope(user_id="u1"))
         assert {f.content for f in got.values()} == {"alpha bravo"}
         assert len(kw) == 1 and len(vec) == 1
         assert -1.0 <= vec[0].score <= 1.0
 
+    async def test_user_scope_reads_every_agent_agent_scope_narrows(self, fact_store: FactStore) -> None:
+        await fact_store.put_facts(
+            [_fact("quebec plain"), _fact("quebec in x", agent_id="x"), _fact("quebec in y", agent_id="y"),
+             _fact("quebec shared", user=None, agent_id="x", scope="agent")],
+            None,
+        )  # fmt: skip
+        async def texts(user: str | None, agent: str | None) -> set[str]:
+            found = await fact_store.keyword_search(_pf(user, agent), _terms("quebec"), limit=10)
+            got = await fact_store.get_facts([c.fact_id for c in found], Scope(user_id=user, agent_id=agent))
+            assert len(got) == len(found)
+            return {f.content for f in got.values()}
+
+        assert await texts("u1", None) == {"quebec plain", "quebec in x", "quebec in y"}
+        assert await texts("u1", "x") == {"quebec in x", "quebec shared"}
+        assert await texts(None, "x") == {"quebec shared"}
+        assert (await fact_store.list_facts(Scope(user_id="u1"))).total == 3
+        assert (await fact_store.list_facts(Scope(user_id="u1", agent_id="y"))).total == 1
+
+    @pytest.mark.parametrize(
+        ("a", "b"),
+        [
+            (("y\x1fz", "x"), ("z", "x\x1fy")),  # the old bare-separator collision
+            (("a|b", "c"), ("a", "b|c")),
+            (("u%7C", None), ("u|", None)),
+            (("é" * 300, "\x00"), ("é" * 300, "\x01")),
+            (("a", "b"), ("a%7Cb", None)),
+        ],
+    )
+    async def test_adversarial_ids_never_collide(
+        self, fact_store: FactStore, a: tuple[str, str | None], b: tuple[str, str | None]
+    ) -> None:
+        (ua, aa), (ub, ab) = a, b
+        await fact_store.put_facts([_fact("victim secret zebra", user=ua, agent_id=aa)], _vecs("victim secret zebra"))
+        assert await fact_store.keyword_search(_pf(ub, ab), _terms("zebra"), limit=5) == []
+        assert await fact_store.vector_search(_pf(ub, ab), _vecs("victim secret zebra")[0], limit=5) == []
+        assert (await fact_store.list_facts(Scope(user_id=ub, agent_id=ab))).total == 0
+        assert len(await fact_store.keyword_search(_pf(ua, aa), _terms("zebra"), limit=5)) == 1
+
     async def test_kind_filter_keeps_turns_from_crowding_out_facts(self, fact_store: FactStore) -> None:
         turns = [_fact(f"lima turn {i}", kind="message") for i in range(30)]
         await fact_store.put_facts(turns, _vecs(*(t.content for t in turns)))
         await fact_store.put_facts([_fact("lima fact")], _vecs("lima fact"))
-        parts = Scope(user_id="u1").partitions()
+        facts_only = FactFilter(kind="fact")
         for cands in (
-            await fact_store.keyword_search(parts, parse_query("lima"), limit=3, kind="fact"),
-            await fact_store.vector_search(parts, _vecs("lima turn 1")[0], limit=3, kind="fact"),
+            await fact_store.keyword_search(_pf(), _terms("lima"), limit=3, filter=facts_only),
+            await fact_store.vector_search(_pf(), _vecs("lima turn 1")[0], limit=3, filter=facts_only),
         ):
             got = await fact_store.get_facts([c.fact_id for c in cands], Scope(user_id="u1"))
             assert [f.content for f in got.values()] == ["lima fact"]
-        msgs = await fact_store.vector_search(parts, _vecs("lima fact")[0], limit=40, kind="message")
+        msgs = await fact_store.vector_search(_pf(), _vecs("lima fact")[0], limit=40, filter=FactFilter(kind="message"))
         assert len(msgs) == 30
+        page = await fact_store.list_facts(Scope(user_id="u1"), limit=5, filter=facts_only)
+        assert page.total == 1 and [f.content for f in page.items] == ["lima fact"]
+
+    async def test_metadata_and_author_filters_apply_before_limit(self, fact_store: FactStore) -> None:
+        notes = [_fact(f"note number {i} about email", metadata={"source": "chat"}) for i in range(100)]
+        await fact_store.put_facts(notes, _vecs(*(n.content for n in notes)))
+        mail = _fact("the email from Bo", metadata={"source": "email", "n": 1, "ok": True}, author="Bo",
+                     kind="message")  # fmt: skip
+        await fact_store.put_facts([mail], _vecs(mail.content))
+        for flt in (
+            FactFilter(metadata=(("source", "email"),)),
+            FactFilter(metadata=(("n", 1), ("ok", True))),
+            FactFilter(author="Bo"),
+        ):
+            kw = await fact_store.keyword_search(_pf(), _terms("email"), limit=3, filter=flt)
+            vec = await fact_store.vector_search(_pf(), _vecs("note number 7 about email")[0], limit=3, filter=flt)
+            assert [c.fact_id for c in kw] == [c.fact_id for c in vec] == [(await self._id_of(fact_store, mail))]
+            page = await fact_store.list_facts(Scope(user_id="u1"), filter=flt)
+            assert page.total == 1
+        none = FactFilter(metadata=(("ok", 1),))  # JSON true is not the number 1
+        assert await fact_store.keyword_search(_pf(), _terms("email"), limit=3, filter=none) == []
+
+    @staticmethod
+    async def _id_of(fact_store: FactStore, fact: Fact) -> str:
+        page = await fact_store.list_facts(Scope(user_id=fact.user_id), limit=1000)
+        return next(f.id for f in page.items if f.content == fact.content)
+
+    async def test_candidates_carry_authors_and_authors_lists_them(self, fact_store: FactStore) -> None:
+        await fact_store.put_facts(
+            [_fact("romeo one", kind="message", author="Ann"), _fact("romeo two", kind="message", author="Bob"),
+             _fact("romeo other", user="u2", kind="message", author="Eve")],
+            None,
+        )  # fmt: skip
+        kw = await fact_store.keyword_search(_pf(), _terms("romeo"), limit=5)
+        assert sorted((c.author or "").lower() for c in kw) == ["ann", "bob"]
+        assert sorted(await fact_store.authors(_pf())) == ["Ann", "Bob"]
 
     async def test_scores_are_higher_is_better(self, fact_store: FactStore) -> None:
         texts = ["zulu zulu zulu", "zulu yankee", "xray yankee"]
         await fact_store.put_facts([_fact(t) for t in texts], _vecs(*texts))
-        parts = Scope(user_id="u1").partitions()
-        kw = await fact_store.keyword_search(parts, parse_query("zulu"), limit=10)
+        kw = await fact_store.keyword_search(_pf(), _terms("zulu"), limit=10)
         assert [c.score for c in kw] == sorted((c.score for c in kw), reverse=True)
-        vec = await fact_store.vector_search(parts, _vecs("zulu zulu zulu")[0], limit=10)
+        vec = await fact_store.vector_search(_pf(), _vecs("zulu zulu zulu")[0], limit=10)
         assert vec[0].score == pytest.approx(1.0, abs=1e-5)
         assert [c.score for c in vec] == sorted((c.score for c in vec), reverse=True)
 
@@ -469,8 +580,8 @@ class FactStoreContract:
         [(f, _)] = await fact_store.put_facts([_fact("delta echo")], _vecs("delta echo"))
         scope = Scope(user_id="u1")
         await fact_store.invalidate_fact(f.id, scope)
-        assert await fact_store.keyword_search(scope.partitions(), parse_query("delta"), limit=5) == []
-        assert await fact_store.vector_search(scope.partitions(), _vecs("delta echo")[0], limit=5) == []
+        assert await fact_store.keyword_search(_pf(), _terms("delta"), limit=5) == []
+        assert await fact_store.vector_search(_pf(), _vecs("delta echo")[0], limit=5) == []
         got = await fact_store.get_fact(f.id, scope)
         assert got is not None and got.invalid_at is not None
         assert [h.event for h in await fact_store.history(f.id, scope)] == ["ADD", "DELETE"]
@@ -480,9 +591,9 @@ class FactStoreContract:
         scope = Scope(user_id="u1")
         up = await fact_store.update_fact(f.id, scope, "hotel india", _vecs("hotel india")[0])
         assert up.version == 2
-        assert await fact_store.keyword_search(scope.partitions(), parse_query("foxtrot"), limit=5) == []
-        assert len(await fact_store.keyword_search(scope.partitions(), parse_query("india"), limit=5)) == 1
-        vec = await fact_store.vector_search(scope.partitions(), _vecs("hotel india")[0], limit=1)
+        assert await fact_store.keyword_search(_pf(), _terms("foxtrot"), limit=5) == []
+        assert len(await fact_store.keyword_search(_pf(), _terms("india"), limit=5)) == 1
+        vec = await fact_store.vector_search(_pf(), _vecs("hotel india")[0], limit=1)
         assert vec[0].fact_id == f.id and vec[0].score == pytest.approx(1.0, abs=1e-5)
 
     async def test_other_scope_cannot_touch(self, fact_store: FactStore) -> None:
@@ -498,12 +609,25 @@ class FactStoreContract:
             await fact_store.history(f.id, other)
 
     async def test_purge_user_removes_only_that_user(self, fact_store: FactStore) -> None:
-        await fact_store.put_facts([_fact("kilo", user="u1"), _fact("lima", user="u2")], _vecs("kilo", "lima"))
-        await fact_store.put_reflection(Reflection(content="r", scope="user", user_id="u1"))
-        assert await fact_store.purge_user("u1") >= 3
+        await fact_store.put_facts(
+            [_fact("kilo canaryword", kind="message", author="K", session_id="s"), _fact("kilo two", agent_id="x"),
+             _fact("lima", user="u2")],
+            _vecs("kilo canaryword", "kilo two", "lima"),
+        )  # fmt: skip
+        await fact_store.apply_changes([FactChange("ADD", user_partition("u1", None), fact=_fact("kilo formed"))],
+                                       key="batch-u1")  # fmt: skip
+        assert await fact_store.purge_user("u1") >= 4
         assert (await fact_store.list_facts(Scope(user_id="u1"), include_invalid=True)).total == 0
-        assert await fact_store.list_reflections(scope="user", user_id="u1") == []
+        assert await fact_store.keyword_search(_pf(), _terms("kilo canaryword"), limit=5) == []
+        assert await fact_store.vector_search(_pf(), _vecs("kilo two")[0], limit=5) == []
+        assert await fact_store.authors(_pf()) == []
+        assert (await fact_store.stats(Scope(user_id="u1"))).facts == 0
         assert (await fact_store.list_facts(Scope(user_id="u2"))).total == 1
+        # the applied-batch record went too: the same key applies again after a purge
+        again = await fact_store.apply_changes(
+            [FactChange("ADD", user_partition("u1", None), fact=_fact("kilo formed"))], key="batch-u1"
+        )
+        assert again[0].event == "ADD"
 
     async def test_missing_embeddings_and_backfill(self, fact_store: FactStore) -> None:
         await fact_store.put_facts([_fact("mike november")], None)
@@ -511,29 +635,134 @@ class FactStoreContract:
         assert [t for _, t in missing] == ["mike november"]
         await fact_store.set_embeddings([missing[0][0]], _vecs("mike november"))
         assert await fact_store.missing_embeddings(limit=10) == []
-        vec = await fact_store.vector_search(Scope(user_id="u1").partitions(), _vecs("mike november")[0], limit=1)
+        vec = await fact_store.vector_search(_pf(), _vecs("mike november")[0], limit=1)
         assert vec and vec[0].score == pytest.approx(1.0, abs=1e-5)
-
-    async def test_reflections_and_consolidated_roundtrip(self, fact_store: FactStore) -> None:
-        r1 = await fact_store.put_reflection(Reflection(content="goal: fix login", scope="session", session_id="s"))
-        await fact_store.put_reflection(Reflection(content="other session", scope="session", session_id="t"))
-        assert [r.id for r in await fact_store.list_reflections(scope="session", session_id="s")] == [r1.id]
-        blob = ConsolidatedMemory(scope="session", session_id="s", consolidated_content="VERSION: 1", word_limit=200,
-                                  version=1)  # fmt: skip
-        await fact_store.put_consolidated(blob, [r1.id])
-        got = await fact_store.get_consolidated(scope="session", session_id="s")
-        assert got is not None and got.version == 1 and got.consolidated_content == "VERSION: 1"
-        assert await fact_store.list_reflections(scope="session", session_id="s", absorbed=False) == []
-        await fact_store.put_consolidated(blob.model_copy(update={"version": 2, "consolidated_content": "VERSION: 2"}))
-        again = await fact_store.get_consolidated(scope="session", session_id="s")
-        assert again is not None and again.version == 2
 
     async def test_list_pages_and_rejects_bad_cursor(self, fact_store: FactStore) -> None:
         await fact_store.put_facts([_fact(f"oscar {i}") for i in range(5)], None)
         page = await fact_store.list_facts(Scope(user_id="u1"), limit=2)
         assert page.total == 5 and len(page.items) == 2 and page.next_cursor
+        rest = await fact_store.list_facts(Scope(user_id="u1"), limit=10, cursor=page.next_cursor)
+        assert len(rest.items) == 3 and {f.id for f in rest.items}.isdisjoint(f.id for f in page.items)
+        for bad in ("not-a-cursor", "9" * 23, "-1"):
+            with pytest.raises(InvalidInputError):
+                await fact_store.list_facts(Scope(user_id="u1"), cursor=bad)
+
+    async def test_record_access_and_stats(self, fact_store: FactStore) -> None:
+        [(f, _), (g, _)] = await fact_store.put_facts([_fact("papa"), _fact("papa two", user="u2")], None)
+        await fact_store.record_access([f.id, f.id])
+        got = await fact_store.get_fact(f.id, Scope(user_id="u1"))
+        assert got is not None and got.access_count == 1
+        await fact_store.invalidate_fact(g.id, Scope(user_id="u2"))
+        whole = await fact_store.stats()
+        assert (whole.facts, whole.valid_facts, whole.dim) == (2, 1, 64)
+        mine = await fact_store.stats(Scope(user_id="u1"))
+        assert (mine.facts, mine.valid_facts) == (1, 1)
+
+    # ---- formation batches: core policy (memlane.policy) applied in one transaction
+    async def test_apply_changes_is_exactly_once_per_key(self, fact_store: FactStore) -> None:
+        part = user_partition("u1", None)
+        batch = [FactChange("ADD", part, fact=_fact("sierra tango")), FactChange("ADD", part, fact=_fact("uniform"))]
+        first = await fact_store.apply_changes(batch, key="k1")
+        again = await fact_store.apply_changes(batch, key="k1")
+        assert [a.fact.id for a in first] == [a.fact.id for a in again]
+        assert (await fact_store.list_facts(Scope(user_id="u1"))).total == 2
+        bad = [FactChange("ADD", part, fact=_fact("victor")), FactChange("DELETE", part, target_id="nope")]
         with pytest.raises(InvalidInputError):
-            await fact_store.list_facts(Scope(user_id="u1"), cursor="not-a-cursor")
+            await fact_store.apply_changes(bad, key="k2")
+        assert (await fact_store.list_facts(Scope(user_id="u1"))).total == 2  # all or nothing
+
+    async def test_apply_changes_rules(self, fact_store: FactStore) -> None:
+        part = user_partition("u1", None)
+        [(old, _), (other, _)] = await fact_store.put_facts([_fact("lives in Lisbon"), _fact("x", user="u2")], None)
+        res = await fact_store.apply_changes(
+            [
+                FactChange("UPDATE", part, fact=_fact("lives in Porto"), target_id=old.id, text="lives in Porto"),
+                FactChange("DELETE", part, fact=_fact("lives in Porto"), target_id=old.id),  # same text: NONE
+                FactChange("DELETE", part, fact=_fact("brand new"), target_id=other.id),  # other user's: ADD
+                FactChange("UPDATE", part, fact=_fact("invented"), target_id="made-up"),  # invented id: ADD
+                FactChange("NONE", part, fact=_fact("ignored"), target_id=old.id),
+            ],
+            key="rules",
+        )
+        assert [a.event for a in res] == ["UPDATE", "NONE", "ADD", "ADD", "NONE"]
+        assert res[0].previous == "lives in Lisbon" and res[0].fact.version == 2
+        hist = [h.event for h in await fact_store.history(old.id, Scope(user_id="u1"))]
+        assert hist == ["ADD", "UPDATE", "NONE", "NONE"]
+        kept = await fact_store.get_fact(other.id, Scope(user_id="u2"))
+        assert kept is not None and kept.is_valid
+        [(f, _)] = await fact_store.put_facts([_fact("whiskey")], None)
+        dele = await fact_store.apply_changes(
+            [FactChange("DELETE", part, fact=_fact("xray"), target_id=f.id)], key="del"
+        )
+        assert dele[0].event == "DELETE" and dele[0].previous == "whiskey"
+        gone = await fact_store.get_fact(f.id, Scope(user_id="u1"))
+        assert gone is not None and not gone.is_valid
+
+
+class ReflectionStoreContract:
+    """Behaviour every reflection store must show (fixture ``reflection_store``)."""
+
+    async def test_reflections_and_consolidated_roundtrip(self, reflection_store: ReflectionStore) -> None:
+        rs = reflection_store
+        r1 = await rs.put_reflection(Reflection(content="goal: fix login", scope="session", session_id="s"))
+        await rs.put_reflection(Reflection(content="other session", scope="session", session_id="t"))
+        assert [r.id for r in await rs.list_reflections(scope="session", session_id="s")] == [r1.id]
+        blob = ConsolidatedMemory(scope="session", session_id="s", consolidated_content="VERSION: 1", word_limit=200,
+                                  version=1)  # fmt: skip
+        await rs.put_consolidated(blob, [r1.id])
+        got = await rs.get_consolidated(scope="session", session_id="s")
+        assert got is not None and got.version == 1 and got.consolidated_content == "VERSION: 1"
+        assert await rs.list_reflections(scope="session", session_id="s", absorbed=False) == []
+        await rs.put_consolidated(blob.model_copy(update={"version": 2, "consolidated_content": "VERSION: 2"}))
+        again = await rs.get_consolidated(scope="session", session_id="s")
+        assert again is not None and again.version == 2
+
+    async def test_user_buffer_gathers_every_session(self, reflection_store: ReflectionStore) -> None:
+        rs = reflection_store
+        for sid in ("s1", "s2"):
+            await rs.put_reflection(Reflection(content=f"from {sid}", scope="user", user_id="u1", session_id=sid))
+        await rs.put_reflection(Reflection(content="other", scope="user", user_id="u2", session_id="s1"))
+        got = await rs.list_reflections(scope="user", user_id="u1")
+        assert [r.content for r in got] == ["from s1", "from s2"]
+
+    async def test_consolidation_conflict(self, reflection_store: ReflectionStore) -> None:
+        rs = reflection_store
+        r = await rs.put_reflection(Reflection(content="likes tea", scope="user", user_id="u1"))
+        blob = ConsolidatedMemory(scope="user", user_id="u1", consolidated_content="VERSION: 1", word_limit=300,
+                                  version=1)  # fmt: skip
+        await rs.put_consolidated(blob, [r.id], expected_version=0)
+        with pytest.raises(ConflictError):  # a second writer that also read version 0 loses
+            await rs.put_consolidated(blob.model_copy(update={"consolidated_content": "VERSION: 1 b"}),
+                                      expected_version=0)  # fmt: skip
+        got = await rs.get_consolidated(scope="user", user_id="u1")
+        assert got is not None and got.consolidated_content == "VERSION: 1"
+        await rs.put_consolidated(blob.model_copy(update={"version": 2}), expected_version=1)
+
+    async def test_clear_session_memory(self, reflection_store: ReflectionStore) -> None:
+        rs = reflection_store
+        await rs.put_reflection(Reflection(content="s", scope="session", user_id="u1", session_id="s1"))
+        await rs.put_reflection(Reflection(content="kept", scope="session", user_id="u1", session_id="s2"))
+        await rs.put_reflection(Reflection(content="user level", scope="user", user_id="u1", session_id="s1"))
+        await rs.put_consolidated(ConsolidatedMemory(scope="session", user_id="u1", session_id="s1", word_limit=200,
+                                                     consolidated_content="VERSION: 1", version=1))  # fmt: skip
+        assert await rs.clear_session_memory(agent_id=None, user_id="u1", session_id="s1") == 2
+        assert await rs.get_consolidated(scope="session", user_id="u1", session_id="s1") is None
+        assert [r.content for r in await rs.list_reflections(scope="session", user_id="u1", session_id="s2")] == [
+            "kept"
+        ]
+        assert len(await rs.list_reflections(scope="user", user_id="u1")) == 1
+
+    async def test_purge_user(self, reflection_store: ReflectionStore) -> None:
+        rs = reflection_store
+        await rs.put_reflection(Reflection(content="r", scope="user", user_id="u1"))
+        await rs.put_reflection(Reflection(content="r2", scope="user", user_id="u2"))
+        await rs.put_consolidated(ConsolidatedMemory(scope="user", user_id="u1", word_limit=300,
+                                                     consolidated_content="VERSION: 1", version=1))  # fmt: skip
+        assert await rs.purge_user("u1") >= 2
+        assert await rs.list_reflections(scope="user", user_id="u1") == []
+        assert await rs.get_consolidated(scope="user", user_id="u1") is None
+        assert len(await rs.list_reflections(scope="user", user_id="u2")) == 1
 
 
 # --------------------------------------------------------------------------- scripted LLM

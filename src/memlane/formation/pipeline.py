@@ -44,6 +44,8 @@ from memlane.formation.schemas import (
 from memlane.models import (
     ConsolidatedMemory,
     Fact,
+    FactFilter,
+    PartitionFilter,
     Reflection,
     Scope,
     agent_partition,
@@ -54,11 +56,14 @@ from memlane.models import (
 )
 from memlane.providers.embed.base import Matrix
 from memlane.retrieval.text import parse_query, query_terms
-from memlane.stores.base import AppliedChange, FactChange, FactStore
+from memlane.stores.base import AppliedChange, FactChange, FactStore, ReflectionStore
 
 log = logging.getLogger("memlane.formation")
 
 EmbedFn = Callable[[list[str]], Awaitable[Matrix | None]]
+
+#: Dedup candidates and the profile read extracted facts only, never verbatim turns.
+FACTS_ONLY = FactFilter(kind="fact")
 
 
 @dataclass(frozen=True)
@@ -167,12 +172,15 @@ class Pipeline:
         self,
         *,
         facts: FactStore,
+        reflections: ReflectionStore | None = None,
         embed: EmbedFn,
         config: FormationConfig,
         fast: FormationModel,
         strong: FormationModel | None = None,
     ) -> None:
         self.facts = facts
+        # The SQLite store implements both protocols on one file.
+        self.reflections: ReflectionStore = reflections if reflections is not None else facts  # type: ignore[assignment]
         self.embed = embed
         self.config = config
         self.fast = fast
@@ -252,11 +260,18 @@ class Pipeline:
             scope = self._scope_obj(target, f.scope)
             sims: dict[str, float] = {}
             if vectors is not None:
-                vec = await self.facts.vector_search([part], vectors[i], limit=cfg.dedup_limit * 4, kind="fact")
+                vec = await self.facts.vector_search(
+                    PartitionFilter(exact=(part,)), vectors[i], limit=cfg.dedup_limit * 4, filter=FACTS_ONLY
+                )
                 sims = {c.fact_id: c.score for c in vec if c.score >= cfg.dedup_threshold}
             # Keyword matches fill the remaining slots: a contradiction ("moved to Porto" vs
             # "lives in Lisbon") often shares the subject and little else, so its cosine is low.
-            kw = await self.facts.keyword_search([part], parse_query(f.content), limit=cfg.dedup_limit * 4, kind="fact")
+            kw = await self.facts.keyword_search(
+                PartitionFilter(exact=(part,)),
+                parse_query(f.content).terms,
+                limit=cfg.dedup_limit * 4,
+                filter=FACTS_ONLY,
+            )
             order = list(sims) + [c.fact_id for c in kw if c.fact_id not in sims]
             found = await self.facts.get_facts(order, scope)
             out: list[ExistingFact] = []
@@ -311,7 +326,8 @@ class Pipeline:
                 content=f.content,
                 hash=content_hash(f.content),
                 scope=f.scope,
-                user_id=target.user_id if f.scope == "user" else None,
+                # on an agent fact: the contributor, so forget(user) can erase it
+                user_id=target.user_id,
                 agent_id=target.agent_ns,
                 session_id=target.session_id,
                 kind="fact",
@@ -361,8 +377,8 @@ class Pipeline:
     # ------------------------------------------------------------------ 3. reflections
     async def scope_memory(self, target: Target, scope: ReflectionScopeName) -> ScopeMemory:
         key = scope_key(target, scope)
-        blob = await self.facts.get_consolidated(scope=scope, **key)
-        pending = await self.facts.list_reflections(scope=scope, absorbed=False, **key)
+        blob = await self.reflections.get_consolidated(scope=scope, **key)
+        pending = await self.reflections.list_reflections(scope=scope, absorbed=False, **key)
         return ScopeMemory(consolidated=blob.consolidated_content if blob else "", recent=[r.content for r in pending])
 
     async def reflect(self, target: Target, turns: Sequence[Turn], new_facts: Sequence[str]) -> list[Reflection]:
@@ -398,6 +414,7 @@ class Pipeline:
                         agent_id=key["agent_id"],
                         user_id=key["user_id"],
                         session_id=target.session_id,
+                        source_user_ids=[target.user_id] if target.user_id else [],
                     )
                 )
         return result
@@ -425,11 +442,11 @@ class Pipeline:
         self, target: Target, scope: ReflectionScopeName, *, force: bool = False
     ) -> ConsolidatedMemory | None:
         key = scope_key(target, scope)
-        pending = await self.facts.list_reflections(scope=scope, absorbed=False, **key)
+        pending = await self.reflections.list_reflections(scope=scope, absorbed=False, **key)
         threshold = self.config.consolidation_threshold[scope]
         if not pending or (not force and len(pending) < threshold):
             return None
-        blob = await self.facts.get_consolidated(scope=scope, **key)
+        blob = await self.reflections.get_consolidated(scope=scope, **key)
         current_version = blob.version if blob else 0
         limit = self.config.word_limit[scope]
         text = await self.model_for(target.tier).consolidate(
@@ -451,7 +468,9 @@ class Pipeline:
             last_consolidated_at=utcnow(),
             **key,
         )
-        return await self.facts.put_consolidated(new, [r.id for r in pending], expected_version=current_version)
+        return await self.reflections.put_consolidated(
+            new, [r.id for r in pending], expected_version=current_version
+        )
 
     # ------------------------------------------------------------------ 5. profile
     async def profile(
@@ -485,14 +504,15 @@ class Pipeline:
         return "\n".join(f"- {b}" for b in bullets)
 
     async def user_facts(self, user_id: str, agent_ns: str | None, *, limit: int = 500) -> list[str]:
-        """The user's own valid facts (not verbatim turns), newest first."""
+        """The user's own valid facts (not verbatim turns), newest first: under ``agent_ns``
+        when given, else under every agent (the ``kind`` filter runs in the store's query)."""
         scope = Scope(user_id=user_id, agent_id=agent_ns)
-        part = user_partition(user_id, agent_ns)
+        part = user_partition(user_id, agent_ns) if agent_ns is not None else None
         out: list[str] = []
         cursor: str | None = None
         while len(out) < limit:
-            page = await self.facts.list_facts(scope, limit=200, cursor=cursor)
-            out.extend(f.content for f in page.items if f.kind == "fact" and f.partition == part)
+            page = await self.facts.list_facts(scope, limit=min(500, limit), cursor=cursor, filter=FACTS_ONLY)
+            out.extend(f.content for f in page.items if part is None or f.partition == part)
             cursor = page.next_cursor
             if cursor is None:
                 break

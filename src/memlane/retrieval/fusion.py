@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+#: The RRF constant k (60, as in the original paper); ``RetrievalConfig.rrf_k`` defaults to it.
+RRF_K = 60
+
 
 @dataclass
 class Fused:
@@ -22,7 +25,7 @@ def rrf(
     lists: Mapping[str, Sequence[tuple[str, float]]],
     *,
     weights: dict[str, float] | None = None,
-    k: int = 60,
+    k: int = RRF_K,
     depth: int | None = None,
 ) -> list[Fused]:
     """Fuse ranked lists: ``score(d) = sum_l w_l / (k + rank_l(d))``.

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from memlane.retrieval.fusion import Fused, rrf
-from memlane.stores.base import Candidate
+from memlane.retrieval.fusion import RRF_K, Fused, rrf
+from memlane.models import Candidate
 
 #: At most this many queries run per search (Eden's ``search_facts`` takes up to 3).
 MAX_QUERIES = 3
@@ -29,7 +29,7 @@ class RetrievalConfig(BaseModel):
     """``rrf``: weighted Reciprocal Rank Fusion. ``score``: keyword score divided by the best
     keyword score, plus ``vector_weight`` times the cosine (a keyword candidate missing from
     the vector list gets that list's lowest cosine)."""
-    rrf_k: int = 60
+    rrf_k: int = RRF_K
     """The RRF constant k."""
     keyword_weight: float = 1.0
     """Weight of keyword lists in RRF."""

@@ -6,10 +6,10 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 
-from memlane.stores.base import KeywordQuery
+from memlane.models import KeywordQuery
 
 #: English stopwords removed from keyword queries (NLTK's list, 179 words). Documents keep
 #: them: removing them from documents measured worse on LoCoMo.
@@ -228,11 +228,6 @@ def parse_query(text: str, authors: Iterable[str] = (), *, author_boost: float =
     if len(named) == len(set(authors)):
         named = ()
     return KeywordQuery(terms=tuple(terms), boost_authors=named, author_boost=author_boost)
-
-
-def fts_or_query(terms: Sequence[str]) -> str:
-    """An FTS5 expression matching any term; every term quoted, so no query syntax leaks in."""
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
 def date_words(when: datetime | None) -> str:

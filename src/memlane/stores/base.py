@@ -5,8 +5,10 @@ Two small contracts:
 * :class:`SessionStore` — short-term memory: sessions as ordered, bounded event logs
   (KAOS / ADK API). Implementations: ``LocalMemory`` (in-process), ``SqliteSessionStore``
   (durable), ``NullMemory`` (memory disabled).
-* :class:`FactStore` — long-term memory: facts with keyword and vector candidate search,
-  reflections, consolidated blobs and history. Implementation: ``SqliteFactStore``.
+* :class:`FactStore` — long-term memory: facts with keyword and vector candidate search
+  and history. Implementation: ``SqliteFactStore``.
+* :class:`ReflectionStore` — always-in-context memory: reflections and consolidated blobs.
+  Implementation: ``SqliteFactStore`` (the same file and class).
 * :class:`JobStore` — durable formation jobs (leased, retried) and per-session formation
   cursors. Implementation: ``SqliteJobStore``.
 
@@ -25,18 +27,37 @@ import numpy as np
 import numpy.typing as npt
 
 from memlane.models import (
+    Candidate,
     ConsolidatedMemory,
     Event,
     EventType,
     Fact,
     FormationCursor,
+    FactFilter,
     HistoryEntry,
     Job,
+    KeywordQuery,
     Page,
+    PartitionFilter,
     Reflection,
     Scope,
     Session,
 )
+
+__all__ = [
+    "AppliedChange",
+    "Candidate",
+    "FactChange",
+    "FactFilter",
+    "FactStore",
+    "JobStore",
+    "KeywordQuery",
+    "PartitionFilter",
+    "ReflectionStore",
+    "SessionStore",
+    "StoreStats",
+    "Vector",
+]
 
 Vector = npt.NDArray[np.float32]
 
@@ -87,6 +108,10 @@ class SessionStore(Protocol):
         """Delete a session and its events; True if it existed."""
         ...
 
+    async def counts(self) -> tuple[int, int]:
+        """(sessions, events) in the whole store, for operators' stats."""
+        ...
+
     async def delete_user_sessions(self, user_id: str) -> int:
         """Delete, in every app, the sessions whose only participant is ``user_id`` (for
         ``forget``); group sessions stay. Returns how many were deleted."""
@@ -110,25 +135,6 @@ class SessionStore(Protocol):
     async def close(self) -> None:
         """Release resources."""
         ...
-
-
-@dataclass(frozen=True)
-class KeywordQuery:
-    """A parsed keyword query (see ``memlane.retrieval.text``)."""
-
-    terms: tuple[str, ...]
-    """Query words with stopwords removed, lowercase."""
-    boost_authors: tuple[str, ...] = ()
-    """Authors named in the query: their memories' keyword scores are multiplied by ``author_boost``."""
-    author_boost: float = 2.0
-
-
-@dataclass
-class Candidate:
-    """A store's candidate for one search list: fact id and a raw score (higher is better)."""
-
-    fact_id: str
-    score: float
 
 
 @dataclass
@@ -177,18 +183,33 @@ class StoreStats:
 
 @runtime_checkable
 class FactStore(Protocol):
-    """Long-term memory: facts, reflections, consolidated blobs, history.
+    """Long-term memory: facts, their keyword and vector candidates, and history.
 
-    Contract:
+    A backend implements storage primitives only; ranking, fusion, the author boost, the
+    ADD/UPDATE/DELETE/NONE rules (:mod:`memlane.policy`) and neighbour-turn context
+    (:mod:`memlane.retrieval.context`) are core policy that backends call, never re-implement.
+
+    Contract (``memlane.testing.FactStoreContract`` checks it):
       * Writes are idempotent by content hash within a partition: putting a valid fact whose
         hash already exists returns the existing fact (``created=False``) and changes nothing.
-      * Deletion is soft (``invalid_at`` set, kept in history); ``purge_user`` is the hard delete.
-      * ``keyword_search`` scores are negated BM25 (higher is better);
-        ``vector_search`` scores are cosine similarity in -1..1 (higher is better).
-      * Every read names its partitions / scope; there is no unscoped read.
+      * Deletion is soft (``invalid_at`` set, kept in history); ``purge_user`` is the hard delete
+        and leaves none of the user's text behind.
+      * ``keyword_search`` scores are negated BM25 (higher is better); ``vector_search`` scores
+        are cosine similarity in -1..1 (higher is better).
+      * Every read names its partitions (a :class:`PartitionFilter` or a :class:`Scope`);
+        there is no unscoped read. ``FactFilter`` conditions are applied inside the query,
+        before ``limit``.
     """
 
     dim: int | None
+    """Dimension of the stored vectors, None until an embedder is bound."""
+    embedder_name: str | None
+    """Name of the embedder the stored vectors came from."""
+
+    async def bind_embedder(self, name: str, dim: int) -> None:
+        """Record the embedder on first use; raise ``DimensionMismatchError`` /
+        ``ConfigError`` when the store already holds vectors of another embedder."""
+        ...
 
     async def put_facts(
         self, facts: Sequence[Fact], vectors: Vector | None, *, actor: str = "api"
@@ -211,8 +232,9 @@ class FactStore(Protocol):
         limit: int = 50,
         cursor: str | None = None,
         include_invalid: bool = False,
+        filter: FactFilter | None = None,
     ) -> Page:
-        """Facts newest first, paginated by an opaque cursor."""
+        """Facts newest first, paginated by an opaque cursor (``filter`` applied in the query)."""
         ...
 
     async def update_fact(
@@ -230,31 +252,29 @@ class FactStore(Protocol):
         ...
 
     async def purge_user(self, user_id: str) -> int:
-        """Hard delete all of ``user_id``'s facts, history, reflections, blobs; returns rows removed."""
+        """Hard delete all of ``user_id``'s facts, history and applied batches; returns rows removed."""
         ...
 
     async def keyword_search(
         self,
-        partitions: Sequence[str],
-        query: KeywordQuery,
+        partitions: PartitionFilter,
+        terms: Sequence[str],
         *,
         limit: int,
-        session_id: str | None = None,
-        kind: str | None = None,
+        filter: FactFilter | None = None,
     ) -> list[Candidate]:
-        """Valid facts matching any query term, best first (optionally of one session / kind)."""
+        """Valid facts matching any term, best first, with their authors (for the boost)."""
         ...
 
     async def vector_search(
         self,
-        partitions: Sequence[str],
+        partitions: PartitionFilter,
         vector: Vector,
         *,
         limit: int,
-        session_id: str | None = None,
-        kind: str | None = None,
+        filter: FactFilter | None = None,
     ) -> list[Candidate]:
-        """Valid facts with embeddings, by cosine similarity, best first (optionally of one session / kind)."""
+        """Valid facts with embeddings, by cosine similarity, best first."""
         ...
 
     async def missing_embeddings(self, *, limit: int = 256) -> list[tuple[str, str]]:
@@ -269,7 +289,7 @@ class FactStore(Protocol):
         """Increment ``access_count`` of retrieved facts."""
         ...
 
-    async def authors(self, partitions: Sequence[str]) -> list[str]:
+    async def authors(self, partitions: PartitionFilter) -> list[str]:
         """Distinct authors of verbatim memories in these partitions."""
         ...
 
@@ -282,9 +302,23 @@ class FactStore(Protocol):
         actor: str = "formation",
     ) -> list[AppliedChange]:
         """Apply a formation batch atomically (all or nothing), exactly once per ``key``:
-        a replay with the same key changes nothing and returns the first result. Every
-        change writes history rows (event, old, new, actor, time)."""
+        a replay with the same key changes nothing and returns the first result. Each change
+        is resolved by :func:`memlane.policy.resolve_change` against the state read inside the
+        transaction. Every change writes history rows (event, old, new, actor, time)."""
         ...
+
+    async def stats(self, scope: Scope | None = None) -> StoreStats:
+        """Fact counts (whole store when ``scope`` is None: for operators, returns no content)."""
+        ...
+
+    async def close(self) -> None:
+        """Release resources."""
+        ...
+
+
+@runtime_checkable
+class ReflectionStore(Protocol):
+    """Always-in-context memory: reflection buffers and consolidated blobs per scope."""
 
     async def put_reflection(self, reflection: Reflection) -> Reflection:
         """Store a reflection in its scope's buffer."""
@@ -325,8 +359,8 @@ class FactStore(Protocol):
         """Delete one session's reflections and blob (the session was cleared); returns rows removed."""
         ...
 
-    async def stats(self, scope: Scope | None = None) -> StoreStats:
-        """Counts (whole database when ``scope`` is None: for operators, returns no content)."""
+    async def purge_user(self, user_id: str) -> int:
+        """Hard delete the user's reflections and blobs; returns rows removed."""
         ...
 
     async def close(self) -> None:
@@ -358,6 +392,11 @@ class JobStore(Protocol):
 
     async def claim(self, worker: str, *, lease_seconds: float, job_id: str | None = None) -> Job | None:
         """Take the oldest due job (or ``job_id``) and lease it to ``worker``."""
+        ...
+
+    async def renew(self, job_id: str, worker: str, *, lease_seconds: float) -> bool:
+        """Heartbeat: extend ``worker``'s lease to now + ``lease_seconds``; False when the job
+        is no longer running under ``worker`` (finished, released, or taken over)."""
         ...
 
     async def checkpoint(self, job_id: str, state: dict[str, Any]) -> None:

@@ -139,6 +139,10 @@ class LocalMemory:
         check_session_id(session_id)
         return self._sessions.pop((app, session_id), None) is not None
 
+    async def counts(self) -> tuple[int, int]:
+        """(sessions, events) held in this process."""
+        return len(self._sessions), sum(len(e.events) for e in self._sessions.values())
+
     async def delete_user_sessions(self, user_id: str) -> int:
         """Delete, in every app, the sessions whose only participant is ``user_id``."""
         check_user_ids([user_id])

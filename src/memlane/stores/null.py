@@ -62,6 +62,10 @@ class NullMemory:
         """Always False (nothing existed)."""
         return False
 
+    async def counts(self) -> tuple[int, int]:
+        """Nothing is stored."""
+        return 0, 0
+
     async def delete_user_sessions(self, user_id: str) -> int:
         """Always 0 (nothing is stored)."""
         return 0

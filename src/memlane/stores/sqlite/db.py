@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from memlane.errors import CorruptDatabaseError, StorageError
+from memlane.errors import CorruptDatabaseError, InvalidInputError, StorageError
 from memlane.stores.sqlite.migrations import MIGRATIONS
 
 T = TypeVar("T")
@@ -54,6 +54,21 @@ def _redact(path: str) -> str:
     return path if len(path) < 200 else path[:200] + "..."
 
 
+def _not_a_database(exc: sqlite3.DatabaseError) -> bool:
+    """True when SQLite says the bytes are not a (healthy) database, as opposed to an I/O or
+    permission failure that says nothing about the file's content."""
+    msg = str(exc)
+    return "not a database" in msg or "malformed" in msg or "encrypted" in msg
+
+
+def read_only_error(path: str) -> StorageError:
+    """The error every write to a read-only database raises."""
+    return StorageError(
+        f"{_redact(path)}: database is read-only (the file or its filesystem is not writable); "
+        "reads work, but this command needs to write. Fix the permissions or use another --db."
+    )
+
+
 class Database:
     """A memlane SQLite file. Open with :meth:`open`; share between stores; :meth:`close` once.
 
@@ -73,25 +88,97 @@ class Database:
         self._executor: ThreadPoolExecutor | None = None
         self._refs = 0
         self._closed = False
+        #: True when the file (or its directory/filesystem) is not writable: the database is
+        #: opened read-only, migrations are not applied and every write raises StorageError.
+        self.readonly = False
+        self._ro_uri = ""
 
     # ------------------------------------------------------------------ lifecycle
     def open_sync(self) -> Database:
         """Open (create if needed), validate the file and apply pending migrations."""
         if not self._memory:
-            parent = Path(self.path).expanduser().resolve().parent
-            parent.mkdir(parents=True, exist_ok=True)
+            self._check_path()
         if not self._memory and Path(self.path).exists():
             self._check_foreign()
         conn = self.connection()
-        self._migrate(conn)
+        if self.readonly:
+            self._check_schema(conn)
+        else:
+            self._migrate(conn)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="memlane-sqlite")
         return self
 
+    def _check_path(self) -> None:
+        """Typed errors for paths SQLite reports obscurely ("disk I/O error") or not at all;
+        decides whether an existing file is opened read-only."""
+        if not self.path.strip():
+            raise InvalidInputError("the database path is empty: give a file path (--db / MEMLANE_DB) or ':memory:'")
+        path = Path(self.path)
+        try:
+            if path.is_dir():
+                raise InvalidInputError(
+                    f"{_redact(self.path)} is a directory, not a database file: "
+                    f"give a file path, e.g. {_redact(str(path / 'memlane.db'))}"
+                )
+            if path.exists():
+                writable = os.access(path, os.W_OK) and os.access(path.resolve().parent, os.W_OK)
+                self._ro_uri = path.resolve().as_uri() + "?mode=ro"
+                if not writable:
+                    self.readonly = True
+                    self._ro_uri = self._readable_uri(path.resolve())
+                return
+            parent = path.expanduser().resolve().parent
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot open the database {_redact(self.path)}: {exc.strerror or exc}") from exc
+        if not os.access(parent, os.W_OK):
+            raise StorageError(
+                f"cannot create the database {_redact(self.path)}: the directory {_redact(str(parent))} "
+                "is not writable (read-only filesystem or permissions)"
+            )
+
+    @staticmethod
+    def _readable_uri(path: Path) -> str:
+        """A read-only URI SQLite can open. A WAL database needs its ``-shm`` index, which a
+        read-only directory or filesystem cannot hold: then open it ``immutable`` (nobody can
+        write it either), unless un-checkpointed changes wait in its ``-wal`` file."""
+        uri = path.as_uri() + "?mode=ro"
+        try:
+            probe = sqlite3.connect(uri, uri=True, isolation_level=None)
+            try:
+                probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                return uri
+            finally:
+                probe.close()
+        except sqlite3.DatabaseError as exc:
+            if _not_a_database(exc):
+                return uri  # _check_foreign reports it
+        wal = Path(f"{path}-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise StorageError(
+                f"{_redact(str(path))} is read-only and its -wal file holds changes that cannot be read "
+                "without write access: open it once where it is writable"
+            )
+        return uri + "&immutable=1"
+
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        """A read-only database cannot be migrated: refuse one that needs it."""
+        try:
+            done = {r[0] for r in conn.execute("SELECT name FROM _migrations")}
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"{_redact(self.path)} is read-only and not initialised: {exc}") from exc
+        pending = [name for name, _ in MIGRATIONS if name not in done]
+        if pending:
+            raise StorageError(
+                f"{_redact(self.path)} is read-only and needs {len(pending)} schema upgrade(s) "
+                f"({', '.join(pending)}): open it once where it is writable"
+            )
+
     def _check_foreign(self) -> None:
         """Refuse, without writing a byte, a file that is not a memlane database."""
         probe = sqlite3.connect(
-            f"file:{Path(self.path).resolve()}?mode=ro",
+            self._ro_uri,
             uri=True,
             timeout=BUSY_TIMEOUT_MS / 1000,
             isolation_level=None,
@@ -110,6 +197,8 @@ class Database:
         try:
             app_id, tables = _retry_locked(read_marker)
         except sqlite3.DatabaseError as exc:
+            if not _not_a_database(exc):
+                raise StorageError(f"cannot read the database {_redact(self.path)}: {exc}") from exc
             raise CorruptDatabaseError(
                 f"{_redact(self.path)} is not a memlane database (or is damaged): {exc}. "
                 "Point --db / MEMLANE_DB at another file."
@@ -133,8 +222,11 @@ class Database:
             for name, statements in MIGRATIONS:
                 if name in done:
                     continue
-                for sql in statements:
-                    c.execute(sql)
+                for step in statements:
+                    if callable(step):
+                        step(c)
+                    else:
+                        c.execute(step)
                 c.execute("INSERT INTO _migrations VALUES (?, datetime('now'))", (name,))
 
     def applied_migrations(self) -> list[str]:
@@ -170,10 +262,13 @@ class Database:
             return conn
         if self._memory and self._conns:
             return self._conns[0]
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+        target = self._ro_uri if self.readonly else self.path
+        conn = sqlite3.connect(
+            target, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False, uri=self.readonly
+        )
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            if not self._memory:
+            if not self._memory and not self.readonly:
                 mode = _retry_locked(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
                 if str(mode).lower() != "wal":  # pragma: no cover - odd filesystems
                     raise StorageError(f"could not enable WAL on {self.path} (got {mode})")
@@ -195,6 +290,8 @@ class Database:
     @contextmanager
     def write(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``): committed on success, rolled back on error."""
+        if self.readonly:
+            raise read_only_error(self.path)
         c = conn or self.connection()
         c.execute("BEGIN IMMEDIATE")
         try:
@@ -220,6 +317,8 @@ class Database:
             if isinstance(exc, sqlite3.IntegrityError):
                 raise StorageError(f"constraint failed: {exc}") from exc
             msg = str(exc)
+            if "readonly database" in msg:
+                raise read_only_error(self.path) from exc
             if "malformed" in msg or "not a database" in msg:
                 raise CorruptDatabaseError(f"{_redact(self.path)} is damaged: {msg}") from exc
             raise StorageError(f"database error on {_redact(self.path)}: {msg}") from exc

@@ -3,11 +3,13 @@ history, reflections and consolidated blobs, all in one WAL database file."""
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import json
+import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -29,17 +31,20 @@ from memlane.models import (
     Page,
     Reflection,
     Scope,
+    as_utc,
     content_hash,
     new_id,
     utcnow,
 )
-from memlane.retrieval.text import date_words, fts_or_query
-from memlane.retrieval.vector import VectorIndex
-from memlane.stores.base import AppliedChange, Candidate, FactChange, KeywordQuery, StoreStats, Vector
+from memlane.policy import merge_provenance, resolve_change
+from memlane.retrieval.context import CONTEXT_RADIUS, affected_range, neighbour_context
+from memlane.retrieval.text import date_words
+from memlane.stores.base import AppliedChange, Candidate, FactChange, FactFilter, PartitionFilter, StoreStats, Vector
 from memlane.stores.sqlite.db import Database
+from memlane.stores.sqlite.fts import fts_or_query, partition_token
+from memlane.stores.sqlite.vector import VectorIndex
 
-#: Neighbouring turns (same session, i-2..i+2 without i) indexed in the ``ctx`` column.
-CONTEXT_RADIUS = 2
+log = logging.getLogger("memlane")
 
 _FACT_COLS = (
     "rowid, id, partition, content, hash, scope, agent_id, user_id, session_id, kind, author, seq, "
@@ -48,17 +53,12 @@ _FACT_COLS = (
 )
 
 
-def partition_token(partition: str) -> str:
-    """The single FTS token that names a partition in the keyword index."""
-    return "p" + hashlib.md5(partition.encode("utf-8")).hexdigest()[:20]
-
-
 def _iso(dt: datetime | None) -> str | None:
     return dt.isoformat() if dt is not None else None
 
 
 def _dt(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
+    return as_utc(datetime.fromisoformat(value)) if value else None
 
 
 def _row_to_fact(r: sqlite3.Row | tuple[Any, ...], *, with_embedding: bool = False) -> Fact:
@@ -97,11 +97,69 @@ def _decode_applied(text: str) -> list[AppliedChange]:
     return [AppliedChange(d["event"], Fact.model_validate(d["fact"]), d["previous"]) for d in json.loads(text)]
 
 
+def _add_contributors(c: sqlite3.Connection, kind: str, item_id: str, user_ids: Sequence[str | None]) -> None:
+    """Record that ``item_id`` holds words of ``user_ids`` (for ``forget``; never read back)."""
+    for uid in dict.fromkeys(u for u in user_ids if u):
+        c.execute("INSERT OR IGNORE INTO contributors (user_id, kind, item_id) VALUES (?, ?, ?)", (uid, kind, item_id))
+
+
+def _parse_cursor(cursor: str | None) -> int | None:
+    """A listing cursor (a rowid as decimal text), or a clear error."""
+    if cursor is None or cursor == "":
+        return None
+    if not isinstance(cursor, str) or not cursor.isascii() or not cursor.isdigit() or len(cursor) > 18:
+        raise InvalidInputError(f"invalid cursor {cursor!r}: pass back a page's next_cursor unchanged")
+    return int(cursor)
+
+
+def _with_session(flt: FactFilter | None, session_id: str | None) -> FactFilter | None:
+    if session_id is None:
+        return flt
+    if flt is None:
+        return FactFilter(session_id=session_id)
+    if flt.session_id not in (None, session_id):
+        return FactFilter(session_id="\x00none")  # contradictory filters match nothing
+    return FactFilter(kind=flt.kind, author=flt.author, session_id=session_id, metadata=flt.metadata)
+
+
+def _filter_sql(flt: FactFilter | None, table: str) -> tuple[str, list[Any]]:
+    """`` AND ...`` conditions on ``table``'s columns for a pushed-down filter."""
+    if flt is None or flt.empty:
+        return "", []
+    sql: list[str] = []
+    args: list[Any] = []
+    for col in ("kind", "author", "session_id"):
+        value = getattr(flt, col)
+        if value is not None:
+            sql.append(f"{table}.{col} = ?")
+            args.append(value)
+    for key, value in flt.metadata:
+        path = "$." + json.dumps(key)
+        if value is None:
+            sql.append(f"json_type({table}.metadata, ?) = 'null'")
+            args.append(path)
+        elif isinstance(value, bool):
+            sql.append(f"json_type({table}.metadata, ?) = ?")
+            args += [path, "true" if value else "false"]
+        elif isinstance(value, int | float):
+            sql.append(
+                f"json_type({table}.metadata, ?) IN ('integer', 'real') AND json_extract({table}.metadata, ?) = ?"
+            )
+            args += [path, path, value]
+        else:
+            sql.append(f"json_type({table}.metadata, ?) = 'text' AND json_extract({table}.metadata, ?) = ?")
+            args += [path, path, str(value)]
+    return "".join(f" AND {s}" for s in sql), args
+
+
 class _CachedIndex:
-    def __init__(self, index: VectorIndex, appends: int, changes: int, max_rowid: int) -> None:
+    def __init__(
+        self, index: VectorIndex, appends: int, changes: int, max_rowid: int, generation: str | None = None
+    ) -> None:
         self.index = index
         self.appends = appends
         self.changes = changes
+        self.generation = generation
         self.max_rowid = max_rowid
         self.lock = threading.Lock()
 
@@ -125,35 +183,61 @@ class SqliteFactStore:
         date_weight: float = 1.0,
         exact_max: int = 20_000,
     ) -> None:
+        # A path opens the file here (blocking: use ``await SqliteFactStore.open(...)`` from
+        # async code); an opened Database costs no I/O until the first call.
         self._db = db.acquire() if isinstance(db, Database) else Database(db).open_sync().acquire()
         self.ctx_weight = ctx_weight
         self.date_weight = date_weight
         self.exact_max = exact_max
         self.dim: int | None = None
         self.embedder_name: str | None = None
+        self._loaded = False
         self._cache: dict[str, _CachedIndex] = {}
         self._cache_lock = threading.Lock()
-        meta = dict(self._db.connection().execute("SELECT key, value FROM meta").fetchall())
-        if "dim" in meta:
-            self.dim = int(meta["dim"])
-            self.embedder_name = meta.get("embedder")
+        if not isinstance(db, Database):
+            self._load_meta(self._db.connection())
+
+    @classmethod
+    async def open(cls, db: Database | str | os.PathLike[str], **kwargs: Any) -> SqliteFactStore:
+        """Open (create, migrate) on a worker thread: nothing blocks the event loop."""
+        if not isinstance(db, Database):
+            path = db
+            db = await asyncio.to_thread(lambda: Database(path).open_sync())
+        store = cls(db, **kwargs)  # holds the only reference: closing the store closes the file
+        await store._ready()
+        return store
 
     @property
     def database(self) -> Database:
         return self._db
 
+    def _load_meta(self, c: sqlite3.Connection) -> None:
+        meta = dict(c.execute("SELECT key, value FROM meta").fetchall())
+        if "dim" in meta:
+            self.dim = int(meta["dim"])
+            self.embedder_name = meta.get("embedder")
+        self._loaded = True
+
+    async def _ready(self) -> None:
+        if not self._loaded:
+            await self._db.run(self._load_meta)
+
     # ------------------------------------------------------------------ embedder binding
-    def bind_embedder(self, name: str, dim: int) -> None:
+    async def bind_embedder(self, name: str, dim: int) -> None:
         """Record the embedder on first use; refuse a different one later (clear error)."""
+        await self._ready()
         if self.dim is None:
-            with self._db.write() as c:
-                row = c.execute("SELECT value FROM meta WHERE key='dim'").fetchone()
-                if row is None:
-                    c.execute("INSERT INTO meta VALUES ('dim', ?), ('embedder', ?)", (str(dim), name))
-                    self.dim, self.embedder_name = dim, name
-                    return
-            meta = dict(self._db.connection().execute("SELECT key, value FROM meta").fetchall())
-            self.dim, self.embedder_name = int(meta["dim"]), meta.get("embedder")
+            await self._db.run(lambda c: self._bind(c, name, dim))
+        self._check_binding(name, dim)
+
+    def _bind(self, c: sqlite3.Connection, name: str, dim: int) -> None:
+        with self._db.write(c):
+            row = c.execute("SELECT value FROM meta WHERE key='dim'").fetchone()
+            if row is None:
+                c.execute("INSERT INTO meta VALUES ('dim', ?), ('embedder', ?)", (str(dim), name))
+        self._load_meta(c)
+
+    def _check_binding(self, name: str, dim: int) -> None:
         if self.dim != dim:
             raise DimensionMismatchError(
                 f"this database holds {self.dim}-dimensional vectors from {self.embedder_name!r}, "
@@ -185,6 +269,7 @@ class SqliteFactStore:
     async def put_facts(
         self, facts: Sequence[Fact], vectors: Vector | None, *, actor: str = "api"
     ) -> list[tuple[Fact, bool]]:
+        await self._ready()
         self._check_vectors(vectors, len(facts))
         for f in facts:
             _ = f.partition  # validates scope fields
@@ -267,22 +352,20 @@ class SqliteFactStore:
 
     def _refresh_context(self, c: sqlite3.Connection, part: str, session_id: str, seqs: list[int | None]) -> None:
         """Rewrite the ``ctx`` column of new turns and their neighbours in one session."""
-        valid = [s for s in seqs if s is not None]
-        if not valid:
+        span = affected_range(s for s in seqs if s is not None)
+        if span is None:
             return
-        lo, hi = min(valid) - CONTEXT_RADIUS, max(valid) + CONTEXT_RADIUS
+        lo, hi = span
         rows = c.execute(
             "SELECT rowid, seq, content FROM facts WHERE partition=? AND session_id=? AND seq BETWEEN ? AND ?"
             " AND invalid_at IS NULL ORDER BY seq",
             (part, session_id, lo - CONTEXT_RADIUS, hi + CONTEXT_RADIUS),
         ).fetchall()
-        by_seq = {r[1]: r for r in rows}
+        by_seq = {r[1]: r[2] for r in rows}
         for rowid, seq, _ in rows:
             if not lo <= seq <= hi:
                 continue
-            ctx = " ".join(
-                by_seq[s][2] for s in range(seq - CONTEXT_RADIUS, seq + CONTEXT_RADIUS + 1) if s != seq and s in by_seq
-            )
+            ctx = neighbour_context(by_seq, seq)
             c.execute("UPDATE facts_fts SET ctx=? WHERE rowid=?", (ctx, rowid))
 
     @staticmethod
@@ -301,8 +384,23 @@ class SqliteFactStore:
             (new_id(), fact_id, user_id, event, old, new, actor, at.isoformat()),
         )
 
+    def _partitions(self, c: sqlite3.Connection, pf: PartitionFilter) -> list[str]:
+        """The concrete partitions a filter names: exact keys plus, for each prefix, the stored
+        partitions in the key range ``[prefix, prefix + "\U0010ffff")`` (an index range scan)."""
+        parts = list(pf.exact)
+        for prefix in pf.prefixes:
+            parts.extend(
+                r[0]
+                for r in c.execute(
+                    "SELECT partition FROM partitions WHERE partition >= ? AND partition < ?",
+                    (prefix, prefix + "\U0010ffff"),
+                )
+                if r[0] not in parts
+            )
+        return parts
+
     def _visible_row(self, c: sqlite3.Connection, fact_id: str, scope: Scope) -> tuple[Any, ...]:
-        parts = scope.partitions()
+        parts = self._partitions(c, scope.partition_filter()) or [""]
         row = c.execute(
             f"SELECT {_FACT_COLS} FROM facts WHERE id=? AND partition IN ({','.join('?' * len(parts))})",
             (fact_id, *parts),
@@ -319,14 +417,23 @@ class SqliteFactStore:
 
         def op(c: sqlite3.Connection) -> Fact:
             with self._db.write(c):
-                return self._update_row(c, self._visible_row(c, fact_id, scope), content, vector, actor)
+                return self._update_row(
+                    c, self._visible_row(c, fact_id, scope), content, vector, actor, contributor=scope.user_id
+                )
 
         return await self._db.run(op)
 
     def _update_row(
-        self, c: sqlite3.Connection, row: tuple[Any, ...], content: str, vector: Vector | None, actor: str
+        self,
+        c: sqlite3.Connection,
+        row: tuple[Any, ...],
+        content: str,
+        vector: Vector | None,
+        actor: str,
+        contributor: str | None = None,
     ) -> Fact:
-        """Change one fact's content inside the caller's transaction."""
+        """Change one fact's content inside the caller's transaction. ``contributor``: the user
+        whose words the new content is (recorded when it is not the fact's own user)."""
         old = _row_to_fact(row)
         fact_id = old.id
         if old.invalid_at is not None:
@@ -346,6 +453,10 @@ class SqliteFactStore:
         )
         c.execute("UPDATE facts_fts SET text=? WHERE rowid=?", (content, row[0]))
         c.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
+        if contributor is not None and contributor != old.user_id:
+            _add_contributors(c, "fact", fact_id, [contributor])
+        if old.session_id and old.seq is not None:  # neighbours' context held the old words
+            self._refresh_context(c, row[2], old.session_id, [old.seq])
         self._history(c, fact_id, old.user_id, "UPDATE", old.content, content, actor, now)
         return old.model_copy(update={"content": content, "hash": h, "version": old.version + 1, "updated_at": now})
 
@@ -358,6 +469,8 @@ class SqliteFactStore:
         c.execute("UPDATE facts SET invalid_at=? WHERE id=?", (now.isoformat(), fact.id))
         c.execute("DELETE FROM facts_fts WHERE rowid=?", (row[0],))
         c.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
+        if fact.session_id and fact.seq is not None:  # neighbours' context held its words
+            self._refresh_context(c, row[2], fact.session_id, [fact.seq])
         self._history(c, fact.id, fact.user_id, "DELETE", fact.content, None, actor, now)
         return fact.model_copy(update={"invalid_at": now})
 
@@ -376,6 +489,7 @@ class SqliteFactStore:
         key: str,
         actor: str = "formation",
     ) -> list[AppliedChange]:
+        await self._ready()
         for ch in changes:
             if ch.fact is not None:
                 _ = ch.fact.partition
@@ -390,8 +504,12 @@ class SqliteFactStore:
                 out = [self._apply_one(c, ch, actor) for ch in changes]
                 for r in reflections:
                     self._insert_reflection(c, r)
-                owner = next((a.fact.user_id for a in out if a.fact.user_id), None)
+                # the batch belongs to whoever's words it holds: the changes' own facts first
+                # (an UPDATE's stored fact may carry the earlier contributor)
+                owner = next((ch.fact.user_id for ch in changes if ch.fact is not None and ch.fact.user_id), None)
+                owner = owner or next((a.fact.user_id for a in out if a.fact.user_id), None)
                 owner = owner or next((r.user_id for r in reflections if r.user_id), None)
+                owner = owner or next((u for r in reflections for u in r.source_user_ids), None)
                 c.execute(
                     "INSERT INTO applied_batches VALUES (?,?,?,?)",
                     (key, owner, utcnow().isoformat(), _encode_applied(out)),
@@ -409,76 +527,115 @@ class SqliteFactStore:
             return None
         return tuple(row)
 
-    @staticmethod
-    def _merge_provenance(c: sqlite3.Connection, rowid: int, updated: Fact, new: Fact) -> Fact:
-        """An UPDATE merges the new fact in: its source events join the old ones, its time wins."""
-        sources = list(dict.fromkeys([*updated.source_event_ids, *new.source_event_ids]))
-        when = max((t for t in (updated.occurred_at, new.occurred_at) if t is not None), default=None)
-        c.execute(
-            "UPDATE facts SET source_event_ids=?, occurred_at=? WHERE id=?",
-            (json.dumps(sources), _iso(when), updated.id),
-        )
-        c.execute("UPDATE facts_fts SET date=? WHERE rowid=?", (date_words(when), rowid))
-        return updated.model_copy(update={"source_event_ids": sources, "occurred_at": when})
-
     def _apply_one(self, c: sqlite3.Connection, ch: FactChange, actor: str) -> AppliedChange:
-        now = utcnow()
-        target = self._target_row(c, ch)
-        new_fact = ch.fact
-        if new_fact is not None:
-            same = c.execute(
+        """Resolve one change with core policy (:func:`memlane.policy.resolve_change`), then do it."""
+        target_row = self._target_row(c, ch)
+        target = _row_to_fact(target_row) if target_row is not None else None
+
+        def lookup(h: str) -> Fact | None:
+            row = c.execute(
                 f"SELECT {_FACT_COLS} FROM facts WHERE partition=? AND hash=? AND invalid_at IS NULL",
-                (ch.partition, new_fact.hash or content_hash(new_fact.content)),
+                (ch.partition, h),
             ).fetchone()
-            if same is not None:  # identical fact already stored: NONE, never a deletion
-                existing = _row_to_fact(same)
-                self._history(c, existing.id, existing.user_id, "NONE", existing.content, new_fact.content, actor, now)
-                return AppliedChange("NONE", existing, existing.content)
-        if ch.event == "UPDATE" and target is not None:
-            text = ch.text or (new_fact.content if new_fact else None)
-            if text:
-                old = _row_to_fact(target)
-                clash = c.execute(
-                    "SELECT id FROM facts WHERE partition=? AND hash=? AND invalid_at IS NULL AND id<>?",
-                    (ch.partition, content_hash(text), old.id),
-                ).fetchone()
-                if clash is None:
-                    updated = self._update_row(c, target, text, ch.vector, actor)
-                    if new_fact is not None:
-                        updated = self._merge_provenance(c, target[0], updated, new_fact)
-                    return AppliedChange("UPDATE", updated, old.content)
-        if ch.event == "NONE" and target is not None:
-            existing = _row_to_fact(target)
+            return _row_to_fact(row) if row is not None else None
+
+        res = resolve_change(ch, target, lookup)
+        new_fact = ch.fact
+        if res.action == "none":
+            assert res.existing is not None
+            existing = res.existing
             self._history(
                 c, existing.id, existing.user_id, "NONE", existing.content, new_fact.content if new_fact else None,
-                actor, now,
+                actor, utcnow(),
             )  # fmt: skip
             return AppliedChange("NONE", existing, existing.content)
+        if res.action == "update":
+            assert target_row is not None and target is not None and res.text is not None
+            contributor = new_fact.user_id if new_fact is not None else None
+            updated = self._update_row(c, target_row, res.text, ch.vector, actor, contributor=contributor)
+            if new_fact is not None:
+                sources, when = merge_provenance(updated, new_fact)
+                c.execute(
+                    "UPDATE facts SET source_event_ids=?, occurred_at=? WHERE id=?",
+                    (json.dumps(sources), _iso(when), updated.id),
+                )
+                c.execute("UPDATE facts_fts SET date=? WHERE rowid=?", (date_words(when), target_row[0]))
+                updated = updated.model_copy(update={"source_event_ids": sources, "occurred_at": when})
+            return AppliedChange("UPDATE", updated, target.content)
+        assert new_fact is not None
         previous = None
-        if ch.event == "DELETE" and target is not None:
-            previous = self._invalidate_row(c, target, actor).content
-        if new_fact is None:
-            raise InvalidInputError(f"{ch.event} change without a fact to store")
+        if res.action == "delete":
+            assert target_row is not None
+            previous = self._invalidate_row(c, target_row, actor).content
         vectors = ch.vector.reshape(1, -1) if ch.vector is not None else None
         stored, _ = self._insert_facts(c, [new_fact], vectors, actor)[0]
         return AppliedChange("DELETE" if previous is not None else "ADD", stored, previous)
 
-    async def purge_user(self, user_id: str) -> int:
+    async def purge_user(self, user_id: str, *, shared: str = "erase") -> int:
+        """Hard delete everything of ``user_id`` and leave none of their text in the file.
+
+        ``shared="erase"`` (the default) also erases the agent-scope memories formed from the
+        user's words: agent facts they contributed (or changed), agent reflections formed from
+        their conversations, and each consolidated agent blob those reflections went into. Such
+        a blob is dropped and its remaining reflections become unabsorbed again, so the next
+        consolidation rebuilds it without the user. ``shared="keep"`` keeps those agent memories
+        for the agent's other users and only removes their link to the user.
+
+        Afterwards the keyword index is merged (FTS5 keeps deleted terms in its segments until
+        a merge) and the WAL is checkpointed and truncated; deleted content is overwritten with
+        zeros (``secure_delete``): the words leave the file, not only the query results.
+        """
         if not user_id or not user_id.strip():
             raise ScopeError("purge_user needs a non-empty user_id")
+        if shared not in ("erase", "keep"):
+            raise InvalidInputError(f"shared must be 'erase' or 'keep', got {shared!r}")
+        erase = shared == "erase"
+
+        def mine(kind: str) -> str:
+            return f"SELECT item_id FROM contributors WHERE user_id=? AND kind='{kind}'"
+
+        def delete_ids(c: sqlite3.Connection, sql: str, ids: Sequence[Any]) -> int:
+            return sum(c.execute(sql, (i,)).rowcount for i in ids)
 
         def op(c: sqlite3.Connection) -> int:
             removed = 0
+            c.execute("PRAGMA secure_delete = ON")
             with self._db.write(c):
-                parts = [r[0] for r in c.execute("SELECT DISTINCT partition FROM facts WHERE user_id=?", (user_id,))]
-                rowids = [r[0] for r in c.execute("SELECT rowid FROM facts WHERE user_id=?", (user_id,))]
-                for rid in rowids:
-                    c.execute("DELETE FROM facts_fts WHERE rowid=?", (rid,))
-                removed += c.execute("DELETE FROM facts WHERE user_id=?", (user_id,)).rowcount
+                if not erase:  # the agent keeps what the user told it, unlinked from the user
+                    c.execute(
+                        "UPDATE history SET user_id=NULL WHERE user_id=? AND fact_id IN"
+                        " (SELECT id FROM facts WHERE user_id=? AND scope='agent')",
+                        (user_id, user_id),
+                    )
+                    c.execute("UPDATE facts SET user_id=NULL WHERE user_id=? AND scope='agent'", (user_id,))
+                where = "user_id=?" + (f" OR id IN ({mine('fact')})" if erase else "")
+                args = (user_id, user_id) if erase else (user_id,)
+                victims = c.execute(
+                    f"SELECT rowid, id, partition, session_id, seq FROM facts WHERE {where}", args
+                ).fetchall()
+                for rowid, *_ in victims:
+                    c.execute("DELETE FROM facts_fts WHERE rowid=?", (rowid,))
+                removed += delete_ids(c, "DELETE FROM facts WHERE rowid=?", [v[0] for v in victims])
+                removed += delete_ids(c, "DELETE FROM history WHERE fact_id=?", [v[1] for v in victims])
                 removed += c.execute("DELETE FROM history WHERE user_id=?", (user_id,)).rowcount
+                delete_ids(c, "DELETE FROM contributors WHERE kind='fact' AND item_id=?", [v[1] for v in victims])
+                if erase:
+                    refl = [r[0] for r in c.execute(mine("reflection"), (user_id,))]
+                    removed += delete_ids(c, "DELETE FROM reflections WHERE id=?", refl)
+                    delete_ids(c, "DELETE FROM contributors WHERE kind='reflection' AND item_id=?", refl)
+                    for (blob_id,) in c.execute(mine("blob"), (user_id,)).fetchall():
+                        removed += self._drop_blob(c, blob_id)
                 removed += c.execute("DELETE FROM reflections WHERE user_id=?", (user_id,)).rowcount
                 removed += c.execute("DELETE FROM consolidated WHERE user_id=?", (user_id,)).rowcount
+                c.execute("DELETE FROM contributors WHERE user_id=?", (user_id,))
                 removed += c.execute("DELETE FROM applied_batches WHERE user_id=?", (user_id,)).rowcount
+                sessions: dict[tuple[str, str], list[int | None]] = {}
+                for _, _, part, session_id, seq in victims:
+                    if session_id and seq is not None:
+                        sessions.setdefault((part, session_id), []).append(seq)
+                for (part, session_id), seqs in sessions.items():
+                    self._refresh_context(c, part, session_id, seqs)
+                parts = sorted({v[2] for v in victims})
                 for part in parts:
                     left = c.execute("SELECT 1 FROM facts WHERE partition=? LIMIT 1", (part,)).fetchone()
                     if left is None:
@@ -486,12 +643,48 @@ class SqliteFactStore:
                         c.execute("DELETE FROM authors WHERE partition=?", (part,))
                     else:
                         c.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (part,))
+                        c.execute(
+                            "DELETE FROM authors WHERE partition=? AND author NOT IN"
+                            " (SELECT author FROM facts WHERE partition=? AND author IS NOT NULL)",
+                            (part, part),
+                        )
+                c.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='generation'")
             with self._cache_lock:
                 for part in parts:
                     self._cache.pop(part, None)
+            self._scrub(c)
             return removed
 
         return await self._db.run(op)
+
+    @staticmethod
+    def _drop_blob(c: sqlite3.Connection, blob_id: str) -> int:
+        """Delete a consolidated blob and mark its scope's remaining reflections unabsorbed, so
+        the next consolidation rebuilds the blob from them."""
+        row = c.execute(
+            "SELECT scope, agent_id, user_id, session_id FROM consolidated WHERE id=?", (blob_id,)
+        ).fetchone()
+        c.execute("DELETE FROM contributors WHERE kind='blob' AND item_id=?", (blob_id,))
+        if row is None:
+            return 0
+        scope, agent_id, user_id, session_id = (row[0], *(v or None for v in row[1:]))
+        where, args = "scope=? AND agent_id IS ? AND user_id IS ?", [scope, agent_id, user_id]
+        if scope == "session":
+            where, args = where + " AND session_id IS ?", [*args, session_id]
+        c.execute(f"UPDATE reflections SET absorbed=0 WHERE {where}", args)
+        return int(c.execute("DELETE FROM consolidated WHERE id=?", (blob_id,)).rowcount)
+
+    def _scrub(self, c: sqlite3.Connection) -> None:
+        """After a purge: merge the keyword index's segments (deleted terms stay in FTS5
+        segments until a merge), then checkpoint and truncate the WAL (it holds old pages)."""
+        with self._db.write(c):
+            c.execute("INSERT INTO facts_fts(facts_fts) VALUES ('optimize')")
+        for attempt in range(20):
+            busy = c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            if not busy:
+                return
+            time.sleep(0.05 * (attempt + 1))
+        log.warning("memlane: a reader kept the WAL from being truncated after forget; old pages stay until a checkpoint")
 
     # ------------------------------------------------------------------ reads
     async def get_fact(self, fact_id: str, scope: Scope) -> Fact | None:
@@ -507,10 +700,13 @@ class SqliteFactStore:
         ids = list(dict.fromkeys(fact_ids))
         if not ids:
             return {}
-        parts = scope.partitions()
+        pf = scope.partition_filter()
 
         def op(c: sqlite3.Connection) -> dict[str, Fact]:
             out: dict[str, Fact] = {}
+            parts = self._partitions(c, pf)
+            if not parts:
+                return out
             for i in range(0, len(ids), 500):
                 chunk = ids[i : i + 500]
                 rows = c.execute(
@@ -533,23 +729,25 @@ class SqliteFactStore:
         limit: int = 50,
         cursor: str | None = None,
         include_invalid: bool = False,
+        filter: FactFilter | None = None,
     ) -> Page:
         if limit < 1 or limit > 10_000:
             raise InvalidInputError("limit must be between 1 and 10000")
-        try:
-            before = int(cursor) if cursor else None
-        except ValueError as exc:
-            raise InvalidInputError(f"invalid cursor {cursor!r}") from exc
-        parts = scope.partitions()
-        where = f"partition IN ({','.join('?' * len(parts))})"
-        args: list[Any] = list(parts)
-        if not include_invalid:
-            where += " AND invalid_at IS NULL"
-        if scope.session_id:
-            where += " AND session_id=?"
-            args.append(scope.session_id)
+        before = _parse_cursor(cursor)
+        pf = scope.partition_filter()
+        flt = _with_session(filter, scope.session_id)
 
         def op(c: sqlite3.Connection) -> Page:
+            parts = self._partitions(c, pf)
+            if not parts:
+                return Page(items=[], next_cursor=None, total=0)
+            where = f"partition IN ({','.join('?' * len(parts))})"
+            args: list[Any] = list(parts)
+            if not include_invalid:
+                where += " AND invalid_at IS NULL"
+            fsql, fargs = _filter_sql(flt, "facts")
+            where += fsql
+            args += fargs
             total = c.execute(f"SELECT COUNT(*) FROM facts WHERE {where}", args).fetchone()[0]
             q = f"SELECT {_FACT_COLS} FROM facts WHERE {where}"
             qargs = list(args)
@@ -585,76 +783,74 @@ class SqliteFactStore:
 
         return await self._db.run(op)
 
-    async def authors(self, partitions: Sequence[str]) -> list[str]:
-        parts = list(partitions)
-        if not parts:
-            return []
-        return await self._db.run(
-            lambda c: [
-                r[0]
-                for r in c.execute(
-                    f"SELECT DISTINCT author FROM authors WHERE partition IN ({','.join('?' * len(parts))})",
-                    parts,
-                )
-            ]
-        )
+    async def authors(self, partitions: PartitionFilter) -> list[str]:
+        def op(c: sqlite3.Connection) -> list[str]:
+            parts = self._partitions(c, partitions)
+            if not parts:
+                return []
+            marks = ",".join("?" * len(parts))
+            return [r[0] for r in c.execute(f"SELECT DISTINCT author FROM authors WHERE partition IN ({marks})", parts)]
+
+        return await self._db.run(op)
 
     async def keyword_search(
         self,
-        partitions: Sequence[str],
-        query: KeywordQuery,
+        partitions: PartitionFilter,
+        terms: Sequence[str],
         *,
         limit: int,
-        session_id: str | None = None,
-        kind: str | None = None,
+        filter: FactFilter | None = None,
     ) -> list[Candidate]:
-        if not query.terms or not partitions:
+        if not terms:
             return []
-        parts = " OR ".join(f'part : "{partition_token(p)}"' for p in partitions)
-        # `part` only ever holds partition tokens, so the terms need no column filter.
-        match = f"({parts}) AND ({fts_or_query(query.terms)})"
         bm25 = f"bm25(facts_fts, 0.0, 0.0, 1.0, {float(self.ctx_weight)}, {float(self.date_weight)})"
-        # Placeholders bind in textual order: the boost's author names come before MATCH.
-        args: list[Any] = [a.lower() for a in query.boost_authors]
-        if query.boost_authors:
-            marks = ",".join("?" * len(query.boost_authors))
-            order = f"{bm25} * (CASE WHEN author IN ({marks}) THEN {float(query.author_boost)} ELSE 1.0 END)"
-        else:
-            order = bm25
-        args.append(match)
-        sql = f"SELECT rowid, {order} AS s FROM facts_fts WHERE facts_fts MATCH ? ORDER BY s"
-        if session_id is None and kind is None:
-            sql = f"SELECT f.id, k.s FROM ({sql} LIMIT ?) k JOIN facts f ON f.rowid = k.rowid ORDER BY k.s"
-            args.append(limit)
-        else:
-            where = []
-            if session_id is not None:
-                where.append("f.session_id = ?")
-                args.append(session_id)
-            if kind is not None:
-                where.append("f.kind = ?")
-                args.append(kind)
-            sql = (
-                f"SELECT f.id, k.s FROM ({sql}) k JOIN facts f ON f.rowid = k.rowid"
-                f" WHERE {' AND '.join(where)} ORDER BY k.s LIMIT ?"
-            )
-            args.append(limit)
-        rows = await self._db.run(lambda c: c.execute(sql, args).fetchall())
-        return [Candidate(r[0], -float(r[1])) for r in rows]
+        fsql, fargs = _filter_sql(filter, "f")
+
+        def op(c: sqlite3.Connection) -> list[tuple[str, float, str | None]]:
+            parts = self._partitions(c, partitions)
+            if not parts:
+                return []
+            tokens = " OR ".join(f'part : "{partition_token(p)}"' for p in parts)
+            # `part` only ever holds partition tokens, so the terms need no column filter.
+            match = f"({tokens}) AND ({fts_or_query(terms)})"
+            inner = f"SELECT rowid, author, {bm25} AS s FROM facts_fts WHERE facts_fts MATCH ? ORDER BY s"
+            if not fsql:
+                sql = (
+                    f"SELECT f.id, k.s, k.author FROM ({inner} LIMIT ?) k JOIN facts f ON f.rowid = k.rowid"
+                    " ORDER BY k.s"
+                )
+                args: list[Any] = [match, limit]
+            else:
+                sql = (
+                    f"SELECT f.id, k.s, k.author FROM ({inner}) k JOIN facts f ON f.rowid = k.rowid"
+                    f" WHERE 1{fsql} ORDER BY k.s LIMIT ?"
+                )
+                args = [match, *fargs, limit]
+            return [(r[0], float(r[1]), r[2] or None) for r in c.execute(sql, args)]
+
+        rows = await self._db.run(op)
+        return [Candidate(fid, -score, author) for fid, score, author in rows]
 
     def _index_for(self, c: sqlite3.Connection, part: str) -> _CachedIndex | None:
         if self.dim is None:
             return None
-        state = c.execute("SELECT appends, changes FROM partitions WHERE partition=?", (part,)).fetchone()
+        # A purge deletes partition rows, so their counters restart at 0: the database-wide
+        # purge generation tells a cache (of this or another process) that a partition with the
+        # same counters is not the one it cached.
+        state = c.execute(
+            "SELECT appends, changes, (SELECT value FROM meta WHERE key='generation') FROM partitions"
+            " WHERE partition=?",
+            (part,),
+        ).fetchone()
         if state is None:
             with self._cache_lock:
                 self._cache.pop(part, None)
             return None
-        appends, changes = state
+        appends, changes, generation = state
         with self._cache_lock:
             cached = self._cache.get(part)
-            if cached is None or cached.changes != changes:
-                cached = _CachedIndex(VectorIndex(self.dim, exact_max=self.exact_max), -1, changes, 0)
+            if cached is None or cached.changes != changes or cached.generation != generation:
+                cached = _CachedIndex(VectorIndex(self.dim, exact_max=self.exact_max), -1, changes, 0, generation)
                 self._cache[part] = cached
         with cached.lock:
             if cached.appends != appends:
@@ -672,14 +868,14 @@ class SqliteFactStore:
 
     async def vector_search(
         self,
-        partitions: Sequence[str],
+        partitions: PartitionFilter,
         vector: Vector,
         *,
         limit: int,
-        session_id: str | None = None,
-        kind: str | None = None,
+        filter: FactFilter | None = None,
     ) -> list[Candidate]:
-        if self.dim is None or not partitions:
+        await self._ready()
+        if self.dim is None:
             return []
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         if q.shape[0] != self.dim:
@@ -688,21 +884,45 @@ class SqliteFactStore:
                 expected=self.dim,
                 got=int(q.shape[0]),
             )
+        flt = filter if filter is not None and not filter.empty else None
+        # Author and metadata conditions are resolved in SQL to the allowed ids.
+        narrow = flt is not None and (flt.author is not None or bool(flt.metadata))
 
-        def op(c: sqlite3.Connection) -> list[Candidate]:
+        def load(c: sqlite3.Connection) -> tuple[list[_CachedIndex], set[str] | None]:
+            parts = self._partitions(c, partitions)
+            indexes = [ix for ix in (self._index_for(c, p) for p in parts) if ix is not None and len(ix.index)]
+            allowed: set[str] | None = None
+            if narrow and parts:
+                fsql, fargs = _filter_sql(flt, "facts")
+                marks = ",".join("?" * len(parts))
+                allowed = {
+                    r[0]
+                    for r in c.execute(
+                        f"SELECT id FROM facts WHERE partition IN ({marks}) AND invalid_at IS NULL{fsql}",
+                        [*parts, *fargs],
+                    )
+                }
+            return indexes, allowed
+
+        indexes, allowed = await self._db.run(load)
+        if not indexes:
+            return []
+
+        def search() -> list[Candidate]:
             found: list[Candidate] = []
-            for part in partitions:
-                cached = self._index_for(c, part)
-                if cached is None or len(cached.index) == 0:
-                    continue
+            for cached in indexes:
                 with cached.lock:
                     index = cached.index
-                    rows, scores = index.search(q, limit, session_id=session_id, kind=kind)
+                    rows, scores = index.search(
+                        q, limit, session_id=flt.session_id if flt else None, kind=flt.kind if flt else None,
+                        allowed=allowed,
+                    )  # fmt: skip
                     found.extend(Candidate(index.keys[i], float(s)) for i, s in zip(rows, scores, strict=True))
             found.sort(key=lambda x: -x.score)
             return found[:limit]
 
-        return await self._db.run(op)
+        # CPU work: off the event loop and off the SQL threads, so searches don't queue behind writes.
+        return await asyncio.to_thread(search)
 
     async def missing_embeddings(self, *, limit: int = 256) -> list[tuple[str, str]]:
         """Valid facts stored without a vector: ``[(fact_id, content)]``, oldest first."""
@@ -719,6 +939,7 @@ class SqliteFactStore:
 
     async def set_embeddings(self, fact_ids: Sequence[str], vectors: Vector) -> None:
         """Attach vectors to existing facts (backfill after an embedder failure)."""
+        await self._ready()
         self._check_vectors(vectors, len(fact_ids))
 
         def op(c: sqlite3.Connection) -> None:
@@ -738,7 +959,7 @@ class SqliteFactStore:
 
     async def record_access(self, fact_ids: Sequence[str]) -> None:
         ids = list(dict.fromkeys(fact_ids))
-        if not ids:
+        if not ids or self._db.readonly:  # a read-only database serves searches uncounted
             return
 
         def op(c: sqlite3.Connection) -> None:
@@ -765,6 +986,8 @@ class SqliteFactStore:
             "INSERT OR IGNORE INTO reflections VALUES (?,?,?,?,?,?,?,?)",
             (r.id, r.content, r.scope, r.agent_id, r.user_id, r.session_id, int(r.absorbed), r.formed_at.isoformat()),
         )
+        if r.user_id is None:  # user-keyed reflections are found by user_id; the rest need this
+            _add_contributors(c, "reflection", r.id, r.source_user_ids)
 
     async def list_reflections(
         self,
@@ -858,9 +1081,20 @@ class SqliteFactStore:
                         _iso(b.last_consolidated_at),
                     ),
                 )  # fmt: skip
+                stored_id = c.execute(
+                    "SELECT id FROM consolidated WHERE scope=? AND agent_id=? AND user_id=? AND session_id=?",
+                    (b.scope, b.agent_id or "", b.user_id or "", b.session_id or ""),
+                ).fetchone()[0]
                 for i in range(0, len(ids), 500):
                     chunk = ids[i : i + 500]
-                    c.execute(f"UPDATE reflections SET absorbed=1 WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+                    marks = ",".join("?" * len(chunk))
+                    c.execute(f"UPDATE reflections SET absorbed=1 WHERE id IN ({marks})", chunk)
+                    # the blob now holds the words of everyone its reflections came from
+                    c.execute(
+                        "INSERT OR IGNORE INTO contributors (user_id, kind, item_id) SELECT user_id, 'blob', ?"
+                        f" FROM contributors WHERE kind='reflection' AND item_id IN ({marks})",
+                        (stored_id, *chunk),
+                    )
             return b
 
         return await self._db.run(op)
@@ -882,11 +1116,13 @@ class SqliteFactStore:
 
     # ------------------------------------------------------------------ stats
     async def stats(self, scope: Scope | None = None) -> StoreStats:
+        await self._ready()
+
         def op(c: sqlite3.Connection) -> StoreStats:
             if scope is None:
                 where, args = "1", []
             else:
-                parts = scope.partitions()
+                parts = self._partitions(c, scope.partition_filter()) or [""]
                 where, args = f"partition IN ({','.join('?' * len(parts))})", parts
             facts = c.execute(f"SELECT COUNT(*) FROM facts WHERE {where}", args).fetchone()[0]
             valid = c.execute(f"SELECT COUNT(*) FROM facts WHERE {where} AND invalid_at IS NULL", args).fetchone()[0]
@@ -896,8 +1132,6 @@ class SqliteFactStore:
             if scope is None:
                 st.reflections = c.execute("SELECT COUNT(*) FROM reflections").fetchone()[0]
                 st.consolidated = c.execute("SELECT COUNT(*) FROM consolidated").fetchone()[0]
-                st.sessions = c.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
-                st.events = c.execute("SELECT COUNT(*) FROM events").fetchone()[0]
             else:
                 st.reflections = c.execute(
                     "SELECT COUNT(*) FROM reflections WHERE user_id IS ? AND agent_id IS ?",

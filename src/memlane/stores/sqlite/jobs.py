@@ -16,25 +16,31 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from memlane.errors import NotFoundError
-from memlane.models import FormationCursor, Job, new_id, utcnow
+from memlane.models import FormationCursor, Job, as_utc, new_id, utcnow
 from memlane.stores.sqlite.db import Database
 
 _JOB_COLS = (
     "id, kind, key, user_id, status, payload, state, result, attempts, max_attempts, last_error,"
     " next_run_at, created_at, updated_at"
 )
+#: What a job row reads back: the insertable columns plus the lease holder.
+_JOB_READ = _JOB_COLS + ", worker, lease_until"
 _CURSOR_COLS = (
     "app, session_id, user_ids, agent_id, tier, last_event_id, formed_events, pending_messages,"
     " pending_tokens, last_activity_at, last_formed_at"
 )
 
 
+def _dt(text: str) -> datetime:
+    return as_utc(datetime.fromisoformat(text))
+
+
 def _job(r: Sequence[Any]) -> Job:
     return Job(
         id=r[0], kind=r[1], key=r[2], user_id=r[3], status=r[4], payload=json.loads(r[5]), state=json.loads(r[6]),
         result=json.loads(r[7]) if r[7] else None, attempts=r[8], max_attempts=r[9], last_error=r[10],
-        next_run_at=datetime.fromisoformat(r[11]), created_at=datetime.fromisoformat(r[12]),
-        updated_at=datetime.fromisoformat(r[13]),
+        next_run_at=_dt(r[11]), created_at=_dt(r[12]), updated_at=_dt(r[13]), worker=r[14],
+        lease_until=_dt(r[15]) if r[15] else None,
     )  # fmt: skip
 
 
@@ -42,7 +48,7 @@ def _cursor(r: Sequence[Any]) -> FormationCursor:
     return FormationCursor(
         app=r[0], session_id=r[1], user_ids=json.loads(r[2]), agent_id=r[3], tier=r[4], last_event_id=r[5],
         formed_events=r[6], pending_messages=r[7], pending_tokens=r[8],
-        last_activity_at=datetime.fromisoformat(r[9]), last_formed_at=datetime.fromisoformat(r[10]) if r[10] else None,
+        last_activity_at=_dt(r[9]), last_formed_at=_dt(r[10]) if r[10] else None,
     )  # fmt: skip
 
 
@@ -71,7 +77,7 @@ class SqliteJobStore:
             with self._db.write(c):
                 if coalesce:
                     row = c.execute(
-                        f"SELECT {_JOB_COLS} FROM jobs WHERE key=? AND kind=? AND status='queued' AND state='{{}}'"
+                        f"SELECT {_JOB_READ} FROM jobs WHERE key=? AND kind=? AND status='queued' AND state='{{}}'"
                         " ORDER BY created_at LIMIT 1",
                         (key, kind),
                     ).fetchone()
@@ -80,14 +86,14 @@ class SqliteJobStore:
                         c.execute(
                             "UPDATE jobs SET payload=?, updated_at=? WHERE id=?", (json.dumps(merged), now, row[0])
                         )
-                        return _job(c.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE id=?", (row[0],)).fetchone())
+                        return _job(c.execute(f"SELECT {_JOB_READ} FROM jobs WHERE id=?", (row[0],)).fetchone())
                 jid = new_id()
                 c.execute(
                     f"INSERT INTO jobs ({_JOB_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (jid, kind, key, user_id, "queued", json.dumps(payload), "{}", None, 0, max_attempts, None,
                      now, now, now),
                 )  # fmt: skip
-                return _job(c.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE id=?", (jid,)).fetchone())
+                return _job(c.execute(f"SELECT {_JOB_READ} FROM jobs WHERE id=?", (jid,)).fetchone())
 
         return await self._db.run(op)
 
@@ -104,7 +110,7 @@ class SqliteJobStore:
                     where = "id=? AND (status='queued' OR (status='running' AND lease_until<?))"
                     args = [job_id, iso]
                 rows = c.execute(
-                    f"SELECT {_JOB_COLS} FROM jobs j WHERE ({where}) AND NOT EXISTS ("
+                    f"SELECT {_JOB_READ} FROM jobs j WHERE ({where}) AND NOT EXISTS ("
                     " SELECT 1 FROM jobs o WHERE o.key=j.key AND o.id<>j.id AND o.status='running'"
                     " AND o.lease_until>=?) ORDER BY next_run_at, created_at LIMIT 1",
                     (*args, iso),
@@ -112,12 +118,28 @@ class SqliteJobStore:
                 if not rows:
                     return None
                 job = _job(rows[0])
-                lease = (now + timedelta(seconds=lease_seconds)).isoformat()
+                lease = now + timedelta(seconds=lease_seconds)
                 c.execute(
                     "UPDATE jobs SET status='running', lease_until=?, worker=?, updated_at=? WHERE id=?",
-                    (lease, worker, iso, job.id),
+                    (lease.isoformat(), worker, iso, job.id),
                 )
-                return job.model_copy(update={"status": "running"})
+                return job.model_copy(update={"status": "running", "worker": worker, "lease_until": lease})
+
+        return await self._db.run(op)
+
+    async def renew(self, job_id: str, worker: str, *, lease_seconds: float) -> bool:
+        """Heartbeat: extend ``worker``'s lease on a running job to now + ``lease_seconds``.
+        False when the job is no longer running under this worker (done, released, or
+        claimed by another worker after the lease expired)."""
+
+        def op(c: sqlite3.Connection) -> bool:
+            now = utcnow()
+            with self._db.write(c):
+                cur = c.execute(
+                    "UPDATE jobs SET lease_until=? WHERE id=? AND status='running' AND worker=?",
+                    ((now + timedelta(seconds=lease_seconds)).isoformat(), job_id, worker),
+                )
+                return cur.rowcount == 1
 
         return await self._db.run(op)
 
@@ -161,7 +183,7 @@ class SqliteJobStore:
                     ("failed" if give_up else "queued", attempts, error[:2000], due.isoformat(), now.isoformat(),
                      job_id),
                 )  # fmt: skip
-                return _job(c.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE id=?", (job_id,)).fetchone())
+                return _job(c.execute(f"SELECT {_JOB_READ} FROM jobs WHERE id=?", (job_id,)).fetchone())
 
         return await self._db.run(op)
 
@@ -188,7 +210,7 @@ class SqliteJobStore:
                     " AND status IN ('failed', 'queued')",
                     (now, now, job_id),
                 )
-                row = c.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE id=?", (job_id,)).fetchone()
+                row = c.execute(f"SELECT {_JOB_READ} FROM jobs WHERE id=?", (job_id,)).fetchone()
                 if row is None:
                     raise NotFoundError(f"no job {job_id!r}")
                 del cur
@@ -198,7 +220,7 @@ class SqliteJobStore:
 
     async def get(self, job_id: str) -> Job | None:
         def op(c: sqlite3.Connection) -> Job | None:
-            row = c.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE id=?", (job_id,)).fetchone()
+            row = c.execute(f"SELECT {_JOB_READ} FROM jobs WHERE id=?", (job_id,)).fetchone()
             return _job(row) if row else None
 
         return await self._db.run(op)
@@ -213,7 +235,7 @@ class SqliteJobStore:
 
         def op(c: sqlite3.Connection) -> builtins.list[Job]:
             rows = c.execute(
-                f"SELECT {_JOB_COLS} FROM jobs WHERE {where} ORDER BY created_at DESC LIMIT ?", (*args, limit)
+                f"SELECT {_JOB_READ} FROM jobs WHERE {where} ORDER BY created_at DESC LIMIT ?", (*args, limit)
             ).fetchall()
             return [_job(r) for r in rows]
 
@@ -227,7 +249,7 @@ class SqliteJobStore:
                 "SELECT MIN(t) FROM (SELECT MIN(next_run_at) t FROM jobs WHERE status='queued'"
                 " UNION ALL SELECT MIN(lease_until) FROM jobs WHERE status='running')"
             ).fetchone()
-            return datetime.fromisoformat(row[0]) if row and row[0] else None
+            return _dt(row[0]) if row and row[0] else None
 
         return await self._db.run(op)
 

@@ -220,4 +220,22 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
         "0003_partition_keys",
         [_rekey_partitions],
     ),
+    (
+        # forget(user) must find what it erases: agent-scope reflections and consolidated blobs
+        # (and agent facts another user's conversation updated) belong to no user, so the users
+        # whose conversations they were formed from are recorded here. Never returned by reads.
+        "0004_erasure",
+        [
+            """CREATE TABLE contributors (
+                user_id TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                item_id TEXT NOT NULL,
+                PRIMARY KEY (user_id, kind, item_id)
+            ) WITHOUT ROWID""",
+            "CREATE INDEX contributors_item ON contributors(kind, item_id)",
+            # Bumped by every purge. Partition counters restart at 0 when a purge deletes the
+            # partition row, so a vector cache (in any process) compares this generation too.
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', '0')",
+        ],
+    ),
 ]

@@ -204,6 +204,15 @@ class SqliteSessionStore:
 
         return await self._run(fn)
 
+    async def counts(self) -> tuple[int, int]:
+        """(sessions, events) in the file."""
+
+        def fn(conn: sqlite3.Connection) -> tuple[int, int]:
+            sessions = conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+            return int(sessions), int(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+
+        return await self._run(fn)
+
     async def delete_user_sessions(self, user_id: str) -> int:
         """Delete, in every app, the sessions whose only participant is ``user_id``."""
         check_user_ids([user_id])

@@ -69,16 +69,25 @@ class VectorIndex:
         return self._bits
 
     def search(
-        self, query: F32, limit: int, *, session_id: str | None = None, kind: str | None = None
+        self,
+        query: F32,
+        limit: int,
+        *,
+        session_id: str | None = None,
+        kind: str | None = None,
+        allowed: set[str] | None = None,
     ) -> tuple[npt.NDArray[np.int64], F32]:
         """Top ``limit`` rows by cosine: (row indexes, scores), best first; optionally only
-        rows of one session and/or one kind (``fact`` or ``message``), searched exactly."""
+        rows of one session, one kind (``fact`` or ``message``) and/or whose keys are in
+        ``allowed``, searched exactly."""
         n = self._n
         if n == 0 or limit <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
-        if session_id is not None or kind is not None:
+        if session_id is not None or kind is not None or allowed is not None:
             mask = np.ones(n, dtype=np.bool_)
+            if allowed is not None:
+                mask &= np.fromiter((k in allowed for k in self.keys[:n]), dtype=np.bool_, count=n)
             if kind is not None:
                 mask &= self._facts[:n] if kind == "fact" else ~self._facts[:n]
             if session_id is not None:

@@ -1,0 +1,159 @@
+"""Search orchestration: one scope's hybrid search, from query text to ranked hits.
+
+Data flow: queries (up to 3) -> keyword candidates per query (the store's BM25, then the
+author boost here) and, concurrently, query embeddings -> vector candidates -> weighted RRF
+(:mod:`memlane.retrieval`) -> facts fetched in the scope -> access counts bumped. Filters
+are pushed down into the store's queries, so they cut candidates before ``limit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from memlane.errors import InvalidInputError, ProviderError
+from memlane.models import Candidate, FactFilter, Hit, PartitionFilter, Scope, SearchResult
+from memlane.providers.embed.base import Matrix
+from memlane.retrieval.hybrid import RetrievalConfig, fuse
+from memlane.retrieval.text import parse_query
+from memlane.stores.base import FactStore
+
+log = logging.getLogger("memlane")
+
+#: Keyword lists are fetched this many times deeper when the author boost may reorder them.
+BOOST_OVERFETCH = 3
+#: Filter keys that name fact fields; any other key filters on ``metadata``.
+FIELD_FILTERS = ("kind", "author", "session_id", "scope")
+
+
+def fact_filter(filters: Mapping[str, Any] | None, session_id: str | None) -> tuple[FactFilter, str | None]:
+    """``search(filters=...)`` as a pushed-down :class:`FactFilter`, plus the ``scope`` filter
+    (``"user"`` / ``"agent"``), which selects partitions instead."""
+    filters = dict(filters or {})
+    scope = filters.pop("scope", None)
+    if scope not in (None, "user", "agent"):
+        raise InvalidInputError(f"filters['scope'] must be 'user' or 'agent', got {scope!r}")
+    fields = {k: filters.pop(k) for k in ("kind", "author", "session_id") if k in filters}
+    for key, value in fields.items():
+        if not isinstance(value, str):
+            raise InvalidInputError(f"filters[{key!r}] must be a string, got {type(value).__name__}")
+    if session_id is not None:
+        if fields.get("session_id", session_id) != session_id:
+            fields["session_id"] = "\x00none"  # contradictory: matches nothing
+        else:
+            fields["session_id"] = session_id
+    meta = tuple(sorted(filters.items()))
+    return FactFilter(metadata=meta, **fields), scope
+
+
+def partitions_for(scope: Scope, only: str | None) -> PartitionFilter:
+    """The scope's partitions, narrowed to its user or agent partitions by a ``scope`` filter."""
+    pf = scope.partition_filter()
+    if only == "agent":
+        return PartitionFilter(exact=tuple(p for p in pf.exact if p.startswith("a|")))
+    if only == "user":
+        return PartitionFilter(exact=tuple(p for p in pf.exact if p.startswith("u|")), prefixes=pf.prefixes)
+    return pf
+
+
+class Searcher:
+    """Hybrid search over one :class:`FactStore` (the engine's ``search``)."""
+
+    def __init__(
+        self,
+        facts: FactStore,
+        config: RetrievalConfig,
+        embed_queries: Callable[[list[str]], Awaitable[Matrix | None]] | None,
+    ) -> None:
+        self.facts = facts
+        self.config = config
+        self.embed_queries = embed_queries
+
+    async def keyword(
+        self, pf: PartitionFilter, query: str, authors: Sequence[str], *, limit: int, flt: FactFilter
+    ) -> list[Candidate]:
+        """BM25 candidates, then the author boost: memories by an author the query names
+        score ``author_boost`` times higher (core policy, not the store's)."""
+        cfg = self.config
+        kq = parse_query(query, authors, author_boost=cfg.author_boost)
+        boost = {a.lower() for a in kq.boost_authors}
+        fetch = limit * BOOST_OVERFETCH if boost else limit
+        found = await self.facts.keyword_search(pf, kq.terms, limit=fetch, filter=flt)
+        if not boost:
+            return found
+        for c in found:
+            if c.author is not None and c.author.lower() in boost:
+                c.score *= kq.author_boost
+        found.sort(key=lambda c: -c.score)
+        return found[:limit]
+
+    async def search(
+        self,
+        scope: Scope,
+        queries: list[str],
+        *,
+        top_k: int,
+        filters: Mapping[str, Any] | None,
+        debug: bool,
+        use_vectors: bool,
+    ) -> SearchResult:
+        t0 = time.perf_counter()
+        cfg = self.config
+        flt, only = fact_filter(filters, scope.session_id)
+        pf = partitions_for(scope, only)
+        depth = max(cfg.depth, top_k)
+        timings: dict[str, float] = {}
+        t = time.perf_counter()
+        authors = await self.facts.authors(pf)
+        qvecs: Matrix | None = None
+        use_vectors = use_vectors and self.embed_queries is not None and cfg.vector_weight > 0
+        embed_task = asyncio.ensure_future(self.embed_queries(queries)) if use_vectors and self.embed_queries else None
+        kw_lists = list(await asyncio.gather(*(self.keyword(pf, q, authors, limit=depth, flt=flt) for q in queries)))
+        timings["keyword_ms"] = (time.perf_counter() - t) * 1000
+        vec_lists: list[list[Candidate]] = []
+        if embed_task is not None:
+            try:
+                qvecs = await embed_task
+            except ProviderError as exc:
+                log.warning("memlane: query embedding failed (%s); keyword-only results", exc)
+            timings["embed_ms"] = (time.perf_counter() - t) * 1000 - timings["keyword_ms"]
+            if qvecs is not None:
+                t = time.perf_counter()
+                vec_lists = list(
+                    await asyncio.gather(
+                        *(self.facts.vector_search(pf, qvecs[i], limit=depth, filter=flt) for i in range(len(queries)))
+                    )
+                )
+                timings["vector_ms"] = (time.perf_counter() - t) * 1000
+        t = time.perf_counter()
+        fused = fuse(kw_lists, vec_lists, cfg, top_k=top_k)
+        found = await self.facts.get_facts([f.key for f in fused], scope)
+        hits: list[Hit] = []
+        for f in fused:
+            fact = found.get(f.key)
+            if fact is None:
+                continue
+            kr = min((r for n, r in f.ranks.items() if n.startswith("keyword")), default=None)
+            vr = min((r for n, r in f.ranks.items() if n.startswith("vector")), default=None)
+            ks = max((s for n, s in f.raw.items() if n.startswith("keyword")), default=None)
+            vs = max((s for n, s in f.raw.items() if n.startswith("vector")), default=None)
+            hits.append(Hit(fact=fact, score=f.score, keyword_rank=kr, vector_rank=vr, keyword_score=ks,
+                            vector_score=vs))  # fmt: skip
+        timings["fuse_fetch_ms"] = (time.perf_counter() - t) * 1000
+        await self.facts.record_access([h.fact.id for h in hits])
+        timings["total_ms"] = (time.perf_counter() - t0) * 1000
+        dbg = None
+        if debug:
+            dbg = {
+                "timings": timings,
+                "queries": queries,
+                "keyword": [[(c.fact_id, c.score) for c in lst] for lst in kw_lists],
+                "vector": [[(c.fact_id, c.score) for c in lst] for lst in vec_lists],
+                "config": cfg.model_dump(),
+                "vectors_used": qvecs is not None,
+                "filter": flt,
+            }
+        return SearchResult(hits=hits, debug=dbg)
