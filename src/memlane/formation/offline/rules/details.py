@@ -13,11 +13,14 @@ from memlane.formation.schemas import word_count
 _RULES: list[_Rule] = []
 _rule = _registry(_RULES)
 
+# "is", and the ways a changed detail is announced: "is now", "has changed to", "changed to".
+_IS = r"(?:is(?:\s+now)?|(?:has\s+(?:now\s+)?|is\s+now\s+)?changed\s+to)"
+
 
 @_rule(
     "email",
     ("mail",),
-    rf"\bmy\s+(?P<q>(?:work|personal|new|school|business)\s+)?e-?mail(?:\s+address)?\s+is\s+(?P<v>{_EMAIL})",
+    rf"\bmy\s+(?P<q>(?:work|personal|new|school|business)\s+)?e-?mail(?:\s+address)?\s+{_IS}\s+(?P<v>{_EMAIL})",
 )
 def _r_email(m: re.Match[str], _: str) -> list[_Draft]:
     q = (m["q"] or "").lower()
@@ -28,7 +31,7 @@ def _r_email(m: re.Match[str], _: str) -> list[_Draft]:
     "phone",
     ("phone", "number", "cell", "mobile", "whatsapp"),
     r"\bmy\s+(?P<q>(?:work|personal|new|home|cell|mobile)\s+)?(?:phone(?:\s+number)?|cell(?:\s+number)?|mobile"
-    rf"(?:\s+number)?|telephone(?:\s+number)?|number|whatsapp)\s+is\s+(?P<v>{_PHONE})",
+    rf"(?:\s+number)?|telephone(?:\s+number)?|number|whatsapp)\s+{_IS}\s+(?P<v>{_PHONE})",
 )
 def _r_phone(m: re.Match[str], _: str) -> list[_Draft]:
     q = (m["q"] or "").lower()
@@ -38,7 +41,7 @@ def _r_phone(m: re.Match[str], _: str) -> list[_Draft]:
 @_rule(
     "address",
     ("address",),
-    r"\bmy\s+(?P<q>(?:home|new|work|mailing|shipping|postal)\s+)?address\s+is\s+(?P<v>[^!?;\n]+)",
+    rf"\bmy\s+(?P<q>(?:home|new|work|mailing|shipping|postal)\s+)?address\s+{_IS}\s+(?P<v>[^!?;\n]+)",
 )
 def _r_address(m: re.Match[str], _: str) -> list[_Draft]:
     v = _TRAIL_PUNCT.sub("", m["v"]).strip()
@@ -57,7 +60,11 @@ _ATTRS = {
 }  # fmt: skip
 
 
-@_rule("attribute", tuple(a.split()[0] for a in _ATTRS), rf"\bmy\s+(?P<k>{_alt(_ATTRS)})\s+(?P<be>is|are)\s+{_VAL}")
+@_rule(
+    "attribute",
+    tuple(a.split()[0] for a in _ATTRS),
+    rf"\bmy\s+(?P<k>{_alt(_ATTRS)})\s+(?P<be>is|are)(?:\s+now)?\s+{_VAL}",
+)
 def _r_attribute(m: re.Match[str], _: str) -> list[_Draft]:
     k = _SPACES.sub(" ", m["k"].lower()).replace("bday", "birthday")
     return _one(f"{_S}'s {k} {m['be'].lower()}", m["v"], _ATTRS[k if k in _ATTRS else "birthday"], max_words=12)
