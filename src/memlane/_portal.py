@@ -1,10 +1,15 @@
 """A private event loop on a daemon thread, for the sync facade (anyio's blocking portal
 idea): sync callers submit coroutines and block on the result. The caller's own event loop,
-if any, is never touched."""
+if any, is never touched.
+
+``os.fork()`` copies the process but not its threads: in a child the loop thread does not
+exist, and a call would wait for it forever. The portal remembers the process that created
+it and refuses calls from any other with a :class:`~memlane.errors.UsageError`."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -18,6 +23,7 @@ class LoopThread:
     """Runs one event loop forever on a background thread until :meth:`stop`."""
 
     def __init__(self, name: str = "memlane-loop") -> None:
+        self.pid = os.getpid()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -33,8 +39,20 @@ class LoopThread:
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 
+    @property
+    def forked(self) -> bool:
+        """True in a process forked after this portal was created (its loop thread is not here)."""
+        return os.getpid() != self.pid
+
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the private loop and return its result (exceptions propagate)."""
+        if self.forked:
+            coro.close()
+            raise UsageError(
+                f"this Memory was created in process {self.pid}; this is process {os.getpid()}, forked from it, "
+                "where its event-loop thread does not exist. Create a new Memory after fork (or before it in "
+                "each worker, e.g. in a post-fork hook)"
+            )
         if threading.current_thread() is self._thread:
             coro.close()
             raise UsageError("the sync memlane API was called from its own event loop; use AsyncMemory")
@@ -44,8 +62,8 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def stop(self) -> None:
-        """Stop the loop and join the thread (idempotent)."""
-        if self._loop.is_closed() or not self._thread.is_alive():
+        """Stop the loop and join the thread (idempotent; nothing to do in a forked child)."""
+        if self.forked or self._loop.is_closed() or not self._thread.is_alive():
             return
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()

@@ -18,6 +18,7 @@
     │   └── LLMError               a chat-completion call failed
     │       └── OutputParseError   the model's output was not the JSON asked for (after one retry)
     └── FormationError             a memory-formation job failed; it stays queued for retry
+        └── FormationTimeoutError  waited too long for a formation job (it is kept)
 
 Every message says how to fix the problem.
 """
@@ -113,3 +114,18 @@ class OutputParseError(LLMError):
 
 class FormationError(MemlaneError):
     """A memory-formation job failed. The conversation is kept and the job is retried later."""
+
+
+class FormationTimeoutError(FormationError):
+    """A wait for a formation job (``form``, ``end_session``, ``add(infer=True)``) ran out of
+    time. The job is kept and finishes later.
+
+    Attributes:
+        job_id: the job waited for.
+        status: its status when the wait gave up (``queued``, ``running``, ...).
+    """
+
+    def __init__(self, message: str, *, job_id: str, status: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.status = status

@@ -75,6 +75,8 @@ class Memory:
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        if self._portal.forked:  # a forked child: the engine and its thread belong to the parent
+            return
         try:
             self._portal.call(self._async.close())
         finally:
@@ -194,9 +196,9 @@ class Memory:
         """See :meth:`AsyncMemory.history`."""
         return self._portal.call(self._async.history(fact_id, user_id=user_id, agent_id=agent_id))
 
-    def forget(self, user_id: str) -> int:
+    def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase") -> int:
         """See :meth:`AsyncMemory.forget`."""
-        return self._portal.call(self._async.forget(user_id))
+        return self._portal.call(self._async.forget(user_id, shared=shared))
 
     def stats(self, *, user_id: str | None = None, agent_id: str | None = None) -> StoreStats:
         """See :meth:`AsyncMemory.stats`."""

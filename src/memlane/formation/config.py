@@ -85,7 +85,13 @@ class FormationConfig(BaseModel):
     retry_base_seconds: float = Field(5.0, ge=0)
     """First retry delay; doubles per attempt (with jitter), capped by ``retry_max_seconds``."""
     retry_max_seconds: float = Field(600.0, ge=0)
-    lease_seconds: float = Field(300.0, gt=0)
-    """A running job not finished within this is considered abandoned and claimed again."""
+    lease_seconds: float = Field(30.0, gt=0)
+    """A running job's lease. The worker renews it every ``lease_seconds / 3`` while the job
+    runs (heartbeat); a job whose holder stopped renewing (the process died) is claimed again
+    once its lease expires, so a dead worker is detected within this many seconds."""
+    wait_timeout_seconds: float | None = Field(600.0, gt=0)
+    """How long ``form``, ``end_session``, ``reset_session`` and ``add(infer=True)`` wait for
+    their job before raising :class:`~memlane.errors.FormationTimeoutError` (the job is kept
+    and finishes later). None waits without a limit."""
     background: bool = True
     """Run queued jobs on a background task of the engine's event loop."""

@@ -4,8 +4,11 @@ The durable session is the buffer: nothing about a conversation lives only in me
 A trigger (45 messages / 1500 weighted tokens after an agent response), the idle timer
 (30 min), ``/reset``, session end or ``add(infer=True)`` each enqueue a job row; a worker
 claims it with a lease, runs the pipeline, checkpoints each model step's output in the
-job, applies the batch exactly once and marks it done. Failures are retried with backoff;
-a process killed mid-job leaves a lease that expires, and the job is claimed again.
+job, applies the batch exactly once and marks it done. Transient failures (providers,
+network, storage) are retried with backoff; deterministic ones (a bug, bad data) fail the
+job at once with their reason. While a job runs, a heartbeat renews its lease every third
+of ``lease_seconds``; a process killed mid-job stops renewing, its lease expires within
+seconds, and the job is claimed again.
 """
 
 from __future__ import annotations
@@ -22,13 +25,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from memlane.errors import FormationError, InvalidInputError, UsageError
+from memlane.errors import (
+    FormationError,
+    FormationTimeoutError,
+    InvalidInputError,
+    ProviderError,
+    StorageError,
+    UsageError,
+)
 from memlane.formation.config import FormationConfig
 from memlane.formation.pipeline import Pipeline, Target, scope_key
 from memlane.formation.schemas import Decision, ExistingFact, ExtractedFact, Turn
 from memlane.models import (
     TEXT_EVENT_TYPES,
     ConsolidatedMemory,
+    agent_namespace,
     Event,
     EventType,
     Fact,
@@ -77,6 +88,38 @@ class FormationResult(BaseModel):
     def facts(self) -> list[Fact]:
         """Facts added or changed (NONE excluded)."""
         return [c.fact for c in self.changes if c.event != "NONE"]
+
+
+#: Errors a retry cannot fix: the same bug or the same bad data fails the same way again.
+#: (pydantic's ValidationError and json's JSONDecodeError are ValueErrors; NotFoundError is
+#: a LookupError.)
+_PERMANENT: tuple[type[BaseException], ...] = (
+    InvalidInputError,
+    UsageError,
+    TypeError,
+    ValueError,
+    LookupError,
+    AttributeError,
+    AssertionError,
+    ArithmeticError,
+    RecursionError,
+    NotImplementedError,
+)
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """True for a deterministic failure (a bug, bad data): the job fails at once instead of
+    burning its retries. Provider, network and storage errors are transient (retried), and so
+    is anything unrecognised."""
+    if isinstance(exc, ProviderError | StorageError | OSError):  # incl. OutputParseError, timeouts
+        return False
+    return isinstance(exc, _PERMANENT)
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
 
 
 def event_weight(event: Event) -> tuple[int, float]:
@@ -217,16 +260,20 @@ class FormationRunner:
         return n
 
     async def _execute(self, job: Job) -> FormationResult | None:
+        heartbeat = asyncio.create_task(self._heartbeat(job.id), name=f"memlane-lease-{job.id}")
         try:
             result = await self.run_job(job)
         except asyncio.CancelledError:
+            await _stop(heartbeat)
             await asyncio.shield(self.jobs.release(job.id))
             raise
-        except (InvalidInputError, UsageError) as exc:
-            log.warning("memlane: formation job %s failed permanently: %s", job.id, exc)
-            await self.jobs.fail(job.id, f"{type(exc).__name__}: {exc}", retry_in=None)
-            raise
         except Exception as exc:
+            await _stop(heartbeat)
+            if is_permanent(exc):
+                log.warning("memlane: formation job %s failed permanently (not retried): %s: %s",
+                            job.id, type(exc).__name__, exc)  # fmt: skip
+                await self.jobs.fail(job.id, f"{type(exc).__name__}: {exc}", retry_in=None)
+                raise
             delay = self._backoff(job.attempts)
             failed = await self.jobs.fail(job.id, f"{type(exc).__name__}: {exc}", retry_in=delay)
             if failed.status == "failed":
@@ -234,8 +281,24 @@ class FormationRunner:
             else:
                 log.info("memlane: formation job %s failed (%s); retry in %.1fs", job.id, exc, delay)
             raise
+        await _stop(heartbeat)
         await self.jobs.complete(job.id, result.model_dump(mode="json"))
         return result
+
+    async def _heartbeat(self, job_id: str) -> None:
+        """Renew the job's lease every third of ``lease_seconds`` while it runs, so only a dead
+        (or hung) worker's job is taken over."""
+        lease = self.config.lease_seconds
+        while True:
+            await asyncio.sleep(lease / 3)
+            try:
+                held = await self.jobs.renew(job_id, self.worker_id, lease_seconds=lease)
+            except Exception as exc:  # a busy database: try again at the next beat
+                log.warning("memlane: could not renew the lease of formation job %s: %s", job_id, exc)
+                continue
+            if not held:
+                log.warning("memlane: formation job %s is no longer leased to this worker", job_id)
+                return
 
     def _backoff(self, attempts: int) -> float:
         base = self.config.retry_base_seconds
@@ -244,8 +307,38 @@ class FormationRunner:
         d = min(base * 2**attempts, self.config.retry_max_seconds)
         return float(d / 2 + random.uniform(0, d / 2))
 
-    async def wait_for(self, job: Job) -> FormationResult:
-        """Run ``job`` now (or wait for the worker that holds it); FormationError if it fails."""
+    async def wait_for(self, job: Job, *, timeout: float | None = None) -> FormationResult:
+        """Run ``job`` now (or wait for the worker that holds it); FormationError if it fails,
+        FormationTimeoutError after ``timeout`` seconds (default ``wait_timeout_seconds``;
+        the job is kept and finishes later)."""
+        limit = timeout if timeout is not None else self.config.wait_timeout_seconds
+        try:
+            async with asyncio.timeout(limit) as deadline:
+                return await self._wait(job)
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise
+            current = await self.jobs.get(job.id)
+            status = current.status if current is not None else "gone"
+            held = ""
+            holder = current
+            if current is not None and current.status == "queued":  # behind another job of the session?
+                ahead = [j for j in await self.jobs.list(status="running", key=job.key) if j.id != job.id]
+                holder = ahead[0] if ahead else None
+                held = f", behind job {holder.id} (running)" if holder is not None else ""
+            if holder is not None and holder.status == "running" and holder.worker:
+                until = f" until {holder.lease_until:%H:%M:%S} UTC" if holder.lease_until else ""
+                held += f", leased to worker {holder.worker}{until}"
+            raise FormationTimeoutError(
+                f"memory formation job {job.id} did not finish within {limit:g} s (status: {status}{held}); "
+                "it is kept and finishes later: check it with get_job / `memlane jobs`, or raise "
+                "FormationConfig.wait_timeout_seconds",
+                job_id=job.id,
+                status=status,
+            ) from exc
+
+    async def _wait(self, job: Job) -> FormationResult:
+        announced = False
         while True:
             claimed = await self.jobs.claim(self.worker_id, lease_seconds=self.config.lease_seconds, job_id=job.id)
             if claimed is not None:
@@ -254,6 +347,12 @@ class FormationRunner:
                 except (InvalidInputError, UsageError):
                     raise
                 except Exception as exc:
+                    if is_permanent(exc):
+                        raise FormationError(
+                            f"memory formation job {job.id} failed permanently ({type(exc).__name__}: {exc}); it "
+                            f"is not retried automatically - the conversation is kept: fix the cause, then "
+                            f"retry_job({job.id!r})"
+                        ) from exc
                     raise FormationError(
                         f"memory formation failed ({type(exc).__name__}: {exc}); job {job.id} is kept and will "
                         "be retried - the conversation is not lost"
@@ -269,6 +368,10 @@ class FormationRunner:
                 raise FormationError(
                     f"memory formation job {job.id} failed: {current.last_error}; it is kept for retry"
                 )
+            if not announced:
+                announced = True
+                log.info("memlane: waiting for formation job %s (%s) or the job ahead of it on its session",
+                         job.id, current.status)  # fmt: skip
             await asyncio.sleep(0.05)
 
     # ------------------------------------------------------------------ triggers
@@ -482,7 +585,7 @@ class FormationRunner:
         target = Target(
             session_id=sid,
             user_id=session.user_id,
-            agent_ns=None if session.app in ("", "default") else session.app,
+            agent_ns=agent_namespace(session.app, session.agent_id),
             is_group=session.is_group,
             tier=cursor.tier if cursor else 0,
             user_name=(_speaker(turns, "user") or name_from_id(session.user_id)) if not session.is_group else None,
@@ -509,7 +612,7 @@ class FormationRunner:
                 await self.sessions.delete_session(sid, app=app)
                 # a cleared session starts fresh: its session-scope memory goes with it (user and
                 # agent memory, and the facts, stay)
-                await self.pipeline.facts.clear_session_memory(**scope_key(target, "session"))  # type: ignore[arg-type]
+                await self.pipeline.reflections.clear_session_memory(**scope_key(target, "session"))  # type: ignore[arg-type]
                 await self.jobs.delete_cursor(app, sid)
                 self._who.pop((app, sid), None)
                 self.cancel_idle(app, sid)

@@ -8,10 +8,11 @@ renders them into prompts, the offline one reads them directly.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from memlane.models import UtcDatetime
 
 #: Hard caps from Eden memory v2's prompts.
 MAX_FACT_WORDS = 30
@@ -33,7 +34,7 @@ class Turn(BaseModel):
     author: str
     """Display name: the speaker's name when known (``Caroline``), else ``user`` / the agent's name."""
     text: str
-    at: datetime | None = None
+    at: UtcDatetime | None = None
     event_id: str | None = None
 
 

@@ -251,8 +251,10 @@ class FactStore(Protocol):
         """All changes to a fact, oldest first."""
         ...
 
-    async def purge_user(self, user_id: str) -> int:
-        """Hard delete all of ``user_id``'s facts, history and applied batches; returns rows removed."""
+    async def purge_user(self, user_id: str, *, shared: str = "erase") -> int:
+        """Hard delete all of ``user_id``'s facts, history and applied batches, leaving none of
+        their text in storage; returns rows removed. ``shared="erase"`` also deletes agent-scope
+        facts holding the user's words; ``"keep"`` keeps them, unlinked from the user."""
         ...
 
     async def keyword_search(
@@ -359,8 +361,11 @@ class ReflectionStore(Protocol):
         """Delete one session's reflections and blob (the session was cleared); returns rows removed."""
         ...
 
-    async def purge_user(self, user_id: str) -> int:
-        """Hard delete the user's reflections and blobs; returns rows removed."""
+    async def purge_user(self, user_id: str, *, shared: str = "erase") -> int:
+        """Hard delete the user's reflections and blobs; returns rows removed. ``shared="erase"``
+        also deletes agent-scope reflections formed from the user's conversations (their
+        ``source_user_ids``) and drops the blobs that absorbed them, marking the remaining
+        reflections unabsorbed so the blob is rebuilt; ``"keep"`` keeps them."""
         ...
 
     async def close(self) -> None:

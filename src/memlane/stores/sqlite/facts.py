@@ -684,7 +684,9 @@ class SqliteFactStore:
             if not busy:
                 return
             time.sleep(0.05 * (attempt + 1))
-        log.warning("memlane: a reader kept the WAL from being truncated after forget; old pages stay until a checkpoint")
+        log.warning(
+            "memlane: a reader kept the WAL from being truncated after forget; old pages stay in it until a checkpoint"
+        )
 
     # ------------------------------------------------------------------ reads
     async def get_fact(self, fact_id: str, scope: Scope) -> Fact | None:

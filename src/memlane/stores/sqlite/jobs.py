@@ -351,12 +351,29 @@ class SqliteJobStore:
         return await self._db.run(op)
 
     async def purge_user(self, user_id: str) -> int:
-        """Delete the user's jobs and the cursors of sessions they took part in alone."""
+        """Delete the user's jobs and the cursors of sessions they took part in alone.
+
+        Other users' jobs can hold this user's words through the agent's shared memory: dedup
+        candidates in their checkpoints, the agent blob or a replaced agent fact in their
+        results. Checkpoints of jobs not running now are dropped (a replay recomputes them) and
+        those texts are removed from finished jobs' results."""
 
         def op(c: sqlite3.Connection) -> int:
             with self._db.write(c):
                 n = c.execute("DELETE FROM jobs WHERE user_id=?", (user_id,)).rowcount
                 n += c.execute("DELETE FROM formation_cursors WHERE user_ids=?", (json.dumps([user_id]),)).rowcount
+                c.execute("UPDATE jobs SET state='{}' WHERE status<>'running' AND state<>'{}'")
+                for job_id, text in c.execute(
+                    "SELECT id, result FROM jobs WHERE status='done' AND result IS NOT NULL"
+                ).fetchall():
+                    result = json.loads(text)
+                    changes = result.get("changes") or []
+                    if not result.get("consolidated") and not any(ch.get("previous") for ch in changes):
+                        continue
+                    result["consolidated"] = []
+                    for ch in changes:
+                        ch["previous"] = None
+                    c.execute("UPDATE jobs SET result=? WHERE id=?", (json.dumps(result), job_id))
                 return int(n)
 
         return await self._db.run(op)
