@@ -1,7 +1,8 @@
 """``memlane``: add, search and inspect memories from the shell.
 
 Every command takes ``--db`` (default ``$MEMLANE_DB`` or the user data dir) and
-``--embedder`` (default ``$MEMLANE_EMBEDDER`` or ``auto``).
+``--embedder`` (default ``$MEMLANE_EMBEDDER`` or ``auto``), before or after the command name.
+A :class:`~memlane.errors.MemlaneError` prints one ``memlane: error: ...`` line and exits 2.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import argparse
 import asyncio
 import json
 import logging
+import math
+import os
 import sys
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,10 +22,10 @@ from memlane import __version__
 from memlane.cli import importers
 from memlane.cli.progress import Progress
 from memlane.config import Settings
-from memlane.errors import MemlaneError
+from memlane.errors import InvalidInputError, MemlaneError, NotFoundError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.runner import FormationResult
-from memlane.models import Event, EventType, Fact, Job
+from memlane.models import Event, Fact, Job
 from memlane.sync import Memory
 
 
@@ -163,6 +165,10 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     with _open(args) as m:
         if args.session_id:
             events = m.sessions.get_events(args.session_id, limit=args.limit, app=args.app)
+            if not events and m.sessions.get_session(args.session_id, app=args.app) is None:
+                raise NotFoundError(
+                    f"no session {args.session_id!r} in app {args.app!r} (`memlane sessions` lists them)"
+                )
             if args.json:
                 _dump([e.model_dump() for e in events])
             for e in [] if args.json else events:
@@ -198,11 +204,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if not path.is_file():
-        print(f"no such file: {path}", file=sys.stderr)
-        return 2
+        raise InvalidInputError(f"no such file: {path}")
     fmt = args.format or importers.detect(path)
-    # Read and validate everything first: a bad line aborts before anything is written.
-    batches = list(importers.read_locomo(path, args.user_prefix) if fmt == "locomo" else importers.read_jsonl(path))
+    # All or nothing: parse and check every line, then try every batch on a scratch database,
+    # before the first row is written; a bad line names itself and changes nothing.
+    batches = importers.read(path, fmt, args.user_prefix)
+    events = importers.session_events(batches) if args.form else {}
+    importers.check_with_engine(batches)
     total = sum(len(b.messages) for b in batches)
     with _open(args) as m:
         with Progress(total, f"import {path.name}", unit="turn", enabled=not args.quiet) as bar:
@@ -211,28 +219,21 @@ def cmd_import(args: argparse.Namespace) -> int:
                 bar.update(len(b.messages))
         print(f"imported {total} turns ({fmt}) into {args.db}")
         if args.form:
-            _form_batches(m, batches, quiet=args.quiet)
+            _form_sessions(m, events, quiet=args.quiet)
     return 0
 
 
-def _form_batches(m: Memory, batches: list[importers.Batch], *, quiet: bool) -> None:
-    """Replay imported turns as sessions and form memory from each (facts, reflections, blobs)."""
-    sessions: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for b in batches:
-        sessions.setdefault((b.user_id, b.session_id or f"{b.user_id}:import"), []).extend(b.messages)
+def _form_sessions(m: Memory, sessions: dict[tuple[str, str], list[Event]], *, quiet: bool) -> None:
+    """Replay imported turns as sessions and form memory from each (facts, reflections, blobs).
+    Events already stored (an earlier import of the same turns) are not added again."""
     changes = reflections = blobs = 0
     with Progress(len(sessions), "form memory", unit="session", enabled=not quiet) as bar:
-        for (user_id, sid), messages in sessions.items():
-            if m.sessions.get_session(sid) is None:
-                m.sessions.create_session(user_ids=[user_id], session_id=sid)
-            for msg in messages:
-                assistant = msg.get("role") in ("assistant", "agent", "model")
-                when = msg.get("timestamp")
-                m.sessions.add_event(sid, Event(
-                    type=EventType.AGENT_RESPONSE if assistant else EventType.USER_MESSAGE,
-                    author=str(msg.get("name") or msg.get("role") or "user"), content=msg["content"],
-                    **({"timestamp": datetime.fromisoformat(str(when))} if when else {}),
-                ))  # fmt: skip
+        for (user_id, sid), events in sessions.items():
+            m.sessions.get_or_create_session(user_ids=[user_id], session_id=sid)
+            stored = {e.id for e in m.sessions.get_events(sid)}
+            for event in events:
+                if event.id not in stored:  # through the engine: the formation cursor sees it
+                    m.add_event(sid, event)
             res = m.end_session(sid)
             assert isinstance(res, FormationResult)
             changes += sum(1 for c in res.changes if c.event != "NONE")
@@ -331,8 +332,9 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
 
     convs = load(args.data, args.conversations)
     if not convs:
-        print(f"no conversations in {args.data}", file=sys.stderr)
-        return 2
+        raise InvalidInputError(
+            f"no conversations in {args.data}" + (" match --conversations" if args.conversations else "")
+        )
 
     async def run() -> dict[str, Any]:
         db = args.bench_db or ":memory:"
@@ -376,21 +378,52 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- parser
+def _positive(kind: type[int] | type[float]) -> Any:
+    """An argparse type: a finite number > 0 (``0``, ``-5``, ``nan`` are usage errors)."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def _global_options(p: argparse.ArgumentParser, settings: Settings, *, defaults: bool) -> None:
+    """The options every command takes. They are accepted before the command (``memlane --db x
+    search``) and after it; the sub-commands' copies default to SUPPRESS so they do not
+    overwrite a value given before the command."""
+
+    def d(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    def esc(text: str) -> str:
+        return text.replace("%", "%%")
+
+    p.add_argument("--db", default=d(settings.db), help=f"database file (default: $MEMLANE_DB or {esc(settings.db)})")
+    p.add_argument(
+        "--embedder", default=d(settings.embedder),
+        help="auto | local | local:/path | hash | openai:MODEL | gemini:MODEL | none "
+        f"(default: {esc(settings.embedder)})",
+    )  # fmt: skip
+    p.add_argument(
+        "--llm", default=d(settings.llm),
+        help="formation model: offline | openai:MODEL | ollama:MODEL | anthropic:MODEL | gemini:MODEL "
+        f"(default: $MEMLANE_LLM or {esc(str(settings.llm))})",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", default=d(False), help="machine-readable output")
+    p.add_argument("-q", "--quiet", action="store_true", default=d(False), help="no progress bars or warnings")
+
+
 def build_parser() -> argparse.ArgumentParser:
     settings = Settings()
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=settings.db, help="database file (default: $MEMLANE_DB or %(default)s)")
-    common.add_argument(
-        "--embedder", default=settings.embedder,
-        help="auto | local | local:/path | hash | openai:MODEL | gemini:MODEL | none (default: %(default)s)",
-    )  # fmt: skip
-    common.add_argument(
-        "--llm", default=settings.llm,
-        help="formation model: offline | openai:MODEL | ollama:MODEL | anthropic:MODEL | gemini:MODEL "
-        "(default: $MEMLANE_LLM or %(default)s)",
-    )  # fmt: skip
-    common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument("-q", "--quiet", action="store_true", help="no progress bars or warnings")
+    _global_options(common, settings, defaults=False)
 
     scope = argparse.ArgumentParser(add_help=False)
     scope.add_argument("-u", "--user-id", help="the user whose memory this is")
@@ -402,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Example: memlane add 'I am vegetarian' -u alice && memlane search 'what do I eat' -u alice",
     )
     p.add_argument("--version", action="version", version=f"memlane {__version__}")
+    _global_options(p, settings, defaults=True)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     s = sub.add_parser("add", parents=[common, scope], help="store a memory (verbatim, or --infer facts)")
@@ -440,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("session_id", nargs="?", help="show this session's events")
     s.add_argument("--app", default="default", help="application namespace (default: %(default)s)")
     s.add_argument("-u", "--user-id", help="only sessions of this user")
-    s.add_argument("-n", "--limit", type=int, default=None, help="newest N events")
+    s.add_argument("-n", "--limit", type=_positive(int), default=None, help="newest N events")
     s.set_defaults(fn=cmd_sessions)
 
     s = sub.add_parser("stats", parents=[common, scope], help="counts for the database or one scope")
@@ -474,7 +508,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_jobs)
 
     s = sub.add_parser("sweep", parents=[common], help="form (and clear) sessions idle for --idle-minutes")
-    s.add_argument("--idle-minutes", type=float, default=30.0, help="silence that counts as idle (default: 30)")
+    s.add_argument(
+        "--idle-minutes", type=_positive(float), default=30.0, help="silence that counts as idle (> 0; default: 30)"
+    )
     s.set_defaults(fn=cmd_sweep)
 
     s = sub.add_parser("reflections", parents=[common, scope], help="consolidated memory + pending reflections")
@@ -503,13 +539,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(message)s")  # fmt: skip
     try:
         code: int = args.fn(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
     except MemlaneError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print("memlane: error: " + " ".join(str(exc).split()), file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`memlane sessions s1 | head`): stop quietly, like other Unix
+        # tools, with the status of a process killed by SIGPIPE.
+        _silence_stdout()
+        return 128 + 13
     except KeyboardInterrupt:  # pragma: no cover
         print("interrupted", file=sys.stderr)
         return 130
     return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # not a real file (captured in tests)
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from memlane.errors import InvalidInputError
 from memlane.memory import AsyncMemory
 
 KS = (1, 5, 10)
@@ -60,19 +61,48 @@ class Conversation:
 
 
 def load(path: str | Path, conversations: Sequence[str] | None = None) -> list[Conversation]:
-    """Read a LoCoMo-format JSON file (only ``conversations`` when given)."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    """Read a LoCoMo-format JSON file (only ``conversations`` when given).
+
+    Raises:
+        InvalidInputError: the file cannot be read, or is not LoCoMo-format JSON (the message
+            says where: which item, session or turn).
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise _not_locomo(p, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except json.JSONDecodeError as exc:
+        raise _not_locomo(p, f"not JSON ({exc.msg} at line {exc.lineno})") from exc
+    except RecursionError:
+        raise _not_locomo(p, "JSON nested too deeply") from None
+    if not isinstance(data, list):
+        raise _not_locomo(p, f"expected a JSON list of conversations, got {type(data).__name__}")
     out = []
-    for item in data:
+    for i, item in enumerate(data):
+        where = f"item {i}"
+        if not isinstance(item, dict) or not isinstance(item.get("sample_id"), str):
+            raise _not_locomo(p, f"{where} is not an object with a sample_id")
         if conversations and item["sample_id"] not in conversations:
             continue
-        conv = item["conversation"]
+        where = f"conversation {item['sample_id']!r}"
+        conv = item.get("conversation")
+        if not isinstance(conv, dict):
+            raise _not_locomo(p, f"{where} has no 'conversation' object")
         n = 1
         sessions: list[list[Turn]] = []
         while f"session_{n}" in conv:
-            when = parse_session_date(conv.get(f"session_{n}_date_time", ""))
+            when = parse_session_date(str(conv.get(f"session_{n}_date_time") or ""))
+            if not isinstance(conv[f"session_{n}"], list):
+                raise _not_locomo(p, f"{where}: session_{n} is not a list of turns")
             turns = []
-            for t in conv[f"session_{n}"]:
+            for j, t in enumerate(conv[f"session_{n}"]):
+                if not isinstance(t, dict) or not all(isinstance(t.get(k), str) for k in ("speaker", "text", "dia_id")):
+                    raise _not_locomo(p, f"{where}: session_{n} turn {j} needs speaker, text and dia_id strings")
                 text = f"{t['speaker']}: {t['text']}"
                 if t.get("blip_caption"):
                     text += f" [shares {t['blip_caption']}]"
@@ -80,14 +110,29 @@ def load(path: str | Path, conversations: Sequence[str] | None = None) -> list[C
             sessions.append(turns)
             n += 1
         qs = []
-        for q in item.get("qa", []):
+        qa = item.get("qa", [])
+        if not isinstance(qa, list):
+            raise _not_locomo(p, f"{where}: 'qa' is not a list")
+        for j, q in enumerate(qa):
+            if not isinstance(q, dict):
+                raise _not_locomo(p, f"{where}: qa {j} is not an object")
             if q.get("category") not in (1, 2, 3, 4):
                 continue
-            ev = [e for raw in q.get("evidence", []) for e in re.split(r"[;,\s]+", raw) if e]
+            evidence = q.get("evidence", [])
+            if not isinstance(evidence, list) or not all(isinstance(e, str) for e in evidence):
+                raise _not_locomo(p, f"{where}: qa {j} evidence is not a list of dia_ids")
+            ev = [e for raw in evidence for e in re.split(r"[;,\s]+", raw) if e]
             if ev:
-                qs.append((str(q["question"]), ev, int(q["category"])))
+                qs.append((str(q.get("question", "")), ev, int(q["category"])))
         out.append(Conversation(item["sample_id"], sessions, qs))
     return out
+
+
+def _not_locomo(path: Path, why: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"{path} is not a LoCoMo-format file ({why}); expected a JSON list of "
+        "{sample_id, conversation: {session_N: [{speaker, dia_id, text}], ...}, qa: [...]}"
+    )
 
 
 @dataclass
