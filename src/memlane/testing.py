@@ -40,7 +40,7 @@ from memlane.providers.embed.base import Matrix
 from memlane.providers.embed.hashing import HashEmbedder
 from memlane.providers.llm.base import ChatMessage, Completion, Usage, estimate_tokens
 from memlane.retrieval.text import parse_query
-from memlane.stores.base import FactChange, FactStore, ReflectionStore, SessionStore
+from memlane.stores.base import FactChange, FactStore, JobStore, ReflectionStore, SessionStore
 
 # --------------------------------------------------------------------------- session store contract
 #
@@ -852,3 +852,305 @@ class ScriptedLLM:
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+# --------------------------------------------------------------------------- job store contract
+#
+# Usage, in a test module:
+#
+#     class TestMyJobStore(JobStoreContract):
+#         @pytest.fixture
+#         async def job_store(self, tmp_path):
+#             store = MyJobStore(...)
+#             yield store
+#             await store.close()
+#
+# Leases here are short (fractions of a second) so the suite stays fast; a store must honour
+# sub-second leases.
+
+#: A lease short enough to wait out in a test.
+_LEASE = 0.3
+
+
+async def _until_lease_expires(job_store: JobStore, job_id: str) -> None:
+    """Sleep until ``job_id``'s lease is over (a little slack for clock granularity)."""
+    job = await job_store.get(job_id)
+    assert job is not None
+    if job.lease_until is not None:
+        left = (job.lease_until - datetime.now(UTC)).total_seconds()
+        await asyncio.sleep(max(left, 0.0) + 0.1)
+    else:  # a store that does not report the lease: wait a whole one
+        await asyncio.sleep(_LEASE + 0.1)
+
+
+class JobStoreContract:
+    """Behaviour every :class:`~memlane.stores.base.JobStore` must have: leased claims, one
+    running job per key, retries and attempts, ``failed`` after the last attempt, manual
+    retry, lease expiry with resume from checkpoints, heartbeat renewal, coalescing and the
+    per-session formation cursors.
+
+    Subclass it in a test module and provide a ``job_store`` fixture yielding a fresh,
+    empty store (and closing it afterwards).
+    """
+
+    async def test_is_a_job_store(self, job_store: JobStore) -> None:
+        assert isinstance(job_store, JobStore)
+
+    # ---- enqueue / get / list
+    async def test_enqueue_round_trip(self, job_store: JobStore) -> None:
+        before = datetime.now(UTC)
+        job = await job_store.enqueue("form", "k", {"a": [1, "x"], "b": None}, user_id="sam", max_attempts=3)
+        got = await job_store.get(job.id)
+        assert got is not None and got.id == job.id
+        assert (got.kind, got.key, got.user_id, got.status) == ("form", "k", "sam", "queued")
+        assert got.payload == {"a": [1, "x"], "b": None} and got.state == {} and got.result is None
+        assert (got.attempts, got.max_attempts, got.last_error) == (0, 3, None)
+        for when in (got.created_at, got.updated_at, got.next_run_at):
+            assert when.tzinfo is not None and when.utcoffset() == timedelta(0)
+            assert before - timedelta(seconds=5) <= when <= datetime.now(UTC) + timedelta(seconds=5)
+        assert await job_store.get("no-such-job") is None
+
+    async def test_list_and_counts(self, job_store: JobStore) -> None:
+        a = await job_store.enqueue("form", "k1", {})
+        b = await job_store.enqueue("infer", "k2", {})
+        claimed = await job_store.claim("w", lease_seconds=30, job_id=b.id)
+        assert claimed is not None
+        assert {j.id for j in await job_store.list()} == {a.id, b.id}
+        assert [j.id for j in await job_store.list(status="queued")] == [a.id]
+        assert [j.id for j in await job_store.list(status="running", key="k2")] == [b.id]
+        assert await job_store.list(status="running", key="k1") == []
+        assert len(await job_store.list(limit=1)) == 1
+        assert await job_store.counts() == {"queued": 1, "running": 1}
+
+    # ---- leases
+    async def test_claimed_job_is_leased_to_one_worker(self, job_store: JobStore) -> None:
+        job = await job_store.enqueue("form", "k", {"n": 1})
+        got = await job_store.claim("w1", lease_seconds=30)
+        assert got is not None and got.id == job.id and got.status == "running" and got.payload == {"n": 1}
+        stored = await job_store.get(job.id)
+        assert stored is not None and stored.status == "running" and stored.worker == "w1"
+        assert stored.lease_until is not None and stored.lease_until > datetime.now(UTC)
+        assert await job_store.claim("w2", lease_seconds=30) is None
+        assert await job_store.claim("w2", lease_seconds=30, job_id=job.id) is None
+
+    async def test_concurrent_claims_hand_a_job_to_exactly_one_worker(self, job_store: JobStore) -> None:
+        await job_store.enqueue("form", "k", {})
+        got = await asyncio.gather(*(job_store.claim(f"w{i}", lease_seconds=30) for i in range(8)))
+        assert sum(1 for j in got if j is not None) == 1
+
+    async def test_expired_lease_is_claimable_again_and_resumes_from_checkpoint(self, job_store: JobStore) -> None:
+        job = await job_store.enqueue("form", "k", {"turns": 4})
+        first = await job_store.claim("w1", lease_seconds=_LEASE)
+        assert first is not None
+        await job_store.checkpoint(job.id, {"extracted": [{"content": "Sam is vegetarian"}]})
+        assert await job_store.claim("w2", lease_seconds=30) is None  # still leased
+        await _until_lease_expires(job_store, job.id)  # w1 died: nobody renewed
+        second = await job_store.claim("w2", lease_seconds=30)
+        assert second is not None and second.id == job.id and second.status == "running"
+        assert second.state == {"extracted": [{"content": "Sam is vegetarian"}]}  # resume, not restart
+        assert second.attempts == 0  # a lost worker is not a failed attempt
+        stored = await job_store.get(job.id)
+        assert stored is not None and stored.worker == "w2"
+        assert await job_store.claim("w3", lease_seconds=30) is None
+
+    async def test_claim_by_id_takes_an_expired_lease(self, job_store: JobStore) -> None:
+        job = await job_store.enqueue("form", "k", {})
+        assert await job_store.claim("w1", lease_seconds=_LEASE) is not None
+        await _until_lease_expires(job_store, job.id)
+        again = await job_store.claim("w2", lease_seconds=30, job_id=job.id)
+        assert again is not None and again.id == job.id
+
+    async def test_heartbeat_renewal_keeps_the_lease(self, job_store: JobStore) -> None:
+        job = await job_store.enqueue("form", "k", {})
+        assert await job_store.claim("w1", lease_seconds=_LEASE) is not None
+        for _ in range(6):  # 6 x _LEASE/3 = two whole leases, renewed every third of one
+            await asyncio.sleep(_LEASE / 3)
+            assert await job_store.renew(job.id, "w1", lease_seconds=_LEASE) is True
+            assert await job_store.claim("w2", lease_seconds=30) is None
+        stored = await job_store.get(job.id)
+        assert stored is not None and stored.status == "running" and stored.worker == "w1"
+        assert await job_store.renew(job.id, "w2", lease_seconds=30) is False  # not w2's lease
+
+    async def test_renew_fails_once_the_lease_was_taken_over(self, job_store: JobStore) -> None:
+        job = await job_store.enqueue("form", "k", {})
+        assert await job_store.claim("w1", lease_seconds=_LEASE) is not None
+        await _until_lease_expires(job_store, job.id)
+        assert await job_store.claim("w2", lease_seconds=30) is not None
+        assert await job_store.renew(job.id, "w1", lease_seconds=30) is False
+        assert await job_store.renew(job.id, "w2", lease_seconds=30) is True
+
+    async def test_renew_fails_after_complete_release_or_fail(self, job_store: JobStore) -> None:
+        for end in ("complete", "release", "fail"):
+            job = await job_store.enqueue("form", f"k-{end}", {})
+            assert await job_store.claim("w", lease_seconds=30, job_id=job.id) is not None
+            if end == "complete":
+                await job_store.complete(job.id, {"ok": True})
+            elif end == "release":
+                await job_store.release(job.id)
+            else:
+                await job_store.fail(job.id, "boom", retry_in=60)
+            assert await job_store.renew(job.id, "w", lease_seconds=30) is False, end
+            assert await job_store.renew("no-such-job", "w", lease_seconds=30) is False
+
+    # ---- one running job per key
+    async def test_same_key_jobs_never_run_at_once(self, job_store: JobStore) -> None:
+        a = await job_store.enqueue("form", "session-1", {"n": 1})
+        b = await job_store.enqueue("form", "session-1", {"n": 2})
+        other = await job_store.enqueue("form", "session-2", {"n": 3})
+        first = await job_store.claim("w1", lease_seconds=30)
+        assert first is not None and first.id == a.id
+        second = await job_store.claim("w2", lease_seconds=30)
+        assert second is not None and second.id == other.id  # b waits behind a
+        assert await job_store.claim("w3", lease_seconds=30) is None
+        assert await job_store.claim("w3", lease_seconds=30, job_id=b.id) is None
+        await job_store.complete(a.id, {})
+        third = await job_store.claim("w3", lease_seconds=30)
+        assert third is not None and third.id == b.id
+
+    async def test_same_key_job_runs_once_the_holder_lease_expires(self, job_store: JobStore) -> None:
+        a = await job_store.enqueue("form", "k", {})
+        b = await job_store.enqueue("form", "k", {})
+        assert (await job_store.claim("w1", lease_seconds=_LEASE, job_id=a.id)) is not None
+        assert await job_store.claim("w2", lease_seconds=30, job_id=b.id) is None
+        await _until_lease_expires(job_store, a.id)
+        got = await job_store.claim("w2", lease_seconds=30, job_id=b.id)
+        assert got is not None and got.id == b.id
+        assert await job_store.claim("w3", lease_seconds=30, job_id=a.id) is None  # b now holds the key
+
+    # ---- completion, failures, retries
+    async def test_complete_stores_the_result(self, job_store: JobStore) -> None:
+        job = await job_store.enqueue("form", "k", {})
+        assert await job_store.claim("w", lease_seconds=30) is not None
+        await job_store.complete(job.id, {"facts": ["Sam is vegetarian"]})
+        done = await job_store.get(job.id)
+        assert done is not None and done.status == "done" and done.result == {"facts": ["Sam is vegetarian"]}
+        assert await job_store.claim("w", lease_seconds=30) is None
+
+    async def test_fail_with_retry_in_schedules_a_retry(self, job_store: JobStore) -> None:
+        job = await job_store.enqueue("form", "k", {}, max_attempts=5)
+        assert await job_store.claim("w", lease_seconds=30) is not None
+        failed = await job_store.fail(job.id, "LLMError: 503", retry_in=_LEASE)
+        assert failed.status == "queued" and failed.attempts == 1 and failed.last_error == "LLMError: 503"
+        assert failed.next_run_at > datetime.now(UTC)
+        assert await job_store.claim("w", lease_seconds=30) is None  # not due yet
+        due = await job_store.next_due()
+        assert due is not None and abs((due - failed.next_run_at).total_seconds()) < 0.01
+        await asyncio.sleep(_LEASE + 0.1)
+        again = await job_store.claim("w", lease_seconds=30)
+        assert again is not None and again.id == job.id and again.attempts == 1
+        failed = await job_store.fail(job.id, "LLMError: 503", retry_in=0)
+        assert failed.attempts == 2 and failed.status == "queued"
+
+    async def test_max_attempts_marks_the_job_failed(self, job_store: JobStore) -> None:
+        job = await job_store.enqueue("form", "k", {}, max_attempts=2)
+        for attempt in (1, 2):
+            assert await job_store.claim("w", lease_seconds=30) is not None
+            failed = await job_store.fail(job.id, f"boom {attempt}", retry_in=0)
+            assert failed.attempts == attempt
+        assert failed.status == "failed" and failed.last_error == "boom 2"
+        assert await job_store.claim("w", lease_seconds=30) is None
+        assert await job_store.claim("w", lease_seconds=30, job_id=job.id) is None
+
+    async def test_fail_without_retry_is_permanent(self, job_store: JobStore) -> None:
+        job = await job_store.enqueue("form", "k", {}, max_attempts=8)
+        assert await job_store.claim("w", lease_seconds=30) is not None
+        failed = await job_store.fail(job.id, "TypeError: bug", retry_in=None)
+        assert failed.status == "failed" and failed.attempts == 1
+        assert await job_store.claim("w", lease_seconds=30) is None
+
+    async def test_retry_of_a_failed_job(self, job_store: JobStore) -> None:
+        job = await job_store.enqueue("form", "k", {"keep": "me"}, max_attempts=1)
+        assert await job_store.claim("w", lease_seconds=30) is not None
+        await job_store.checkpoint(job.id, {"extracted": []})
+        assert (await job_store.fail(job.id, "boom", retry_in=0)).status == "failed"
+        retried = await job_store.retry(job.id)
+        assert retried.status == "queued" and retried.attempts == 0 and retried.payload == {"keep": "me"}
+        got = await job_store.claim("w", lease_seconds=30)
+        assert got is not None and got.id == job.id and got.state == {"extracted": []}
+
+    async def test_release_gives_the_job_back_without_an_attempt(self, job_store: JobStore) -> None:
+        job = await job_store.enqueue("form", "k", {})
+        assert await job_store.claim("w1", lease_seconds=30) is not None
+        await job_store.release(job.id)
+        released = await job_store.get(job.id)
+        assert released is not None and released.status == "queued" and released.attempts == 0
+        again = await job_store.claim("w2", lease_seconds=30)
+        assert again is not None and again.id == job.id
+
+    async def test_unknown_job_raises_not_found(self, job_store: JobStore) -> None:
+        with pytest.raises(NotFoundError):
+            await job_store.fail("no-such-job", "x", retry_in=0)
+        with pytest.raises(NotFoundError):
+            await job_store.retry("no-such-job")
+
+    async def test_next_due(self, job_store: JobStore) -> None:
+        assert await job_store.next_due() is None
+        job = await job_store.enqueue("form", "k", {})
+        due = await job_store.next_due()
+        assert due is not None and due <= datetime.now(UTC)
+        assert await job_store.claim("w", lease_seconds=30) is not None
+        due = await job_store.next_due()  # a running job is due again when its lease runs out
+        assert due is not None and due > datetime.now(UTC) + timedelta(seconds=20)
+        await job_store.complete(job.id, {})
+        assert await job_store.next_due() is None
+
+    # ---- coalescing
+    async def test_coalesce_merges_into_a_waiting_job(self, job_store: JobStore) -> None:
+        a = await job_store.enqueue("form", "k", {"reason": "trigger", "upto": "e1"}, coalesce=True)
+        b = await job_store.enqueue("form", "k", {"upto": "e2"}, coalesce=True)
+        assert b.id == a.id and b.payload == {"reason": "trigger", "upto": "e2"}
+        assert len(await job_store.list(key="k")) == 1
+        other_kind = await job_store.enqueue("infer", "k", {}, coalesce=True)
+        assert other_kind.id != a.id
+        plain = await job_store.enqueue("form", "k", {"reason": "manual"})
+        assert plain.id != a.id  # without coalesce every call is its own job
+
+    async def test_coalesce_never_merges_into_a_started_job(self, job_store: JobStore) -> None:
+        a = await job_store.enqueue("form", "k", {"upto": "e1"}, coalesce=True)
+        assert await job_store.claim("w", lease_seconds=30) is not None
+        b = await job_store.enqueue("form", "k", {"upto": "e2"}, coalesce=True)
+        assert b.id != a.id
+        await job_store.checkpoint(b.id, {"extracted": []})  # b has begun (replay state)
+        c = await job_store.enqueue("form", "k", {"upto": "e3"}, coalesce=True)
+        assert c.id not in (a.id, b.id)
+        running = await job_store.get(a.id)
+        assert running is not None and running.payload == {"upto": "e1"}
+
+    # ---- formation cursors
+    async def test_cursor_counters_and_activity(self, job_store: JobStore) -> None:
+        assert await job_store.get_cursor("app", "s") is None
+        c = await job_store.touch("app", "s", user_ids=["sam"], agent_id="bot", tier=1, messages=1, tokens=2.5)
+        assert (c.pending_messages, c.pending_tokens, c.tier, c.agent_id, c.user_ids) == (1, 2.5, 1, "bot", ["sam"])
+        c = await job_store.touch("app", "s", user_ids=["sam"], agent_id=None, tier=None, messages=2, tokens=1.0)
+        assert (c.pending_messages, c.pending_tokens, c.tier, c.agent_id) == (3, 3.5, 1, "bot")
+        assert c.last_activity_at.tzinfo is not None
+        await job_store.reset_pending("app", "s")
+        await job_store.advance("app", "s", last_event_id="e9", formed=3)
+        got = await job_store.get_cursor("app", "s")
+        assert got is not None and (got.pending_messages, got.pending_tokens) == (0, 0)
+        assert got.last_event_id == "e9" and got.formed_events == 3 and got.last_formed_at is not None
+        assert await job_store.get_cursor("other-app", "s") is None
+        await job_store.delete_cursor("app", "s")
+        assert await job_store.get_cursor("app", "s") is None
+
+    async def test_idle_cursors(self, job_store: JobStore) -> None:
+        await job_store.touch("app", "old", user_ids=["a"], agent_id=None, tier=None, messages=1, tokens=1)
+        await asyncio.sleep(0.05)
+        cut = datetime.now(UTC)
+        await asyncio.sleep(0.05)
+        await job_store.touch("app", "new", user_ids=["b"], agent_id=None, tier=None, messages=1, tokens=1)
+        assert [c.session_id for c in await job_store.idle_cursors(cut)] == ["old"]
+        assert {c.session_id for c in await job_store.idle_cursors(datetime.now(UTC) + timedelta(seconds=1))} == {
+            "old",
+            "new",
+        }
+
+    async def test_purge_user(self, job_store: JobStore) -> None:
+        mine = await job_store.enqueue("infer", "k1", {}, user_id="sam")
+        theirs = await job_store.enqueue("infer", "k2", {}, user_id="ann")
+        await job_store.touch("app", "solo", user_ids=["sam"], agent_id=None, tier=None, messages=1, tokens=1)
+        await job_store.touch("app", "group", user_ids=["sam", "ann"], agent_id=None, tier=None, messages=1, tokens=1)
+        assert await job_store.purge_user("sam") >= 2
+        assert await job_store.get(mine.id) is None and await job_store.get(theirs.id) is not None
+        assert await job_store.get_cursor("app", "solo") is None
+        assert await job_store.get_cursor("app", "group") is not None
