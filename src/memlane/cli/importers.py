@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -151,7 +151,7 @@ def _kind(value: object) -> str:
     return names.get(type(value), "a number" if isinstance(value, int | float) else type(value).__name__)
 
 
-def check_with_engine(batches: list[Batch]) -> None:
+def check_with_engine(batches: list[Batch], progress: Callable[[int], None] | None = None) -> None:
     """Run every batch through the real ``add`` on a private in-memory database (no embedder),
     so anything the engine refuses is reported, with its line, before the real import writes."""
     from memlane.sync import Memory
@@ -163,6 +163,8 @@ def check_with_engine(batches: list[Batch]) -> None:
                 scratch.add(b.messages, user_id=b.user_id, session_id=b.session_id)
             except InvalidInputError as exc:
                 raise _locate(scratch, b, exc) from exc
+            if progress is not None:
+                progress(len(b.messages))
 
 
 def _locate(scratch: Any, b: Batch, exc: InvalidInputError) -> InvalidInputError:

@@ -22,7 +22,7 @@ from memlane import __version__
 from memlane.cli import importers
 from memlane.cli.progress import Progress
 from memlane.config import Settings
-from memlane.errors import InvalidInputError, MemlaneError, NotFoundError
+from memlane.errors import InvalidInputError, MemlaneError, NotFoundError, UsageError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.runner import FormationResult
 from memlane.models import Event, Fact, Job
@@ -149,8 +149,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 def cmd_forget(args: argparse.Namespace) -> int:
     if not args.yes:
         if not sys.stdin.isatty():
-            print("refusing to forget without --yes (no terminal to confirm)", file=sys.stderr)
-            return 2
+            raise UsageError("refusing to forget without --yes (no terminal to confirm)")
         answer = input(f"Erase ALL memory of user {args.user_id!r}? This cannot be undone [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing erased")
@@ -204,14 +203,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if not path.is_file():
-        raise InvalidInputError(f"no such file: {path}")
+        raise InvalidInputError(f"{path} is not a file" if path.exists() else f"no such file: {path}")
     fmt = args.format or importers.detect(path)
     # All or nothing: parse and check every line, then try every batch on a scratch database,
     # before the first row is written; a bad line names itself and changes nothing.
     batches = importers.read(path, fmt, args.user_prefix)
     events = importers.session_events(batches) if args.form else {}
-    importers.check_with_engine(batches)
     total = sum(len(b.messages) for b in batches)
+    with Progress(total, f"check {path.name}", unit="turn", enabled=not args.quiet) as bar:
+        importers.check_with_engine(batches, bar.update)
     with _open(args) as m:
         with Progress(total, f"import {path.name}", unit="turn", enabled=not args.quiet) as bar:
             for b in batches:
@@ -299,8 +299,7 @@ def cmd_reflections(args: argparse.Namespace) -> int:
         if args.session_id:
             scopes.append("session")
         if not scopes:
-            print("give -u USER, -a AGENT and/or -s SESSION", file=sys.stderr)
-            return 2
+            raise UsageError("give -u USER, -a AGENT and/or -s SESSION")
         for scope in scopes:
             kw = {"user_id": args.user_id, "agent_id": args.agent_id, "session_id": args.session_id}
             blob = m.consolidated(scope, **kw)
