@@ -17,7 +17,7 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def mem(db_path: Path) -> AsyncIterator[AsyncMemory]:
-    m = AsyncMemory(db_path, embedder="hash", sessions="sqlite")
+    m = await AsyncMemory(db_path, embedder="hash", sessions="sqlite").open()
     try:
         yield m
     finally:

@@ -82,7 +82,8 @@ async def test_embedder_of_other_dimension_is_refused(db_path: Path) -> None:
     async with AsyncMemory(db_path, embedder="hash:64", sessions="null") as m:
         await m.add("a fact", user_id="u")
     with pytest.raises(DimensionMismatchError, match="64-dimensional"):
-        AsyncMemory(db_path, embedder="hash:128", sessions="null")
+        async with AsyncMemory(db_path, embedder="hash:128", sessions="null"):
+            pass
     # still intact and usable with the right embedder
     async with AsyncMemory(db_path, embedder="hash:64", sessions="null") as m:
         assert (await m.list(user_id="u")).total == 1
@@ -104,7 +105,7 @@ def test_garbage_file_is_a_corrupt_database_error(tmp_path: Path) -> None:
     p.write_bytes(b"this is not sqlite at all" * 100)
     before = p.read_bytes()
     with pytest.raises(CorruptDatabaseError, match="not a memlane database"):
-        AsyncMemory(p, embedder=None)
+        Memory(p, embedder=None)  # the sync facade opens in its constructor
     assert p.read_bytes() == before
 
 

@@ -50,7 +50,7 @@ def cfg(**kw: Any) -> FormationConfig:
 async def brain_mem(tmp_path: Path) -> AsyncIterator[tuple[AsyncMemory, Brain, CountingEmbedder]]:
     brain, emb = Brain(), CountingEmbedder()
     # the hash embedder's cosines run lower than a real model's: 0.5 keeps "likes"/"dislikes" pairs candidates
-    m = AsyncMemory(tmp_path / "f.db", embedder=emb, llm=brain, formation=cfg(dedup_threshold=0.5))
+    m = await AsyncMemory(tmp_path / "f.db", embedder=emb, llm=brain, formation=cfg(dedup_threshold=0.5)).open()
     try:
         yield m, brain, emb
     finally:

@@ -202,7 +202,7 @@ CHILD = textwrap.dedent(
     async def main():
         llm = OpenAIChat("m", base_url=sys.argv[2], api_key="k", timeout=600, max_retries=0)
         conf = FormationConfig(background=False, idle_minutes=None, lease_seconds=1)
-        m = AsyncMemory(sys.argv[1], embedder="hash", llm=llm, formation=conf)
+        m = await AsyncMemory(sys.argv[1], embedder="hash", llm=llm, formation=conf).open()
         await m.sessions.create_session(user_ids=["sam"], session_id="s")
         for text in ("I'm vegetarian", "and I live in Lisbon"):
             await m.add_event("s", Event(type=EventType.USER_MESSAGE, author="Sam", content=text))

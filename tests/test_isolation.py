@@ -1,4 +1,9 @@
-"""Property: whatever users write, no read path returns another user's (or app's) memory."""
+"""Property: whatever users write, no read path returns another user's (or agent's) memory.
+
+The visibility model (``memlane.models.Scope``): ``user_id`` alone reads all of that user's
+own memories, under every agent; ``user_id`` + ``agent_id`` reads only the user's memories
+under that agent. Ids are adversarial: separators, control characters, unicode, long.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ from hypothesis import strategies as st
 
 from memlane import AsyncMemory, NotFoundError
 
-USERS = ["alice", "bob", "carol"]
-APPS = [None, "app1"]
+#: Ids chosen to collide under naive key schemes: the old bare ``\x1f`` join, ``|``, ``%``.
+USERS = ["alice", "bob", "y\x1fz", "z", "a|b", "a%7Cb", "ü" * 40, "\x00"]
+APPS = [None, "app1", "x", "x\x1fy", "b|c", "\u200bapp"]
 WORDS = ["red", "green", "blue", "apple", "pear", "train", "boat", "cat", "dog", "sun"]
 
 writes = st.lists(
@@ -30,6 +36,10 @@ reads = st.lists(
 )
 
 
+def _visible(owner: tuple[str, str | None], user: str, app: str | None) -> bool:
+    return owner[0] == user and (app is None or owner[1] == app)
+
+
 async def _scenario(
     path: Path, w: list[tuple[str, str | None, str, bool]], r: list[tuple[str, str | None, str]]
 ) -> None:
@@ -37,18 +47,18 @@ async def _scenario(
         owner: dict[str, tuple[str, str | None]] = {}
         for user, app, text, as_msg in w:
             payload = [{"role": "user", "content": text}] if as_msg else text
-            for f in await m.add(payload, user_id=user, agent_id=app, session_id=f"{user}-s"):  # type: ignore[arg-type]
+            for f in await m.add(payload, user_id=user, agent_id=app, session_id="s"):  # type: ignore[arg-type]
                 owner[f.id] = (user, app)
         for user, app, q in r:
             res = await m.search([q, "and " + q], user_id=user, agent_id=app, top_k=50)
             for h in res.hits:
-                assert owner[h.fact.id] == (user, app)
-                assert h.fact.user_id == user and h.fact.agent_id == app
+                assert _visible(owner[h.fact.id], user, app)
+                assert h.fact.user_id == user and (app is None or h.fact.agent_id == app)
             page = await m.list(user_id=user, agent_id=app, limit=1000, include_invalid=True)
-            assert all(owner[f.id] == (user, app) for f in page.items)
-            assert page.total == sum(1 for o in owner.values() if o == (user, app))
+            assert all(_visible(owner[f.id], user, app) for f in page.items)
+            assert page.total == sum(1 for o in owner.values() if _visible(o, user, app))
             for fid, o in owner.items():
-                if o != (user, app):
+                if not _visible(o, user, app):
                     try:
                         await m.get(fid, user_id=user, agent_id=app)
                     except NotFoundError:
@@ -56,9 +66,7 @@ async def _scenario(
                     raise AssertionError("read another scope's fact")
             adk = await m.search_memory(app or "default", user, q)
             texts = {h.content for h in adk.memories}
-            mine = set()
-            for f in (await m.list(user_id=user, agent_id=app, limit=1000)).items:
-                mine.add(f.content)
+            mine = {f.content for f in (await m.list(user_id=user, agent_id=app, limit=1000)).items}
             assert texts <= mine
 
 
@@ -69,3 +77,12 @@ def test_no_read_crosses_scopes(
 ) -> None:
     with tempfile.TemporaryDirectory() as d:
         asyncio.run(_scenario(Path(d) / "iso.db", w, r))
+
+
+async def test_separator_in_ids_does_not_leak(tmp_path: Path) -> None:
+    """The reproduction from the attack report: ids containing the old separator."""
+    async with AsyncMemory(tmp_path / "sep.db", embedder="hash:64", sessions="null") as m:
+        await m.add("victim secret zebra", user_id="y\x1fz", agent_id="x")
+        assert (await m.search("zebra", user_id="z", agent_id="x\x1fy")).hits == []
+        assert (await m.list(user_id="z", agent_id="x\x1fy")).total == 0
+        assert len((await m.search("zebra", user_id="y\x1fz", agent_id="x")).hits) == 1

@@ -157,8 +157,29 @@ async def test_agent_scope_is_shared_user_scope_is_not(mem: AsyncMemory) -> None
     assert [h.fact.content for h in r1.hits] == ["The office wifi password is tulip 42"]
     r2 = await mem.search("tulip", user_id="frank", agent_id="bot")
     assert len(r2.hits) == 2
-    # without the agent namespace, neither is visible
-    assert (await mem.search("tulip", user_id="frank")).hits == []
+    # user_id alone: all of the user's own memories (every agent), never an agent's shared ones
+    assert [h.fact.content for h in (await mem.search("tulip", user_id="frank")).hits] == [
+        "Frank's password hint is tulip"
+    ]
+    assert (await mem.list(user_id="frank")).total == 1
+    # agent_id narrows: another agent's namespace sees none of it
+    assert (await mem.search("tulip", user_id="frank", agent_id="other")).hits == []
+
+
+async def test_agent_session_forms_under_its_agent(tmp_path: Path) -> None:
+    """create_session(agent_id=X) and add_event(app=X) form memories under X alike."""
+    from memlane import Event, EventType
+
+    async with AsyncMemory(tmp_path / "ns.db", embedder="hash", llm="offline") as m:
+        await m.sessions.create_session(user_ids=["sam"], agent_id="chef", session_id="s1")
+        await m.sessions.create_session(app="chef", user_ids=["sam"], session_id="s2")
+        for sid, app, text in (("s1", "default", "I'm vegetarian."), ("s2", "chef", "I live in Lisbon.")):
+            await m.add_event(sid, Event(type=EventType.USER_MESSAGE, author="Sam", content=text), app=app)
+            await m.add_event(sid, Event(type=EventType.AGENT_RESPONSE, author="chef", content="Noted!"), app=app)
+            await m.end_session(sid, app=app)
+        facts = (await m.list(user_id="sam", agent_id="chef")).items
+        assert {f.agent_id for f in facts} == {"chef"} and len(facts) >= 2
+        assert (await m.list(user_id="sam", agent_id="other")).total == 0
 
 
 async def test_get_outside_scope_is_not_found(mem: AsyncMemory) -> None:
@@ -280,11 +301,10 @@ async def test_auto_without_model_warns_once(db_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(reg, "local_model_available", lambda: False)
     with caplog.at_level("WARNING", logger="memlane"):
-        m = AsyncMemory(db_path, embedder="auto", sessions="null")
-    await m.close()
+        async with AsyncMemory(db_path, embedder="auto", sessions="null") as m:
+            assert m.embedder is None
     warnings = [r for r in caplog.records if "keyword-only" in r.getMessage()]
     assert len(warnings) == 1
-    assert m.embedder is None
 
 
 async def test_reopen_resumes_facts_and_vectors(db_path: Path) -> None:
@@ -342,4 +362,4 @@ async def test_embedder_that_learns_its_dimension_on_first_call(db_path: Path) -
         res = await m.search("green bike", user_id="p", debug=True)
         assert res.hits[0].vector_rank == 1
     with pytest.raises(DimensionMismatchError):
-        AsyncMemory(db_path, embedder="hash:64", sessions="null")
+        await AsyncMemory(db_path, embedder="hash:64", sessions="null").open()

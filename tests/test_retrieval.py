@@ -7,9 +7,10 @@ import pytest
 
 from memlane.retrieval.fusion import rrf
 from memlane.retrieval.hybrid import RetrievalConfig, fuse
-from memlane.retrieval.text import STOPWORDS, date_words, fts_or_query, parse_query, query_terms
-from memlane.retrieval.vector import VectorIndex
-from memlane.stores.base import Candidate
+from memlane.models import Candidate
+from memlane.retrieval.text import STOPWORDS, date_words, parse_query, query_terms
+from memlane.stores.sqlite.fts import fts_or_query
+from memlane.stores.sqlite.vector import VectorIndex
 
 
 def test_stopwords_removed_from_queries_only_when_something_is_left() -> None:
@@ -86,3 +87,19 @@ def test_vector_index_finds_nearest(exact_max: int) -> None:
     assert hits >= 48  # approximate path must still find the near-duplicate
     rows, _ = idx.search(m[10], 5, session_id="s")
     assert all(r >= 2000 for r in rows)
+
+
+def test_retrieval_is_pure_no_store_imports() -> None:
+    """retrieval/ is pure logic: it imports nothing from stores/ (SQLite pieces live there)."""
+    import ast
+    from pathlib import Path
+
+    import memlane.retrieval
+
+    root = Path(memlane.retrieval.__file__).parent
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("memlane.stores"), f"{path.name} imports {node.module}"
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("memlane.stores") for a in node.names), path.name

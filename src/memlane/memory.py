@@ -4,21 +4,24 @@ Data flow: ``add`` validates input -> builds :class:`Fact` rows (verbatim turns 
 author, time, session position) -> one batched embedding call -> the fact store writes
 facts, keyword index and vectors in one transaction. ``search`` parses each query (up to
 three, run concurrently) -> keyword and vector candidates per scope partition -> weighted
-RRF -> facts fetched, access counts bumped.
+RRF -> facts fetched, access counts bumped (orchestrated by :mod:`memlane.search`).
+
+The engine builds nothing backend-specific: stores come from :mod:`memlane.registry` by URL,
+opened on first use, so the constructor does no I/O.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import logging
 import os
-import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, overload
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 import numpy as np
 
@@ -40,11 +43,11 @@ from memlane.formation.schemas import Turn
 from memlane.inputs import MAX_TEXT_CHARS as MAX_TEXT_CHARS  # re-exported
 from memlane.inputs import clean_text as _clean_text
 from memlane.models import (
+    CheckReport,
     ConsolidatedMemory,
     Event,
     Fact,
     HistoryEntry,
-    Hit,
     Job,
     MemoryEntry,
     Page,
@@ -53,17 +56,23 @@ from memlane.models import (
     SearchMemoryResponse,
     SearchResult,
     Session,
+    agent_namespace,
     content_hash,
 )
 from memlane.providers.embed.base import Embedder, Matrix, check_matrix
 from memlane.providers.llm.base import LLM, UsageMeter
-from memlane.registry import make_embedder, make_formation_model, make_session_store
-from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig, fuse
-from memlane.retrieval.text import parse_query
-from memlane.stores.base import Candidate, SessionStore, StoreStats
-from memlane.stores.sqlite.db import Database
-from memlane.stores.sqlite.facts import SqliteFactStore
-from memlane.stores.sqlite.jobs import SqliteJobStore
+from memlane.registry import (
+    Stores,
+    check_embedder_spec,
+    make_embedder,
+    make_formation_model,
+    open_session_store,
+    open_stores,
+    store_location,
+)
+from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig
+from memlane.search import Searcher
+from memlane.stores.base import FactStore, JobStore, ReflectionStore, SessionStore, StoreStats
 
 log = logging.getLogger("memlane")
 
@@ -77,9 +86,36 @@ QUERY_CACHE_SIZE = 1024
 Message = Mapping[str, Any] | Event
 
 
-def _ns(app: str | None) -> str | None:
-    """An ADK app name as memlane's agent namespace ("default" means none)."""
-    return None if app in (None, "", "default") else app
+#: Attributes :meth:`AsyncMemory.open` sets.
+_OPENED_ATTRS = frozenset(
+    {"facts", "reflection_store", "jobs", "sessions", "embedder", "meter", "pipeline", "formation", "search_engine"}
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _opening(
+    method: Callable[Concatenate[AsyncMemory, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[AsyncMemory, P], Coroutine[Any, Any, R]]:
+    """Open the memory (stores, embedder, models) on first use of a public method."""
+
+    @functools.wraps(method)
+    async def wrapper(self: AsyncMemory, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        if not self._opened:
+            await self.open()
+        return await method(self, *args, **kwargs)
+
+    return wrapper
+
+
+async def _close_stores(stores: Stores) -> None:
+    await stores.jobs.close()
+    if stores.sessions is not None:
+        await stores.sessions.close()
+    if stores.reflections is not stores.facts:  # type: ignore[comparison-overlap]
+        await stores.reflections.close()
+    await stores.facts.close()
 
 
 def _message_key(session_id: str | None, author: str | None, when: datetime | None, text: str) -> str:
@@ -119,66 +155,107 @@ class AsyncMemory:
         llm: str | LLM | FormationModel | None = None,
         strong_llm: str | LLM | FormationModel | None = None,
     ) -> None:
-        self.db_path = str(db) if db is not None else default_db_path()
-        self._db = Database(self.db_path).open_sync().acquire()
-        try:
-            self.facts = SqliteFactStore(self._db)
-            self.embedder = make_embedder(embedder)
-            # An embedder that learns its dimension from its first call (an OpenAI-compatible
-            # server with an unknown model reports dim 0) is bound on that first call instead.
-            if self.embedder is not None and self.embedder.dim > 0:
-                self.facts.bind_embedder(self.embedder.name, self.embedder.dim)
-            if isinstance(sessions, str):
-                kwargs: dict[str, Any] = {"db": self._db} if sessions == "sqlite" else {}
-                self.sessions: SessionStore = make_session_store(sessions, **kwargs)
-            else:
-                self.sessions = sessions
-            self.formation_config = formation or FormationConfig()
-            fast = make_formation_model(llm if llm is not None else self.formation_config.model, meter=UsageMeter())
-            self.meter: UsageMeter = fast.meter
-            strong_spec = strong_llm if strong_llm is not None else self.formation_config.strong_model
-            strong = make_formation_model(strong_spec, meter=self.meter) if strong_spec is not None else None
-            self.jobs = SqliteJobStore(self._db)
-            self.pipeline = Pipeline(
-                facts=self.facts, embed=self._embed, config=self.formation_config, fast=fast, strong=strong
-            )
-            self.formation = FormationRunner(
-                pipeline=self.pipeline, jobs=self.jobs, sessions=self.sessions, config=self.formation_config,
-                meter=self.meter,
-            )  # fmt: skip
-        except BaseException:
-            self._db.close_sync()
-            raise
+        # No I/O here: stores, models and the embedder are opened by :meth:`open` (called by
+        # ``async with`` and by the first call), on worker threads, never on the event loop.
+        self.db_path = store_location(db) if db is not None else default_db_path()
         self.retrieval = retrieval or RetrievalConfig()
+        self.formation_config = formation or FormationConfig()
+        check_embedder_spec(embedder)
+        self._specs = (embedder, sessions, llm, strong_llm)
         self._pending_embeddings = True  # check once for facts a failed embedder left behind
         self._query_cache: OrderedDict[str, Any] = OrderedDict()
+        self._open_lock: asyncio.Lock | None = None
+        self._opened = False
         self._closed = False
 
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for attributes :meth:`open` sets (stores, models): a clear error, not AttributeError.
+        if name in _OPENED_ATTRS:
+            raise UsageError(
+                f"AsyncMemory.{name} is available once the memory is open: use `async with AsyncMemory(...) as m`, "
+                "`await m.open()`, or call any async method first"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     # ------------------------------------------------------------------ lifecycle
+    async def open(self) -> AsyncMemory:
+        """Open the stores (through :mod:`memlane.registry`), the embedder and the models, on
+        worker threads. Idempotent; every method calls it, so it is only needed explicitly to
+        use ``memory.sessions`` / ``memory.facts`` before any other call."""
+        if self._opened:
+            return self
+        if self._closed:
+            raise UsageError("this AsyncMemory is closed")
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if not self._opened:
+                await self._open()
+        return self
+
+    async def _open(self) -> None:
+        embedder_spec, sessions_spec, llm, strong_llm = self._specs
+        cfg = self.formation_config
+        stores = await open_stores(self.db_path)
+        try:
+            sessions = await open_session_store(sessions_spec, stores)
+            embedder = await asyncio.to_thread(make_embedder, embedder_spec)  # may read model files
+            # An embedder that learns its dimension from its first call (an OpenAI-compatible
+            # server with an unknown model reports dim 0) is bound on that first call instead.
+            if embedder is not None and embedder.dim > 0:
+                await stores.facts.bind_embedder(embedder.name, embedder.dim)
+            fast = make_formation_model(llm if llm is not None else cfg.model, meter=UsageMeter())
+            strong_spec = strong_llm if strong_llm is not None else cfg.strong_model
+            strong = make_formation_model(strong_spec, meter=fast.meter) if strong_spec is not None else None
+        except BaseException:
+            await _close_stores(stores)
+            raise
+        if stores.sessions is not None and stores.sessions is not sessions:
+            await stores.sessions.close()  # the backend's own session store is not the one used
+        self.facts: FactStore = stores.facts
+        self.reflection_store: ReflectionStore = stores.reflections
+        self.jobs: JobStore = stores.jobs
+        self.sessions: SessionStore = sessions
+        self.embedder: Embedder | None = embedder
+        self.meter: UsageMeter = fast.meter
+        self.pipeline = Pipeline(
+            facts=self.facts, reflections=self.reflection_store, embed=self._embed, config=cfg, fast=fast,
+            strong=strong,
+        )  # fmt: skip
+        self.formation = FormationRunner(
+            pipeline=self.pipeline, jobs=self.jobs, sessions=self.sessions, config=cfg, meter=self.meter
+        )
+        self.search_engine = Searcher(self.facts, self.retrieval, self._embed_queries)
+        self._opened = True
+
     async def close(self) -> None:
         """Close stores and providers (idempotent)."""
         if self._closed:
             return
         self._closed = True
+        if not self._opened:
+            return
         await self.formation.close()
         await self.pipeline.fast.aclose()
         if self.pipeline.strong is not self.pipeline.fast:
             await self.pipeline.strong.aclose()
         await self.jobs.close()
         await self.sessions.close()
+        if self.reflection_store is not self.facts:  # type: ignore[comparison-overlap]
+            await self.reflection_store.close()
         await self.facts.close()
         if self.embedder is not None:
             await self.embedder.aclose()
-        self._db.release_sync()
 
     async def __aenter__(self) -> AsyncMemory:
         await self.start()
         return self
 
     async def start(self) -> None:
-        """Start background formation on the running loop: the job worker, and the startup
-        sweep of sessions that went idle while the process was down. Called by ``async with``
-        and by the first :meth:`add_event`; idempotent."""
+        """Open, then start background formation on the running loop: the job worker, and the
+        startup sweep of sessions that went idle while the process was down. Called by
+        ``async with`` and by the first :meth:`add_event`; idempotent."""
+        await self.open()
         self.formation.start()
 
     async def __aexit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
@@ -191,7 +268,7 @@ class AsyncMemory:
         out = await self.embedder.embed_batch(texts)
         out = check_matrix(out, len(texts), self.embedder.dim, self.embedder.name)
         if self.facts.dim is None:
-            self.facts.bind_embedder(self.embedder.name, int(out.shape[1]))
+            await self.facts.bind_embedder(self.embedder.name, int(out.shape[1]))
         return out
 
     async def _embed_queries(self, queries: builtins.list[str]) -> Matrix | None:
@@ -224,6 +301,7 @@ class AsyncMemory:
 
     # ------------------------------------------------------------------ writes
     @overload
+    @_opening
     async def add(
         self,
         messages: str | Sequence[Message],
@@ -239,6 +317,7 @@ class AsyncMemory:
     ) -> list[Fact]: ...
 
     @overload
+    @_opening
     async def add(
         self,
         messages: str | Sequence[Message],
@@ -253,6 +332,7 @@ class AsyncMemory:
         wait: Literal[False],
     ) -> Job: ...
 
+    @_opening
     async def add(
         self,
         messages: str | Sequence[Message],
@@ -290,7 +370,8 @@ class AsyncMemory:
             updated or re-added (NONE excluded), or the Job when ``wait=False``.
 
         Raises:
-            InvalidInputError: empty or oversized text, invalid UTF-8, bad message shape.
+            InvalidInputError: empty or oversized text, invalid UTF-8, bad message shape,
+                metadata that is not JSON, a bad timestamp, scope or flag (docs/inputs.md).
             ScopeError: missing user_id / agent_id for the scope.
             FormationError: ``infer=True, wait=True`` and the model failed; the job is kept
                 and retried later, the input is not lost.
@@ -408,6 +489,7 @@ class AsyncMemory:
             except ProviderError as exc:
                 log.warning("memlane: embedding backfill failed again (%s); will retry later", exc)
 
+    @_opening
     async def backfill_embeddings(self, *, batch_size: int = 256) -> int:
         """Embed facts stored without vectors (e.g. while the embedder was failing).
 
@@ -429,6 +511,7 @@ class AsyncMemory:
         self._pending_embeddings = False
         return done
 
+    @_opening
     async def update(self, fact_id: str, text: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
         """Replace a fact's text (version + 1; the old text stays in history)."""
         fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
@@ -444,21 +527,40 @@ class AsyncMemory:
             fact_id, scope, text, vectors[0] if vectors is not None else None, actor="api"
         )
 
+    @_opening
     async def delete(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
         """Soft delete: the fact leaves search but stays in history with ``invalid_at`` set."""
         fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
         user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
         return await self.facts.invalidate_fact(fact_id, self._scope(user_id, agent_id), actor="api")
 
-    async def forget(self, user_id: str) -> int:
+    @_opening
+    async def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase") -> int:
         """Hard purge everything of ``user_id``: facts, history, reflections, blobs, pending
-        formation jobs, and sessions the user took part in alone. Returns the number of rows removed."""
+        formation jobs, and sessions the user took part in alone. None of the user's text stays
+        in the database file (the keyword index is merged, deleted pages zeroed, the WAL truncated).
+
+        Args:
+            shared: what happens to the agent's shared memories formed from the user's words
+                (agent facts, agent reflections, the consolidated agent blob). ``"erase"``
+                (default, privacy first): they are erased too; a blob that absorbed them is
+                dropped and rebuilt from the remaining reflections at the next consolidation.
+                ``"keep"``: the agent keeps them for its other users, unlinked from the user.
+
+        Returns:
+            The number of rows removed.
+        """
         user_id = inputs.identifier(user_id, "user_id")
-        removed = await self.facts.purge_user(user_id)
-        removed += await self.jobs.purge_user(user_id)
-        return removed + await self.sessions.delete_user_sessions(user_id)
+        inputs.choice(shared, "shared", ("erase", "keep"))
+        removed = await self.jobs.purge_user(user_id)
+        removed += await self.sessions.delete_user_sessions(user_id)
+        if self.reflection_store is not self.facts:  # type: ignore[comparison-overlap]
+            removed += await self.reflection_store.purge_user(user_id, shared=shared)
+        # last: the fact store's purge ends by scrubbing the file (FTS merge, WAL truncate)
+        return removed + await self.facts.purge_user(user_id, shared=shared)
 
     # ------------------------------------------------------------------ reads
+    @_opening
     async def get(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
         """One fact by id (NotFoundError if absent or outside the scope)."""
         fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
@@ -468,6 +570,7 @@ class AsyncMemory:
             raise NotFoundError(f"no fact {fact_id!r} for this user/agent")
         return fact
 
+    @_opening
     async def list(
         self,
         *,
@@ -487,6 +590,7 @@ class AsyncMemory:
             include_invalid=include_invalid,
         )  # fmt: skip
 
+    @_opening
     async def history(
         self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None
     ) -> builtins.list[HistoryEntry]:
@@ -495,12 +599,29 @@ class AsyncMemory:
         user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
         return await self.facts.history(fact_id, self._scope(user_id, agent_id))
 
+    async def check(self) -> CheckReport:
+        """Check the storage for damage: SQLite's integrity check (every page and index) and
+        the full-text index's consistency. Reads only; takes a while on a large database.
+        ``memlane check`` runs it from the shell. When it reports problems, stop the processes
+        using the file and restore it from a backup."""
+        problems: list[str] = []
+        seen: set[int] = set()
+        for store in (self.jobs, self.facts, self.sessions):  # a backend's stores may share one file
+            run = getattr(store, "check", None)
+            if run is None or id(store) in seen:
+                continue
+            seen.add(id(store))
+            problems += [p for p in await run() if p not in problems]
+        return CheckReport(ok=not problems, problems=problems, location=self.db_path)
+
+    @_opening
     async def stats(self, *, user_id: str | None = None, agent_id: str | None = None) -> StoreStats:
         """Counts for one scope, or for the whole database when no id is given."""
         user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
         scope = self._scope(user_id, agent_id) if (user_id or agent_id) else None
         return await self.facts.stats(scope)
 
+    @_opening
     async def search(
         self,
         query: str | Sequence[str],
@@ -525,79 +646,18 @@ class AsyncMemory:
                 ``metadata`` keys.
             debug: include per-stage timings and candidate lists.
         """
-        t0 = time.perf_counter()
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         scope = self._scope(user_id, agent_id, session_id)
         queries = inputs.queries(query, MAX_QUERIES)
         top_k, filters = inputs.integer(top_k, "top_k", 1, 100), inputs.filters(filters)
         debug = inputs.flag(debug, "debug")
-        cfg = self.retrieval
-        parts = scope.partitions()
-        depth = max(cfg.depth, top_k)
-        fetch_depth = depth * 3 if filters else depth
-        timings: dict[str, float] = {}
-
-        async def keyword_list(q: str, authors: list[str]) -> list[Candidate]:
-            kq = parse_query(q, authors, author_boost=cfg.author_boost)
-            return await self.facts.keyword_search(parts, kq, limit=fetch_depth, session_id=session_id)
-
-        use_vectors = self.embedder is not None and cfg.vector_weight > 0
-        t = time.perf_counter()
-        authors = await self.facts.authors(parts)
-        qvecs: Matrix | None = None
-        embed_task = asyncio.ensure_future(self._embed_queries(queries)) if use_vectors else None
-        kw_lists = await asyncio.gather(*(keyword_list(q, authors) for q in queries))
-        timings["keyword_ms"] = (time.perf_counter() - t) * 1000
-        vec_lists: list[list[Candidate]] = []
-        if embed_task is not None:
-            try:
-                qvecs = await embed_task
-            except ProviderError as exc:
-                log.warning("memlane: query embedding failed (%s); keyword-only results", exc)
-            timings["embed_ms"] = (time.perf_counter() - t) * 1000 - timings["keyword_ms"]
-            if qvecs is not None:
-                t = time.perf_counter()
-                vec_lists = list(
-                    await asyncio.gather(
-                        *(
-                            self.facts.vector_search(parts, qvecs[i], limit=fetch_depth, session_id=session_id)
-                            for i in range(len(queries))
-                        )
-                    )
-                )
-                timings["vector_ms"] = (time.perf_counter() - t) * 1000
-        t = time.perf_counter()
-        fused = fuse(kw_lists, vec_lists, cfg, top_k=fetch_depth if filters else top_k)
-        found = await self.facts.get_facts([f.key for f in fused], scope)
-        hits: list[Hit] = []
-        for f in fused:
-            fact = found.get(f.key)
-            if fact is None or not _matches(fact, filters):
-                continue
-            kr = min((r for n, r in f.ranks.items() if n.startswith("keyword")), default=None)
-            vr = min((r for n, r in f.ranks.items() if n.startswith("vector")), default=None)
-            ks = max((s for n, s in f.raw.items() if n.startswith("keyword")), default=None)
-            vs = max((s for n, s in f.raw.items() if n.startswith("vector")), default=None)
-            hits.append(Hit(fact=fact, score=f.score, keyword_rank=kr, vector_rank=vr, keyword_score=ks,
-                            vector_score=vs))  # fmt: skip
-            if len(hits) == top_k:
-                break
-        timings["fuse_fetch_ms"] = (time.perf_counter() - t) * 1000
-        await self.facts.record_access([h.fact.id for h in hits])
-        timings["total_ms"] = (time.perf_counter() - t0) * 1000
-        dbg = None
-        if debug:
-            dbg = {
-                "timings": timings,
-                "queries": queries,
-                "keyword": [[(c.fact_id, c.score) for c in lst] for lst in kw_lists],
-                "vector": [[(c.fact_id, c.score) for c in lst] for lst in vec_lists],
-                "config": cfg.model_dump(),
-                "vectors_used": qvecs is not None,
-            }
-        return SearchResult(hits=hits, debug=dbg)
+        self.search_engine.config = self.retrieval  # callers may swap the config between searches
+        return await self.search_engine.search(
+            scope, queries, top_k=top_k, filters=filters, debug=debug, use_vectors=self.embedder is not None
+        )
 
     # ------------------------------------------------------------------ formation
+    @_opening
     async def add_event(self, session_id: str, event: Event, *, app: str = "default", tier: int | None = None) -> Event:
         """Append an event to a session and run the formation triggers: after an agent
         response, once 45 messages or 1500 weighted tokens have accumulated since the last
@@ -630,20 +690,24 @@ class AsyncMemory:
             return job
         return await self.formation.wait_for(job)
 
+    @_opening
     async def form(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
         """Form the session's not-yet-formed messages into memory now (extraction, dedup,
         reflections, consolidation when a buffer reaches its threshold)."""
         return await self._form_session(session_id, app, "manual", clear=False, final=False, wait=wait)
 
+    @_opening
     async def end_session(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
         """Session end (Eden ``on_session_end``): a final formation, then every scope with
         pending reflections is consolidated. The session is kept."""
         return await self._form_session(session_id, app, "end", clear=False, final=True, wait=wait)
 
+    @_opening
     async def reset_session(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
         """``/reset`` (Gaia): form the conversation into memory, then delete the session."""
         return await self._form_session(session_id, app, "reset", clear=True, final=True, wait=wait)
 
+    @_opening
     async def sweep_idle(self) -> builtins.list[Job]:
         """Queue idle formation for sessions silent longer than ``idle_minutes`` (the startup
         sweep; also a cold-session job to run from cron). Returns the queued jobs."""
@@ -652,6 +716,7 @@ class AsyncMemory:
             self.formation.start()
         return jobs
 
+    @_opening
     async def run_jobs(self, *, max_jobs: int | None = None) -> int:
         """Run due formation jobs now, in this task (tests, cron, or ``background=False``).
         A failing job is rescheduled with backoff, not raised. Returns how many ran."""
@@ -668,6 +733,7 @@ class AsyncMemory:
             n += ran
         return n
 
+    @_opening
     async def get_job(self, job_id: str) -> Job:
         """A formation job's status, attempts, last error and result."""
         job_id = inputs.identifier(job_id, "job_id", error=InvalidInputError)
@@ -676,12 +742,14 @@ class AsyncMemory:
             raise NotFoundError(f"no formation job {job_id!r}")
         return job
 
+    @_opening
     async def list_jobs(self, *, status: str | None = None, limit: int = 50) -> builtins.list[Job]:
         """Formation jobs, newest first (``status``: queued, running, done, failed)."""
         inputs.optional_choice(status, "status", ("queued", "running", "done", "failed"))
         limit = inputs.integer(limit, "limit", 1, 10_000)
         return await self.jobs.list(status=status, limit=limit)
 
+    @_opening
     async def retry_job(self, job_id: str) -> Job:
         """Queue a failed job again with a fresh set of attempts."""
         job_id = inputs.identifier(job_id, "job_id", error=InvalidInputError)
@@ -689,6 +757,7 @@ class AsyncMemory:
         self.formation.kick()
         return job
 
+    @_opening
     async def profile(
         self,
         user_id: str,
@@ -711,6 +780,7 @@ class AsyncMemory:
     def _reflection_target(self, user_id: str | None, agent_id: str | None, session_id: str | None) -> Target:
         return Target(session_id=session_id, user_id=user_id, agent_ns=agent_id)
 
+    @_opening
     async def reflections(
         self,
         scope: ReflectionScopeName,
@@ -724,8 +794,9 @@ class AsyncMemory:
         inputs.reflection_scope(scope, user_id, agent_id, session_id)
         absorbed = inputs.optional_flag(absorbed, "absorbed")
         key = scope_key(self._reflection_target(user_id, agent_id, session_id), scope)
-        return await self.facts.list_reflections(scope=scope, absorbed=absorbed, **key)
+        return await self.reflection_store.list_reflections(scope=scope, absorbed=absorbed, **key)
 
+    @_opening
     async def consolidated(
         self,
         scope: ReflectionScopeName,
@@ -737,8 +808,9 @@ class AsyncMemory:
         """A scope's consolidated blob (``VERSION: n`` ...), or None before its first consolidation."""
         inputs.reflection_scope(scope, user_id, agent_id, session_id)
         key = scope_key(self._reflection_target(user_id, agent_id, session_id), scope)
-        return await self.facts.get_consolidated(scope=scope, **key)
+        return await self.reflection_store.get_consolidated(scope=scope, **key)
 
+    @_opening
     async def get_consolidation_status(
         self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
     ) -> dict[str, dict[str, Any]]:
@@ -763,6 +835,7 @@ class AsyncMemory:
             }
         return out
 
+    @_opening
     async def get_memory_stats(
         self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
     ) -> dict[str, Any]:
@@ -805,6 +878,7 @@ class AsyncMemory:
         return scopes
 
     # ------------------------------------------------------------------ ADK surface
+    @_opening
     async def add_session_to_memory(self, session: Session) -> builtins.list[Fact]:
         """Index a session's events into long-term memory (ADK semantics): one memory per
         event with text, keeping author and timestamp. A group session (several users)
@@ -814,17 +888,18 @@ class AsyncMemory:
         events = [e for e in session.events if e.text.strip()]
         if not events:
             return []
-        ns = _ns(session.app)
+        ns = agent_namespace(session.app, session.agent_id)
         if session.is_group or session.user_id is None:
             if ns is None:
                 raise ScopeError("a group session needs an app name to be stored as shared memory")
             return await self.add(events, agent_id=ns, session_id=session.id, scope="agent")
         return await self.add(events, user_id=session.user_id, agent_id=ns, session_id=session.id)
 
+    @_opening
     async def search_memory(self, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
         """ADK's ``search_memory``: the (app, user) memories matching ``query``."""
         app_name, user_id = inputs.identifier(app_name, "app_name"), inputs.identifier(user_id, "user_id")
-        result = await self.search(query, user_id=user_id, agent_id=_ns(app_name))
+        result = await self.search(query, user_id=user_id, agent_id=agent_namespace(app_name))
         return SearchMemoryResponse(
             memories=[
                 MemoryEntry(content=h.fact.content, author=h.fact.author, timestamp=h.fact.occurred_at,
@@ -833,14 +908,3 @@ class AsyncMemory:
             ]
         )  # fmt: skip
 
-
-def _matches(fact: Fact, filters: Mapping[str, Any] | None) -> bool:
-    if not filters:
-        return True
-    for key, want in filters.items():
-        if key in ("kind", "author", "session_id", "scope"):
-            if getattr(fact, key) != want:
-                return False
-        elif fact.metadata.get(key) != want:
-            return False
-    return True

@@ -164,6 +164,18 @@ def local_model_available() -> bool:
     )
 
 
+def check_embedder_spec(spec: object) -> None:
+    """Reject an unknown embedder name at once (no import, no I/O): for constructors."""
+    if spec is None or isinstance(spec, Embedder):
+        return
+    if not isinstance(spec, str):
+        raise ConfigError(f"embedder= takes a name such as 'local' or an Embedder, got {type(spec).__name__}")
+    name = spec.strip()
+    provider = name.partition(":")[0]
+    if name not in ("", "none", "off", "auto") and provider not in EMBEDDERS:
+        raise ConfigError(f"unknown embedder {spec!r}; choose one of: auto, none, {', '.join(EMBEDDERS)}")
+
+
 def make_embedder(spec: str | Embedder | None, **kwargs: Any) -> Embedder | None:
     """Build an embedder from a spec string; ``None``/``"none"`` means keyword-only search.
 
