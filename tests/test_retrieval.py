@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from memlane.models import Candidate
 from memlane.retrieval.fusion import rrf
 from memlane.retrieval.hybrid import RetrievalConfig, fuse
-from memlane.models import Candidate
 from memlane.retrieval.text import STOPWORDS, date_words, parse_query, query_terms
 from memlane.stores.sqlite.fts import fts_or_query
 from memlane.stores.sqlite.vector import VectorIndex

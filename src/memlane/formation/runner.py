@@ -39,13 +39,13 @@ from memlane.formation.schemas import Decision, ExistingFact, ExtractedFact, Tur
 from memlane.models import (
     TEXT_EVENT_TYPES,
     ConsolidatedMemory,
-    agent_namespace,
     Event,
     EventType,
     Fact,
     Job,
     Reflection,
     Session,
+    agent_namespace,
     utcnow,
 )
 from memlane.providers.llm.base import UsageMeter

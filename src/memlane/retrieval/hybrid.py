@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from memlane.retrieval.fusion import RRF_K, Fused, rrf
 from memlane.models import Candidate
+from memlane.retrieval.fusion import RRF_K, Fused, rrf
 
 #: At most this many queries run per search (Eden's ``search_facts`` takes up to 3).
 MAX_QUERIES = 3

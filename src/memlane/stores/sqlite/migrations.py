@@ -36,7 +36,9 @@ def _rekey_partitions(c: sqlite3.Connection) -> None:
         old_of.setdefault(old, new)
     c.execute("DELETE FROM partitions")
     for (part,) in c.execute("SELECT DISTINCT partition FROM facts").fetchall():
-        c.execute("INSERT INTO partitions (partition, token, appends, changes) VALUES (?, ?, 1, 1)", (part, token(part)))
+        c.execute(
+            "INSERT INTO partitions (partition, token, appends, changes) VALUES (?, ?, 1, 1)", (part, token(part))
+        )
     authors = c.execute("SELECT partition, author FROM authors").fetchall()
     c.execute("DELETE FROM authors")
     for part, author in authors:
