@@ -58,6 +58,7 @@ from memlane.models import (
     Session,
     agent_namespace,
     content_hash,
+    message_role,
 )
 from memlane.providers.embed.base import Embedder, Matrix, check_matrix
 from memlane.providers.llm.base import LLM, UsageMeter
@@ -437,7 +438,7 @@ class AsyncMemory:
                 f = self._message_fact(m, i, scope, user_id, agent_id, session_id, meta)
                 role = str(m.role if isinstance(m, Event) else m.get("role", "user"))
                 turns.append(
-                    Turn(role="assistant" if role in ("assistant", "model", "agent") else "user",
+                    Turn(role=message_role(role),
                          author=f.author or "user", text=f.content, at=f.occurred_at,
                          event_id=f.source_event_ids[0] if f.source_event_ids else None)
                 )  # fmt: skip
@@ -619,7 +620,10 @@ class AsyncMemory:
         """Counts for one scope, or for the whole database when no id is given."""
         user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
         scope = self._scope(user_id, agent_id) if (user_id or agent_id) else None
-        return await self.facts.stats(scope)
+        st = await self.facts.stats(scope)
+        if scope is None:  # operators' view: the session store counts its own tables
+            st.sessions, st.events = await self.sessions.counts()
+        return st
 
     @_opening
     async def search(

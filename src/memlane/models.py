@@ -73,6 +73,29 @@ TEXT_EVENT_TYPES = frozenset(
 )
 
 
+ChatRole = Literal["user", "assistant", "tool"]
+
+#: Event type -> chat role: the one mapping (KAOS / Gaia) every part of memlane uses.
+EVENT_ROLES: dict[EventType, ChatRole] = {
+    EventType.USER_MESSAGE: "user",
+    EventType.TASK_DELEGATION_RECEIVED: "user",
+    EventType.AGENT_RESPONSE: "assistant",
+    EventType.DELEGATION_REQUEST: "assistant",
+    EventType.TOOL_CALL: "tool",
+    EventType.TOOL_RESULT: "tool",
+    EventType.DELEGATION_RESPONSE: "tool",
+    EventType.ERROR: "tool",
+}
+
+#: Roles in chat-message dicts (``{"role": ...}``) that mean the agent spoke.
+ASSISTANT_ROLES = frozenset({"assistant", "agent", "model", "ai", "bot"})
+
+
+def message_role(role: object) -> Literal["user", "assistant"]:
+    """A chat message's ``role`` as a conversational side: the agent's own, or the user's."""
+    return "assistant" if str(role or "").strip().lower() in ASSISTANT_ROLES else "user"
+
+
 class Event(BaseModel):
     """One entry of a session's ordered event log."""
 
@@ -103,12 +126,9 @@ class Event(BaseModel):
 
     @property
     def role(self) -> str:
-        """``"user"`` for incoming events, ``"assistant"`` for the agent's own, else ``"tool"``."""
-        if self.type in (EventType.USER_MESSAGE, EventType.TASK_DELEGATION_RECEIVED):
-            return "user"
-        if self.type in (EventType.AGENT_RESPONSE, EventType.DELEGATION_REQUEST):
-            return "assistant"
-        return "tool"
+        """``"user"`` for incoming events, ``"assistant"`` for the agent's own, else ``"tool"``
+        (see :data:`EVENT_ROLES`)."""
+        return EVENT_ROLES[self.type]
 
 
 class Session(BaseModel):
@@ -542,6 +562,16 @@ class SearchMemoryResponse(BaseModel):
     """ADK's ``search_memory`` envelope."""
 
     memories: list[MemoryEntry] = Field(default_factory=list)
+
+
+class CheckReport(BaseModel):
+    """What :meth:`~memlane.AsyncMemory.check` found: ``ok`` when the storage is healthy,
+    else one line per problem (damaged pages, broken indexes, an inconsistent full-text index)."""
+
+    ok: bool
+    problems: list[str] = Field(default_factory=list)
+    location: str = ""
+    """The database checked."""
 
 
 class Page(BaseModel):

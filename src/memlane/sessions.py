@@ -17,18 +17,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memlane.errors import InvalidInputError
-from memlane.models import Event, EventType
+from memlane.models import EVENT_ROLES, Event, EventType, Session
 
 #: Event types that start a user turn (Gaia's window counts these).
 TURN_START_TYPES = frozenset({EventType.USER_MESSAGE, EventType.TASK_DELEGATION_RECEIVED})
 
 #: KAOS event-type -> chat role mapping used by :func:`events_to_messages`.
 MESSAGE_ROLES: dict[EventType, str] = {
-    EventType.USER_MESSAGE: "user",
-    EventType.TASK_DELEGATION_RECEIVED: "user",
-    EventType.AGENT_RESPONSE: "assistant",
-    EventType.TOOL_CALL: "tool",
-    EventType.TOOL_RESULT: "tool",
+    t: EVENT_ROLES[t]
+    for t in (
+        EventType.USER_MESSAGE,
+        EventType.TASK_DELEGATION_RECEIVED,
+        EventType.AGENT_RESPONSE,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+    )
 }
 
 
@@ -148,6 +151,34 @@ def check_json(what: str, value: Any) -> str:
         raise InvalidInputError(
             f"{what} must be JSON-serialisable (str, number, bool, None, list, dict): {exc}"
         ) from exc
+
+
+def new_session(
+    *,
+    app: str,
+    user_ids: Sequence[str],
+    agent_id: str | None,
+    channel: str | None,
+    session_id: str | None,
+    state: dict[str, object] | None,
+) -> Session:
+    """A validated new :class:`Session` (every session store builds sessions here). The state
+    is round-tripped through JSON, so the object equals what a later read returns."""
+    check_app(app)
+    if session_id is not None:
+        check_session_id(session_id)
+    users = check_user_ids(user_ids)
+    check_optional_name("agent_id", agent_id)
+    check_optional_name("channel", channel)
+    if state is not None and not isinstance(state, dict):
+        raise InvalidInputError(f"state must be a dict, got {type(state).__name__}")
+    state_copy = json.loads(check_json("session state", state or {}))
+    session = Session(app=app, user_ids=users, agent_id=agent_id, channel=channel, state=state_copy)
+    if session_id is not None:
+        session.id = session_id
+    session.created_at = to_utc(session.created_at)
+    session.updated_at = session.created_at
+    return session
 
 
 def to_utc(value: datetime) -> datetime:

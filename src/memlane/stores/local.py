@@ -27,12 +27,11 @@ from memlane.errors import InvalidInputError, NotFoundError
 from memlane.models import Event, EventType, Session, utcnow
 from memlane.sessions import (
     check_app,
-    check_json,
     check_limit,
-    check_optional_name,
     check_session_id,
     check_user_ids,
     event_type_filter,
+    new_session,
     prepare_event,
 )
 
@@ -91,7 +90,7 @@ class LocalMemory:
                 raise InvalidInputError(
                     f"session {session_id!r} already exists in app {app!r}; use get_or_create_session to resume it"
                 )
-        session = self._new_session(
+        session = new_session(
             app=app, user_ids=user_ids, agent_id=agent_id, channel=channel, session_id=session_id, state=state
         )
         return self._insert(session)
@@ -114,7 +113,7 @@ class LocalMemory:
         entry = self._sessions.get((app, session_id))
         if entry is not None:
             return self._export(entry)
-        session = self._new_session(
+        session = new_session(
             app=app, user_ids=user_ids, agent_id=agent_id, channel=channel, session_id=session_id, state=None
         )
         return self._insert(session)
@@ -204,29 +203,6 @@ class LocalMemory:
         check_app(app)
         check_session_id(session_id)
         return self._sessions.get((app, session_id))
-
-    @staticmethod
-    def _new_session(
-        *,
-        app: str,
-        user_ids: Sequence[str],
-        agent_id: str | None,
-        channel: str | None,
-        session_id: str | None,
-        state: dict[str, object] | None,
-    ) -> Session:
-        users = check_user_ids(user_ids)
-        check_optional_name("agent_id", agent_id)
-        check_optional_name("channel", channel)
-        if state is not None and not isinstance(state, dict):
-            raise InvalidInputError(f"state must be a dict, got {type(state).__name__}")
-        check_json("session state", state or {})
-        session = Session(app=app, user_ids=users, agent_id=agent_id, channel=channel)
-        session.state = dict(state or {})
-        if session_id is not None:
-            session.id = session_id
-        session.updated_at = session.created_at
-        return session.model_copy(deep=True)
 
     def _insert(self, session: Session) -> Session:
         if len(self._sessions) >= self.max_sessions:

@@ -30,10 +30,10 @@ from memlane.sessions import (
     check_app,
     check_json,
     check_limit,
-    check_optional_name,
     check_session_id,
     check_user_ids,
     event_type_filter,
+    new_session,
     prepare_event,
     to_utc,
 )
@@ -117,7 +117,7 @@ class SqliteSessionStore:
         state: dict[str, object] | None = None,
     ) -> Session:
         """Create a session; raises InvalidInputError if ``session_id`` exists in ``app``."""
-        session = self._new_session(
+        session = new_session(
             app=app, user_ids=user_ids, agent_id=agent_id, channel=channel, session_id=session_id, state=state
         )
 
@@ -144,7 +144,7 @@ class SqliteSessionStore:
 
         An existing session is returned unchanged (the other arguments are ignored).
         """
-        session = self._new_session(
+        session = new_session(
             app=app, user_ids=user_ids, agent_id=agent_id, channel=channel, session_id=session_id, state=None
         )
 
@@ -334,33 +334,6 @@ class SqliteSessionStore:
         if self._closed:
             raise StorageError("this SqliteSessionStore is closed; open a new one")
         return await self.db.run(fn)
-
-    @staticmethod
-    def _new_session(
-        *,
-        app: str,
-        user_ids: Sequence[str],
-        agent_id: str | None,
-        channel: str | None,
-        session_id: str | None,
-        state: dict[str, object] | None,
-    ) -> Session:
-        check_app(app)
-        if session_id is not None:
-            check_session_id(session_id)
-        users = check_user_ids(user_ids)
-        check_optional_name("agent_id", agent_id)
-        check_optional_name("channel", channel)
-        if state is not None and not isinstance(state, dict):
-            raise InvalidInputError(f"state must be a dict, got {type(state).__name__}")
-        # Round-trip through JSON so the returned object equals what a later read returns.
-        state_copy = json.loads(check_json("session state", state or {}))
-        session = Session(app=app, user_ids=users, agent_id=agent_id, channel=channel, state=state_copy)
-        if session_id is not None:
-            session.id = session_id
-        session.created_at = to_utc(session.created_at)
-        session.updated_at = session.created_at
-        return session
 
     @staticmethod
     def _insert_session(conn: sqlite3.Connection, session: Session) -> bool:
