@@ -32,6 +32,7 @@ from memlane.formation.config import FormationConfig
 from memlane.formation.runner import FormationResult
 from memlane.memory import AsyncMemory
 from memlane.models import (
+    CheckReport,
     ConsolidatedMemory,
     Event,
     EventType,
@@ -55,6 +56,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncMemory",
+    "CheckReport",
     "ConfigError",
     "ConflictError",
     "ConsolidatedMemory",

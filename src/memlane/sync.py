@@ -16,6 +16,7 @@ from memlane.formation.model import FormationModel
 from memlane.formation.runner import FormationResult
 from memlane.memory import AsyncMemory, Message
 from memlane.models import (
+    CheckReport,
     ConsolidatedMemory,
     Event,
     Fact,
@@ -199,6 +200,10 @@ class Memory:
     def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase") -> int:
         """See :meth:`AsyncMemory.forget`."""
         return self._portal.call(self._async.forget(user_id, shared=shared))
+
+    def check(self) -> CheckReport:
+        """See :meth:`AsyncMemory.check`."""
+        return self._portal.call(self._async.check())
 
     def stats(self, *, user_id: str | None = None, agent_id: str | None = None) -> StoreStats:
         """See :meth:`AsyncMemory.stats`."""

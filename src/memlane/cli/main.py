@@ -22,10 +22,10 @@ from memlane import __version__
 from memlane.cli import importers
 from memlane.cli.progress import Progress
 from memlane.config import Settings
-from memlane.errors import InvalidInputError, MemlaneError, NotFoundError, UsageError
+from memlane.errors import CorruptDatabaseError, InvalidInputError, MemlaneError, NotFoundError, UsageError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.runner import FormationResult
-from memlane.models import Event, Fact, Job
+from memlane.models import CheckReport, Event, Fact, Job
 from memlane.sync import Memory
 
 
@@ -185,6 +185,27 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         if not sessions:
             print("no sessions")
     return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    db = str(args.db)
+    if "://" not in db and db != ":memory:" and not Path(db).exists():
+        raise NotFoundError(f"no database at {db} (memlane check never creates one)")
+    try:
+        with Memory(db, embedder="none", formation=FormationConfig(background=False, idle_minutes=None)) as m:
+            report = m.check()
+    except CorruptDatabaseError as exc:  # too damaged to open
+        report = CheckReport(ok=False, problems=[str(exc)], location=db)
+    if args.json:
+        _dump(report.model_dump())
+    elif report.ok:
+        print(f"ok: {db} is healthy (integrity check and full-text index check passed)")
+    else:
+        print(f"{db}: {len(report.problems)} problem(s) found:")
+        for problem in report.problems:
+            print(f"  {problem}")
+        print("Stop every process using the file and restore it from a backup.")
+    return 0 if report.ok else 1
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -478,6 +499,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("stats", parents=[common, scope], help="counts for the database or one scope")
     s.set_defaults(fn=cmd_stats)
+
+    s = sub.add_parser("check", parents=[common], help="check the database for damage (exit 1 when damaged)")
+    s.set_defaults(fn=cmd_check)
 
     s = sub.add_parser("import", parents=[common], help="import a LoCoMo JSON or a JSONL of turns")
     s.add_argument(

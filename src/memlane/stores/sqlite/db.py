@@ -54,6 +54,31 @@ def _redact(path: str) -> str:
     return path if len(path) < 200 else path[:200] + "..."
 
 
+#: SQLite's primary result codes for damaged pages (SQLITE_CORRUPT) and a file that is not a
+#: database (SQLITE_NOTADB).
+_CORRUPT_CODES = (11, 26)
+
+
+def is_corruption(exc: sqlite3.DatabaseError) -> bool:
+    """True when SQLite reports damaged pages or a non-database file (not a lock, I/O or
+    permission problem). A full-text table whose pages are damaged fails to load: "vtable
+    constructor failed"."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in _CORRUPT_CODES:
+        return True
+    msg = str(exc)
+    return "malformed" in msg or "not a database" in msg or "vtable constructor failed" in msg
+
+
+def corrupt_error(path: str, exc: BaseException) -> CorruptDatabaseError:
+    """The error for SQLite reporting corruption during normal operation."""
+    p = _redact(path)
+    return CorruptDatabaseError(
+        f"{p} is damaged ({exc}). Run `memlane check --db {p}` to see what is broken, then restore the "
+        "file from a backup (stop every process using it first)"
+    )
+
+
 def _not_a_database(exc: sqlite3.DatabaseError) -> bool:
     """True when SQLite says the bytes are not a (healthy) database, as opposed to an I/O or
     permission failure that says nothing about the file's content."""
@@ -212,7 +237,12 @@ class Database:
             )
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
-        _retry_locked(lambda: self._migrate_once(conn))
+        try:
+            _retry_locked(lambda: self._migrate_once(conn))
+        except sqlite3.DatabaseError as exc:
+            if is_corruption(exc):
+                raise corrupt_error(self.path, exc) from exc
+            raise
 
     def _migrate_once(self, conn: sqlite3.Connection) -> None:
         with self.write(conn) as c:
@@ -276,6 +306,9 @@ class Database:
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA temp_store = MEMORY")
             conn.execute("PRAGMA cache_size = -65536")
+            # Deleted and overwritten content is zeroed, not left in free space: forget(user)
+            # must remove the bytes, including copies an earlier update left behind (cost: noise).
+            conn.execute("PRAGMA secure_delete = ON")
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise CorruptDatabaseError(
@@ -297,10 +330,47 @@ class Database:
         try:
             yield c
         except BaseException:
-            c.execute("ROLLBACK")
+            if c.in_transaction:  # SQLite may already have rolled back (corruption, full disk)
+                c.execute("ROLLBACK")
             raise
         else:
             c.execute("COMMIT")
+
+    # ------------------------------------------------------------------ health
+    def check_sync(self, *, max_problems: int = 100) -> list[str]:
+        """Problems found by SQLite's ``PRAGMA integrity_check`` (every page, index and
+        constraint) and by each FTS5 index's ``integrity-check`` (index vs. stored text);
+        empty when the database is healthy. Reads only."""
+        problems: list[str] = []
+        try:
+            conn = self.connection()
+            rows = conn.execute(f"PRAGMA integrity_check({int(max_problems)})").fetchall()
+        except (sqlite3.DatabaseError, CorruptDatabaseError) as exc:
+            return [f"integrity check: {exc}"]
+        for (line,) in rows:
+            problems += [p for p in str(line).splitlines() if p.strip() and p != "ok" and not p.startswith("***")]
+        try:
+            tables = [r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL TABLE%USING fts5%'"
+            )]  # fmt: skip
+        except sqlite3.DatabaseError as exc:
+            return [*problems, f"schema: {exc}"]
+        for name in tables:
+            quoted = '"' + name.replace('"', '""') + '"'
+            try:
+                conn.execute(f"INSERT INTO {quoted}({quoted}) VALUES('integrity-check')")
+            except sqlite3.DatabaseError as exc:
+                if "readonly" in str(exc):  # a read-only file: the FTS check needs a write statement
+                    continue
+                problems.append(f"full-text index {name}: {exc}")
+        return problems[:max_problems]
+
+    async def check(self) -> list[str]:
+        """:meth:`check_sync` on a worker thread."""
+        if self._executor is None or self._closed:
+            raise StorageError("the database is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.check_sync)
 
     # ------------------------------------------------------------------ async bridge
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -319,6 +389,6 @@ class Database:
             msg = str(exc)
             if "readonly database" in msg:
                 raise read_only_error(self.path) from exc
-            if "malformed" in msg or "not a database" in msg:
-                raise CorruptDatabaseError(f"{_redact(self.path)} is damaged: {msg}") from exc
+            if is_corruption(exc):  # damaged pages met during normal operation
+                raise corrupt_error(self.path, exc) from exc
             raise StorageError(f"database error on {_redact(self.path)}: {msg}") from exc

@@ -61,6 +61,11 @@ class SqliteJobStore:
     async def close(self) -> None:
         self._db.release_sync()
 
+    async def check(self) -> builtins.list[str]:
+        """Integrity problems of the database file this store lives in (shared with the fact
+        and session stores); empty when healthy. See :meth:`Database.check_sync`."""
+        return await self._db.check()
+
     # ------------------------------------------------------------------ jobs
     async def enqueue(
         self,
