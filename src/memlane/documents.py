@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
 from memlane.errors import InvalidInputError
+from memlane.models import Fact, content_hash, new_id
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -42,6 +44,7 @@ __all__ = [
     "Fragment",
     "estimate_tokens",
     "split_document",
+    "split_documents",
 ]
 
 #: Characters per token of the estimate (English prose averages ~4; the formation trigger uses 4.5).
@@ -277,3 +280,41 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     if start == 0 or text[start - 1] == "\n":
         return start, end
     return first, end
+
+
+# ---- documents as stored memories
+
+
+def split_documents(facts: Sequence[Fact]) -> tuple[list[Fact], list[int]]:
+    """Expand every fact whose content is longer than :data:`DOCUMENT_THRESHOLD_CHARS` into a
+    ``document`` row (the whole text, kept for reading, not searched itself) followed by its
+    ``fragment`` rows (searchable; ``metadata`` links them: ``document_id``, ``fragment``,
+    ``fragments``, ``headings``). Fragment hashes derive from the document's, so re-adding the
+    same content is idempotent like any other write.
+
+    Returns:
+        The rows to store, in order, and for each input fact the index of its row (the
+        document row for expanded facts).
+    """
+    rows: list[Fact] = []
+    firsts: list[int] = []
+    for fact in facts:
+        firsts.append(len(rows))
+        if len(fact.content) <= DOCUMENT_THRESHOLD_CHARS:
+            rows.append(fact)
+            continue
+        pieces = split_document(fact.content)
+        doc = fact.model_copy(
+            update={"kind": "document", "metadata": {**fact.metadata, "fragments": len(pieces)}, "seq": None}
+        )
+        rows.append(doc)
+        for p in pieces:
+            meta = {**fact.metadata, "document_id": doc.id, "fragment": p.index, "fragments": len(pieces),
+                    "headings": list(p.headings), "start": p.start, "end": p.end}  # fmt: skip
+            rows.append(
+                fact.model_copy(
+                    update={"id": new_id(), "content": p.text, "kind": "fragment", "seq": None, "metadata": meta,
+                            "hash": content_hash(f"{doc.hash or content_hash(doc.content)}#{p.index}")}
+                )
+            )  # fmt: skip
+    return rows, firsts

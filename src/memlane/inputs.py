@@ -84,7 +84,7 @@ def _surrogate_at(text: str) -> int | None:
     return None
 
 
-def clean_text(value: object, what: str) -> str:
+def clean_text(value: object, what: str, *, max_chars: int = MAX_TEXT_CHARS) -> str:
     """A memory or query text, checked: ``str`` or UTF-8 ``bytes``, valid UTF-8, at least one
     visible character, at most :data:`MAX_TEXT_CHARS` characters. Returned unchanged."""
     if isinstance(value, bytes | bytearray):
@@ -97,8 +97,8 @@ def clean_text(value: object, what: str) -> str:
     at = _surrogate_at(value)
     if at is not None:
         raise InvalidInputError(f"{what} is not valid UTF-8 (lone surrogate at {at})")
-    if len(value) > MAX_TEXT_CHARS:
-        raise InvalidInputError(f"{what} has {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
+    if len(value) > max_chars:
+        raise InvalidInputError(f"{what} has {len(value)} characters; the limit is {max_chars}")
     if not value.strip():
         raise InvalidInputError(f"{what} is empty")
     if not has_visible(value):

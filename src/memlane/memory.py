@@ -27,6 +27,7 @@ import numpy as np
 
 from memlane import inputs
 from memlane.config import default_db_path
+from memlane.documents import MAX_DOCUMENT_CHARS, split_documents
 from memlane.errors import (
     EmbedderError,
     InvalidInputError,
@@ -47,6 +48,7 @@ from memlane.models import (
     ConsolidatedMemory,
     Event,
     Fact,
+    FactFilter,
     HistoryEntry,
     Job,
     MemoryEntry,
@@ -393,7 +395,7 @@ class AsyncMemory:
             return await self._add_infer(messages, user_id, agent_id, session_id, meta, scope, timestamp, wait)
         facts: list[Fact] = []
         if isinstance(messages, str | bytes):
-            text = _clean_text(messages, "text")
+            text = _clean_text(messages, "text", max_chars=MAX_DOCUMENT_CHARS)
             facts.append(
                 Fact(content=text, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
                      kind="fact", occurred_at=timestamp, metadata=meta, hash=content_hash(text))
@@ -407,11 +409,15 @@ class AsyncMemory:
                 if isinstance(m, str):
                     raise InvalidInputError(f"message {i} must be a dict or Event, got str")
                 facts.append(self._message_fact(m, i, scope, user_id, agent_id, session_id, meta))
-        vectors = await self._embed_or_defer([f.content for f in facts])
-        stored = await self.facts.put_facts(facts, vectors, actor="api")
+        rows, firsts = split_documents(facts)
+        # A document is not searched itself (its fragments are): it gets its first fragment's vector.
+        texts = [next(f.content for f in rows[i + 1 :]) if f.kind == "document" else f.content
+                 for i, f in enumerate(rows)]  # fmt: skip
+        vectors = await self._embed_or_defer(texts)
+        stored = await self.facts.put_facts(rows, vectors, actor="api")
         if vectors is not None:
             await self._backfill_if_pending()
-        return [f for f, _ in stored]
+        return [stored[i][0] for i in firsts]
 
     async def _add_infer(
         self,
@@ -463,12 +469,12 @@ class AsyncMemory:
     ) -> Fact:
         when: datetime | None
         if isinstance(m, Event):
-            text = _clean_text(m.text, f"message {i}")
+            text = _clean_text(m.text, f"message {i}", max_chars=MAX_DOCUMENT_CHARS)
             author, when, src = m.author, inputs.timestamp(m.timestamp, f"message {i} timestamp"), [m.id]
         elif isinstance(m, Mapping):
             if "content" not in m:
                 raise InvalidInputError(f"message {i} has no 'content'")
-            text = _clean_text(m["content"], f"message {i}")
+            text = _clean_text(m["content"], f"message {i}", max_chars=MAX_DOCUMENT_CHARS)
             author = str(m.get("name") or m.get("role") or "user")
             when = inputs.timestamp(m.get("timestamp"), f"message {i} timestamp")
             src = [str(m["id"])] if m.get("id") else []
@@ -519,6 +525,12 @@ class AsyncMemory:
         user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
         text = _clean_text(text, "text")
         scope = self._scope(user_id, agent_id)
+        current = await self.facts.get_fact(fact_id, scope)
+        if current is not None and current.kind in ("document", "fragment"):
+            raise InvalidInputError(
+                f"{fact_id!r} is a {current.kind}; documents are not edited in place: delete the document and add "
+                "the new text"
+            )
         try:
             vectors = await self._embed([text])
         except EmbedderError:
@@ -533,7 +545,23 @@ class AsyncMemory:
         """Soft delete: the fact leaves search but stays in history with ``invalid_at`` set."""
         fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
         user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
-        return await self.facts.invalidate_fact(fact_id, self._scope(user_id, agent_id), actor="api")
+        scope = self._scope(user_id, agent_id)
+        fact = await self.facts.get_fact(fact_id, scope)
+        ids = [fact_id]
+        if fact is not None and fact.kind == "document":  # its fragments go with it, in one transaction
+            ids += await self._fragment_ids(fact, scope)
+        return (await self.facts.invalidate_facts(ids, scope, actor="api"))[0]
+
+    async def _fragment_ids(self, document: Fact, scope: Scope) -> builtins.list[str]:
+        flt = FactFilter(kind="fragment", metadata=(("document_id", document.id),))
+        ids: builtins.list[str] = []
+        cursor: str | None = None
+        while True:
+            page = await self.facts.list_facts(scope, limit=1000, cursor=cursor, filter=flt)
+            ids += [f.id for f in page.items]
+            cursor = page.next_cursor
+            if cursor is None:
+                return ids
 
     @_opening
     async def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase") -> int:

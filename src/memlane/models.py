@@ -182,6 +182,7 @@ def session_key(user_id: str, channel: str) -> str:
 # --------------------------------------------------------------------------- scopes
 
 FactScope = Literal["user", "agent"]
+FactKind = Literal["message", "fact", "document", "fragment"]
 ReflectionScope = Literal["session", "user", "agent"]
 
 
@@ -354,8 +355,10 @@ class Fact(BaseModel):
     ``forget``; None when formed from a group session)."""
     session_id: str | None = None
     """Source session."""
-    kind: Literal["message", "fact"] = "fact"
-    """``message``: a verbatim turn; ``fact``: an extracted or remembered statement."""
+    kind: FactKind = "fact"
+    """``message``: a verbatim turn; ``fact``: an extracted or remembered statement;
+    ``document``: long content kept whole (not itself searched); ``fragment``: one searchable
+    piece of a document (``metadata["document_id"]``, ``["fragment"]``, ``["headings"]``)."""
     author: str | None = None
     """Who said it (role or speaker name) for verbatim memories."""
     seq: int | None = None

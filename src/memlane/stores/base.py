@@ -247,6 +247,11 @@ class FactStore(Protocol):
         """Soft delete: set ``invalid_at``, drop from search, keep in history."""
         ...
 
+    async def invalidate_facts(self, fact_ids: Sequence[str], scope: Scope, *, actor: str = "api") -> list[Fact]:
+        """Soft delete several facts in one transaction (a document and its fragments): all
+        or none; ``NotFoundError`` when any is not visible from ``scope``."""
+        ...
+
     async def history(self, fact_id: str, scope: Scope) -> list[HistoryEntry]:
         """All changes to a fact, oldest first."""
         ...

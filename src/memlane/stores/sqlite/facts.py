@@ -328,7 +328,7 @@ class SqliteFactStore:
                         rowid,
                         partition_token(part),
                         (stored.author or "").lower(),
-                        stored.content,
+                        "" if stored.kind == "document" else stored.content,  # its fragments are searched
                         "",
                         date_words(stored.occurred_at),
                     ),
@@ -451,7 +451,7 @@ class SqliteFactStore:
             "UPDATE facts SET content=?, hash=?, version=version+1, updated_at=?, embedding=? WHERE id=?",
             (content, h, now.isoformat(), emb, fact_id),
         )
-        c.execute("UPDATE facts_fts SET text=? WHERE rowid=?", (content, row[0]))
+        c.execute("UPDATE facts_fts SET text=? WHERE rowid=?", ("" if old.kind == "document" else content, row[0]))
         c.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
         if contributor is not None and contributor != old.user_id:
             _add_contributors(c, "fact", fact_id, [contributor])
@@ -475,9 +475,15 @@ class SqliteFactStore:
         return fact.model_copy(update={"invalid_at": now})
 
     async def invalidate_fact(self, fact_id: str, scope: Scope, *, actor: str = "api") -> Fact:
-        def op(c: sqlite3.Connection) -> Fact:
+        return (await self.invalidate_facts([fact_id], scope, actor=actor))[0]
+
+    async def invalidate_facts(self, fact_ids: Sequence[str], scope: Scope, *, actor: str = "api") -> list[Fact]:
+        ids = list(dict.fromkeys(fact_ids))
+
+        def op(c: sqlite3.Connection) -> list[Fact]:
             with self._db.write(c):
-                return self._invalidate_row(c, self._visible_row(c, fact_id, scope), actor)
+                rows = [self._visible_row(c, fid, scope) for fid in ids]  # all visible, or nothing changes
+                return [self._invalidate_row(c, row, actor) for row in rows]
 
         return await self._db.run(op)
 
@@ -858,7 +864,7 @@ class SqliteFactStore:
             if cached.appends != appends:
                 rows = c.execute(
                     "SELECT rowid, id, session_id, embedding, kind FROM facts WHERE partition=? AND rowid>?"
-                    " AND invalid_at IS NULL AND embedding IS NOT NULL ORDER BY rowid",
+                    " AND invalid_at IS NULL AND embedding IS NOT NULL AND kind <> 'document' ORDER BY rowid",
                     (part, cached.max_rowid),
                 ).fetchall()
                 if rows:
