@@ -1,0 +1,56 @@
+"""Migrations bring older database files forward without losing or exposing memory."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from memlane import AsyncMemory
+from memlane.stores.sqlite.fts import partition_token
+
+
+def _old_key(scope: str, agent: str | None, user: str | None) -> str:
+    """The pre-0003 partition key: ids joined by a bare \\x1f."""
+    return f"a\x1f{agent}" if scope == "agent" else f"u\x1f{agent or ''}\x1f{user}"
+
+
+def _downgrade_to_0002(path: Path) -> None:
+    con = sqlite3.connect(path)
+    with con:
+        for rowid, scope, agent, user in con.execute("SELECT rowid, scope, agent_id, user_id FROM facts").fetchall():
+            old = _old_key(scope, agent, user)
+            con.execute("UPDATE facts SET partition=? WHERE rowid=?", (old, rowid))
+            con.execute("UPDATE facts_fts SET part=? WHERE rowid=?", (partition_token(old), rowid))
+        con.execute("DELETE FROM partitions")
+        con.execute("INSERT INTO partitions (partition, token) SELECT DISTINCT partition, '' FROM facts")
+        authors = con.execute(
+            "SELECT f.partition, a.author FROM authors a JOIN facts f ON f.author = a.author"
+        ).fetchall()
+        con.execute("DELETE FROM authors")
+        con.executemany("INSERT OR IGNORE INTO authors VALUES (?, ?)", authors)
+        con.execute("DELETE FROM _migrations WHERE name = '0003_partition_keys'")
+    con.close()
+
+
+async def test_0003_rekeys_partitions_of_an_old_file(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    async with AsyncMemory(path, embedder="hash:64", sessions="null") as m:
+        await m.add([{"role": "user", "name": "Sam", "content": "Sam plays the oboe"}], user_id="sam", session_id="s")
+        await m.add("Sam's oboe teacher is Ida", user_id="sam", agent_id="coach")
+        await m.add("The coach's oboe room is B2", agent_id="coach", scope="agent")
+    _downgrade_to_0002(path)
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT COUNT(*) FROM facts WHERE partition LIKE 'u' || char(31) || '%'").fetchone()[0] == 2
+    con.close()
+    async with AsyncMemory(path, embedder="hash:64", sessions="null") as m:
+        mine = {h.fact.content for h in (await m.search("oboe", user_id="sam")).hits}
+        assert mine == {"Sam plays the oboe", "Sam's oboe teacher is Ida"}
+        coach = {h.fact.content for h in (await m.search("oboe", user_id="sam", agent_id="coach")).hits}
+        assert coach == {"Sam's oboe teacher is Ida", "The coach's oboe room is B2"}
+        assert (await m.search("oboe", user_id="ida")).hits == []
+        res = await m.search("what does Sam play", user_id="sam", debug=True)
+        assert res.hits[0].fact.content == "Sam plays the oboe"
+    con = sqlite3.connect(path)
+    keys = {r[0] for r in con.execute("SELECT partition FROM partitions")}
+    assert keys == {"u|sam|", "u|sam|coach", "a|coach"}
+    assert con.execute("SELECT COUNT(*) FROM facts WHERE instr(partition, char(31))").fetchone()[0] == 0
