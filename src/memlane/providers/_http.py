@@ -1,7 +1,11 @@
-"""Shared HTTP plumbing for the remote providers: one retry loop, one error mapping.
+"""Shared HTTP plumbing for the remote providers: one client base, one retry loop, one error mapping.
 
-Private to :mod:`memlane.providers`. The embedders (and later the LLM clients) call
-:func:`post_json`, which
+Private to :mod:`memlane.providers`. Every remote client (the chat models in
+:mod:`memlane.providers.llm` and the embedders in :mod:`memlane.providers.embed`) derives
+from :class:`HttpClient`: settings checks, one httpx client per event loop (a client still
+used by another open loop raises :class:`~memlane.errors.UsageError` instead of failing
+inside httpx), ``aclose``, and every POST under a process-wide
+:class:`~memlane.providers.llm.limits.RateLimiter` through :func:`post_json`, which
 
 * retries 408, 429, 5xx, timeouts and connection errors with exponential backoff plus
   jitter (:func:`backoff_delay`), honouring a ``Retry-After`` header when the server sends one;
@@ -22,14 +26,16 @@ import asyncio
 import email.utils
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from memlane.errors import ConfigError, ProviderError
+from memlane.errors import ConfigError, ProviderError, UsageError
 
 if TYPE_CHECKING:
     import httpx
+
+    from memlane.providers.llm.limits import RateLimiter
 
 #: Longest wait we accept from a ``Retry-After`` header (and the backoff ceiling).
 MAX_DELAY = 60.0
@@ -224,3 +230,99 @@ async def post_json(
         status_code=last_status,
         retryable=True,
     )
+
+
+async def _close_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, None]:
+    """Closes ``client`` when finalised: by :meth:`HttpClient.aclose`, or by its event loop's
+    ``shutdown_asyncgens()`` (which ``asyncio.run`` calls before closing the loop), so a client
+    left open when its loop ends does not leak its kept-alive connections."""
+    try:
+        yield
+    finally:
+        await client.aclose()
+
+
+class HttpClient:
+    """Base of the remote clients: ``OpenAIChat``, ``AnthropicChat``, ``GeminiChat``,
+    ``OpenAIEmbedder`` and ``GeminiEmbedder``.
+
+    A client is bound to the event loop it is first used on. Using it from another loop
+    while that first loop is still open raises :class:`~memlane.errors.UsageError` (create
+    one client per loop, or ``await aclose()`` first); once the first loop is closed (an
+    ``asyncio.run`` that ended, a closed ``Memory``) the next loop simply gets a new
+    connection pool. Every POST holds a slot of :attr:`limiter` through its retries.
+    Subclasses call :meth:`_setup_http` in ``__init__`` and set :attr:`_error_cls`.
+    """
+
+    #: The :class:`~memlane.errors.ProviderError` subclass raised for failed requests.
+    _error_cls: ClassVar[type[ProviderError]] = ProviderError
+
+    name: str
+    timeout: float
+    max_retries: int
+    backoff_base: float
+    limiter: RateLimiter
+
+    def _setup_http(
+        self, extra: str, *, timeout: float, max_retries: int, backoff_base: float, limiter: RateLimiter
+    ) -> None:
+        """Check the common settings; ``extra`` names the optional dependency that installs httpx."""
+        self._httpx: ModuleType = require_httpx(extra)
+        if max_retries < 0:
+            raise ConfigError(f"max_retries must be 0 or more, got {max_retries}")
+        if timeout <= 0:
+            raise ConfigError(f"timeout must be positive, got {timeout}")
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.limiter = limiter
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._closer: AsyncGenerator[None, None] | None = None
+
+    async def _get_client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is not None and self._client_loop is not loop:
+            if self._client_loop is not None and not self._client_loop.is_closed():
+                raise UsageError(
+                    f"{self.name}: this client is already used by another event loop; create one client per "
+                    "loop, or await aclose() before using it from a new one"
+                )
+            # its loop is gone: _close_with_loop closed it when that loop shut down
+            self._client, self._closer = None, None
+        if self._client is None:
+            client = self._httpx.AsyncClient(timeout=self.timeout)
+            closer = _close_with_loop(client)
+            await closer.__anext__()  # now the loop tracks it and finalises it on shutdown
+            self._client, self._client_loop, self._closer = client, loop, closer
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (a later call opens a new one).
+
+        From any event loop: a client whose loop has closed was closed with it; one whose
+        loop is still running elsewhere is closed on that loop.
+        """
+        client, loop, closer = self._client, self._client_loop, self._closer
+        self._client, self._client_loop, self._closer = None, None, None
+        if client is None or closer is None:
+            return
+        if loop is None or loop is asyncio.get_running_loop():
+            await closer.aclose()
+        elif not loop.is_closed() and loop.is_running():
+            future = asyncio.run_coroutine_threadsafe(closer.aclose(), loop)
+            await asyncio.wait_for(asyncio.wrap_future(future), timeout=10.0)
+
+    async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        """POST under :attr:`limiter`, with the client's retries; errors are :attr:`_error_cls`."""
+        async with self.limiter:
+            return await post_json(
+                await self._get_client(),
+                url,
+                json=body,
+                headers=headers,
+                max_retries=self.max_retries,
+                who=self.name,
+                backoff_base=self.backoff_base,
+                error_cls=self._error_cls,
+            )

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memlane.errors import ConfigError, DimensionMismatchError, EmbedderError
-from memlane.providers._http import post_json, require_httpx
+from memlane.providers._http import HttpClient
 from memlane.providers.embed.base import Matrix, check_matrix, normalize
+from memlane.providers.embed.limits import GLOBAL_EMBED_LIMITER
 
 if TYPE_CHECKING:
-    import httpx
+    from memlane.providers.llm.limits import RateLimiter
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 
@@ -35,7 +36,7 @@ KNOWN_DIMS: dict[str, int] = {
 }
 
 
-class GeminiEmbedder:
+class GeminiEmbedder(HttpClient):
     """Embedder for the Gemini API.
 
     Args:
@@ -53,7 +54,14 @@ class GeminiEmbedder:
         max_retries: retries after the first attempt on 429, 5xx, timeouts and connection
             errors (exponential backoff with jitter, ``Retry-After`` honoured).
         backoff_base: first backoff delay in seconds (0 disables waiting; for tests).
+        limiter: concurrency / rate limit shared with other clients; default
+            :data:`~memlane.providers.embed.limits.GLOBAL_EMBED_LIMITER`.
+
+    Like the chat clients, an embedder belongs to the event loop it is first used on while
+    that loop is open (see :class:`~memlane.providers._http.HttpClient`).
     """
+
+    _error_cls = EmbedderError
 
     def __init__(
         self,
@@ -67,8 +75,15 @@ class GeminiEmbedder:
         timeout: float = 30.0,
         max_retries: int = 3,
         backoff_base: float = 0.5,
+        limiter: RateLimiter | None = None,
     ) -> None:
-        self._httpx = require_httpx("gemini")
+        self._setup_http(
+            "gemini",
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff_base=backoff_base,
+            limiter=limiter if limiter is not None else GLOBAL_EMBED_LIMITER,
+        )
         model = model.removeprefix("models/")
         if not model:
             raise ConfigError("GeminiEmbedder needs a model name, e.g. 'gemini-embedding-001'")
@@ -76,10 +91,6 @@ class GeminiEmbedder:
             raise ConfigError(f"dim must be a positive integer, got {dim}")
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
-        if max_retries < 0:
-            raise ConfigError(f"max_retries must be 0 or more, got {max_retries}")
-        if timeout <= 0:
-            raise ConfigError(f"timeout must be positive, got {timeout}")
         key = api_key if api_key is not None else os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
         if not key:
             raise ConfigError("No key found - set GEMINI_API_KEY (or GOOGLE_API_KEY) or pass api_key=")
@@ -92,18 +103,9 @@ class GeminiEmbedder:
         self.dim: int = dim if dim is not None else KNOWN_DIMS.get(model, 0)
         self.task_type = task_type.upper() if task_type else None
         self.batch_size = batch_size
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self._client: httpx.AsyncClient | None = None
 
     def __repr__(self) -> str:  # never show the key
         return f"GeminiEmbedder(model={self.model!r}, dim={self.dim}, task_type={self.task_type!r})"
-
-    def _get_client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = self._httpx.AsyncClient(timeout=self.timeout)
-        return self._client
 
     async def embed_batch(self, texts: list[str]) -> Matrix:
         """Embed ``texts`` in requests of ``batch_size``; float32 ``(n, dim)``, rows normalised.
@@ -127,15 +129,10 @@ class GeminiEmbedder:
             if self._output_dim is not None:
                 req["outputDimensionality"] = self._output_dim
             requests.append(req)
-        data = await post_json(
-            self._get_client(),
+        data = await self._post(
             f"{self.base_url}/models/{self.model}:batchEmbedContents",
-            json={"requests": requests},
-            headers={"Content-Type": "application/json", "x-goog-api-key": self._api_key},
-            max_retries=self.max_retries,
-            who=self.name,
-            backoff_base=self.backoff_base,
-            error_cls=EmbedderError,
+            {"requests": requests},
+            {"Content-Type": "application/json", "x-goog-api-key": self._api_key},
         )
         matrix = self._parse(data, len(texts))
         if self.dim == 0 and matrix.shape[1] > 0:  # unknown model: the first answer fixes it
@@ -162,9 +159,3 @@ class GeminiEmbedder:
                 expected=self.dim or None,
             )
         return np.stack(rows)
-
-    async def aclose(self) -> None:
-        """Close the HTTP client (a later call opens a new one)."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()

@@ -21,11 +21,12 @@ from urllib.parse import urlparse
 import numpy as np
 
 from memlane.errors import ConfigError, DimensionMismatchError, EmbedderError
-from memlane.providers._http import post_json, require_httpx
+from memlane.providers._http import HttpClient
 from memlane.providers.embed.base import Matrix, check_matrix, normalize
+from memlane.providers.embed.limits import GLOBAL_EMBED_LIMITER
 
 if TYPE_CHECKING:
-    import httpx
+    from memlane.providers.llm.limits import RateLimiter
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -41,7 +42,7 @@ def _is_official(base_url: str) -> bool:
     return (urlparse(base_url).hostname or "").lower() == "api.openai.com"
 
 
-class OpenAIEmbedder:
+class OpenAIEmbedder(HttpClient):
     """Embedder for the OpenAI embeddings API and compatible servers.
 
     Args:
@@ -60,7 +61,14 @@ class OpenAIEmbedder:
         max_retries: retries after the first attempt on 429, 5xx, timeouts and connection
             errors (exponential backoff with jitter, ``Retry-After`` honoured).
         backoff_base: first backoff delay in seconds (0 disables waiting; for tests).
+        limiter: concurrency / rate limit shared with other clients; default
+            :data:`~memlane.providers.embed.limits.GLOBAL_EMBED_LIMITER`.
+
+    Like the chat clients, an embedder belongs to the event loop it is first used on while
+    that loop is open (see :class:`~memlane.providers._http.HttpClient`).
     """
+
+    _error_cls = EmbedderError
 
     def __init__(
         self,
@@ -73,18 +81,21 @@ class OpenAIEmbedder:
         timeout: float = 30.0,
         max_retries: int = 3,
         backoff_base: float = 0.5,
+        limiter: RateLimiter | None = None,
     ) -> None:
-        self._httpx = require_httpx("openai")
+        self._setup_http(
+            "openai",
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff_base=backoff_base,
+            limiter=limiter if limiter is not None else GLOBAL_EMBED_LIMITER,
+        )
         if not model:
             raise ConfigError("OpenAIEmbedder needs a model name, e.g. 'text-embedding-3-small'")
         if dim is not None and dim < 1:
             raise ConfigError(f"dim must be a positive integer, got {dim}")
         if batch_size < 1:
             raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
-        if max_retries < 0:
-            raise ConfigError(f"max_retries must be 0 or more, got {max_retries}")
-        if timeout <= 0:
-            raise ConfigError(f"timeout must be positive, got {timeout}")
 
         base = base_url if base_url is not None else os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = base.rstrip("/")
@@ -99,18 +110,9 @@ class OpenAIEmbedder:
         self._send_dimensions = dim is not None and short.startswith("text-embedding-3")
         self.dim: int = dim if dim is not None else KNOWN_DIMS.get(short, 0)
         self.batch_size = batch_size
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self._client: httpx.AsyncClient | None = None
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIEmbedder(model={self.model!r}, base_url={self.base_url!r}, dim={self.dim})"
-
-    def _get_client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = self._httpx.AsyncClient(timeout=self.timeout)
-        return self._client
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -136,16 +138,7 @@ class OpenAIEmbedder:
         }
         if self._send_dimensions:
             body["dimensions"] = self.dim
-        data = await post_json(
-            self._get_client(),
-            f"{self.base_url}/embeddings",
-            json=body,
-            headers=self._headers(),
-            max_retries=self.max_retries,
-            who=self.name,
-            backoff_base=self.backoff_base,
-            error_cls=EmbedderError,
-        )
+        data = await self._post(f"{self.base_url}/embeddings", body, self._headers())
         matrix = self._parse(data, len(texts))
         if self.dim == 0 and matrix.shape[1] > 0:  # unknown model: the first answer fixes it
             self.dim = int(matrix.shape[1])
@@ -185,9 +178,3 @@ class OpenAIEmbedder:
         if vec.ndim != 1:
             raise ValueError("an embedding is not a flat list of numbers")
         return vec
-
-    async def aclose(self) -> None:
-        """Close the HTTP client (a later call opens a new one)."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()

@@ -9,6 +9,9 @@ and backoff, so a throttled provider is not hammered by the others' calls)::
     configure_llm_limits(max_concurrency=2, requests_per_minute=30)
 
 or, before memlane is imported, ``MEMLANE_LLM_CONCURRENCY=2 MEMLANE_LLM_RPM=30``.
+The remote embedders have a limiter of their own (the same class, see
+:mod:`memlane.providers.embed.limits`), so a burst of formation calls never holds up the
+query embedding of a search.
 
 The limiter is thread-based so one instance serves every event loop (the sync facade runs
 its own loop on a background thread): its state is guarded by a :class:`threading.Lock` held
@@ -74,26 +77,26 @@ class RateLimiter:
         self._next_start = 0.0  # time.monotonic() before which no call may start
 
     @classmethod
-    def from_env(cls) -> RateLimiter:
-        """A limiter configured from ``$MEMLANE_LLM_CONCURRENCY`` and ``$MEMLANE_LLM_RPM`` (defaults when unset)."""
+    def from_env(cls, prefix: str = "MEMLANE_LLM") -> RateLimiter:
+        """A limiter configured from ``$<prefix>_CONCURRENCY`` and ``$<prefix>_RPM`` (defaults when unset)."""
         concurrency = DEFAULT_MAX_CONCURRENCY
-        raw = os.environ.get("MEMLANE_LLM_CONCURRENCY", "").strip()
+        raw = os.environ.get(f"{prefix}_CONCURRENCY", "").strip()
         if raw:
             try:
                 concurrency = int(raw)
             except ValueError:
                 concurrency = 0
             if concurrency < 1:
-                raise ConfigError(f"MEMLANE_LLM_CONCURRENCY must be a positive integer, got {raw!r}")
+                raise ConfigError(f"{prefix}_CONCURRENCY must be a positive integer, got {raw!r}")
         rpm: float | None = None
-        raw = os.environ.get("MEMLANE_LLM_RPM", "").strip()
+        raw = os.environ.get(f"{prefix}_RPM", "").strip()
         if raw:
             try:
                 rpm = float(raw)
             except ValueError:
                 rpm = -1.0
             if rpm != rpm or rpm < 0:
-                raise ConfigError(f"MEMLANE_LLM_RPM must be a number of requests per minute (0: no limit), got {raw!r}")
+                raise ConfigError(f"{prefix}_RPM must be a number of requests per minute (0: no limit), got {raw!r}")
         return cls(concurrency, rpm)
 
     def __repr__(self) -> str:
