@@ -355,7 +355,7 @@ METHODS: dict[str, dict[str, Any]] = {
     "update": {"fact_id": "FACT", "text": "Sam waters the tulips", "user_id": "u", "agent_id": None},
     "delete": {"fact_id": "FACT", "user_id": "u", "agent_id": None},
     "history": {"fact_id": "FACT", "user_id": "u", "agent_id": None},
-    "forget": {"user_id": "nobody"},
+    "forget": {"user_id": "nobody", "shared": "erase"},
     "reflections": {"scope": "user", "user_id": "u", "agent_id": None, "session_id": None, "absorbed": None},
     "consolidated": {"scope": "user", "user_id": "u", "agent_id": None, "session_id": None},
     "list_jobs": {"status": None, "limit": 10},
