@@ -611,7 +611,7 @@ async def main() -> None:
     formed_rep: Replay | None = None
     for spec in dict.fromkeys([a.embedder, *[s for s in tp_specs if s in embedders]]):
         db = work / f"formation-offline-{spec}.db"
-        mem = _memory(db, embedders[spec], "offline")
+        mem = await _memory(db, embedders[spec], "offline").open()
         rep = await replay(mem, convs, f"offline/{spec}", a.trigger)
         report["throughput"][spec] = {
             "embedder": embedders[spec].name,
@@ -643,7 +643,7 @@ async def main() -> None:
         SCRIPTED_SOURCES.clear()
         label = f"scripted/{spec}" + (", raw turns stored first" if raw_first else "")
         db = work / f"formation-scripted-{spec}.db"
-        mem = _memory(db, embedders[spec], llm)
+        mem = await _memory(db, embedders[spec], llm).open()
         try:
             if raw_first:
                 await locomo.ingest(mem, convs)

@@ -128,7 +128,7 @@ import numpy as np  # noqa: E402
 from _common import SharedEmbedder, db_size_mb, log, remove_db  # noqa: E402
 
 from memlane import AsyncMemory  # noqa: E402
-from memlane.models import Fact, Scope  # noqa: E402
+from memlane.models import Fact, Scope, user_partition  # noqa: E402
 from memlane.registry import make_embedder  # noqa: E402
 from memlane.retrieval.hybrid import RetrievalConfig  # noqa: E402
 from memlane.retrieval.text import STOPWORDS  # noqa: E402
@@ -532,12 +532,12 @@ async def measure(
     cold = await timed_searches(mem, cold_queries)
     res["cold_first_search_ms"] = summary(cold)
     # the vector-cache load alone, for one partition (reload forced by dropping the cache)
-    part = Scope(user_id=users[0]).partitions()[0]
+    part = user_partition(users[0], None)
     cache_loads = []
     for _ in range(3 if len(users) == 1 else 20):
         with mem.facts._cache_lock:
             mem.facts._cache.pop(part, None)
-        c = mem.facts._db.connection()
+        c = mem.facts.database.connection()  # type: ignore[attr-defined]
         t = time.perf_counter()
         mem.facts._index_for(c, part)
         cache_loads.append((time.perf_counter() - t) * 1000)
@@ -575,7 +575,7 @@ async def measure(
         emb_ms.append((time.perf_counter() - t) * 1000)
         qvecs.append(v[0])
     for (_, u), v in zip(sub, qvecs, strict=True):
-        parts = Scope(user_id=u).partitions()
+        parts = Scope(user_id=u).partition_filter()
         t = time.perf_counter()
         await mem.facts.vector_search(parts, v, limit=max(mem.retrieval.depth, 10))
         vec_ms.append((time.perf_counter() - t) * 1000)
@@ -674,14 +674,14 @@ async def main() -> None:
         if not reused:
             remove_db(db)
         log(f"setting {name}: {total} memories, {n_users} scope(s), db {db}")
-        mem = AsyncMemory(db, embedder=SharedEmbedder(embedder), sessions="null")
+        mem = await AsyncMemory(db, embedder=SharedEmbedder(embedder), sessions="null").open()
         cpu0, wall0, la0 = time.process_time(), time.perf_counter(), os.getloadavg()[0]
         if reused:
             load_info = json.loads(meta_path.read_text())
             load_info["reused"] = True
         else:
             load_info = await load(mem, users, plan, texts, vecs, a.seed, a.layout)
-            mem._db.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            mem.facts.database.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")  # type: ignore[attr-defined]
             meta_path.write_text(json.dumps(load_info))
         load_info["db_mb"] = round(db_size_mb(db), 1)
         log(f"  loaded: {load_info}")
