@@ -413,3 +413,9 @@ def test_only_typed_errors_escape_and_rejections_change_nothing(tmp_path: Path) 
 
         check()
     assert len(seen) >= 12, f"too few methods rejected anything: {seen}"
+
+
+@pytest.mark.parametrize("when", [datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))), "9999-12-31T23:00:00-05:00"])
+async def test_timestamp_that_leaves_the_calendar_in_utc(seeded: tuple[AsyncMemory, Path, str], when: object) -> None:
+    m, db, _ = seeded
+    await rejected(db, m.add("a new note", user_id="u", timestamp=when), match="out of range in UTC")  # type: ignore[call-overload]
