@@ -20,7 +20,7 @@ from typing import Any
 from memlane.errors import InvalidInputError
 from memlane.evaluation import locomo
 from memlane.formation.config import FormationConfig
-from memlane.models import Event, EventType
+from memlane.models import Event, EventType, message_role
 
 #: Turns per ``add`` call when importing.
 BATCH = 256
@@ -195,7 +195,7 @@ def session_events(batches: list[Batch]) -> dict[tuple[str, str], list[Event]]:
             key = json.dumps([b.user_id, sid, author, stamp, msg["content"]], ensure_ascii=False)
             seen[key] = seen.get(key, 0) + 1
             digest = hashlib.sha256(f"{key}#{seen[key]}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
-            assistant = msg.get("role") in ("assistant", "agent", "model")
+            assistant = message_role(msg.get("role")) == "assistant"
             try:
                 events.append(Event(
                     id=f"import-{digest}", type=EventType.AGENT_RESPONSE if assistant else EventType.USER_MESSAGE,
