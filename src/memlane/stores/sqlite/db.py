@@ -293,9 +293,12 @@ class Database:
         if self._memory and self._conns:
             return self._conns[0]
         target = self._ro_uri if self.readonly else self.path
-        conn = sqlite3.connect(
-            target, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False, uri=self.readonly
-        )
+        try:
+            conn = sqlite3.connect(
+                target, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False, uri=self.readonly
+            )
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"cannot open the database {_redact(self.path)}: {exc}") from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if not self._memory and not self.readonly:
@@ -311,6 +314,8 @@ class Database:
             conn.execute("PRAGMA secure_delete = ON")
         except sqlite3.DatabaseError as exc:
             conn.close()
+            if not _not_a_database(exc):  # I/O, permissions, a read-only filesystem: not the content
+                raise StorageError(f"cannot open the database {_redact(self.path)}: {exc}") from exc
             raise CorruptDatabaseError(
                 f"{_redact(self.path)} is not a memlane database (or is damaged): {exc}. "
                 "Point --db / MEMLANE_DB at another file."
