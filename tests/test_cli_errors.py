@@ -266,6 +266,24 @@ def test_import_form_twice_changes_nothing(capsys: pytest.CaptureFixture[str], d
     assert stats(capsys, db) == first
 
 
+def test_import_form_of_a_long_session_leaves_no_job_behind(
+    capsys: pytest.CaptureFixture[str], db: list[str], tmp_path: Path
+) -> None:
+    """More turns than the message trigger (45): the import forms them itself, explicitly, and
+    no trigger job is left queued in the user's database."""
+    f = tmp_path / "long.jsonl"
+    rows = [
+        {"user_id": "zed", "session_id": "z1", "role": "assistant" if i % 2 else "user",
+         "content": "Nice!" if i % 2 else f"I visited city number {i} last year."}
+        for i in range(60)
+    ]  # fmt: skip
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = run(capsys, "import", str(f), "--form", "--llm", "offline", *db)
+    assert code == 0, err
+    code, out, err = run(capsys, "jobs", "--json", *db)
+    assert [(j["status"], j["payload"]["reason"]) for j in json.loads(out)] == [("done", "end")]
+
+
 # ---------------------------------------------------------------------------- broken pipe
 def test_broken_pipe_exits_quietly(tmp_path: Path) -> None:
     from memlane import Event, FormationConfig, Memory

@@ -42,9 +42,10 @@ def _dump(obj: Any) -> None:
 
 
 def _open(args: argparse.Namespace) -> Memory:
-    # Jobs run in the foreground here (a CLI process is short-lived); the idle timer is the
-    # long-running app's business, so it is off: pending sessions are picked up by `memlane sweep`.
-    formation = FormationConfig(background=False, idle_minutes=None)
+    # Jobs run in the foreground here (a CLI process is short-lived); the idle timer and the
+    # message triggers are the long-running app's business, so they are off: commands form
+    # explicitly (`form`, `import --form`), pending sessions are picked up by `memlane sweep`.
+    formation = FormationConfig(background=False, idle_minutes=None, auto_ingest=False)
     return Memory(
         args.db, embedder=args.embedder, sessions="sqlite", llm=getattr(args, "llm", None), formation=formation
     )
