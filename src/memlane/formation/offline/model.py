@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
 from pydantic import BaseModel
 
 from memlane.formation.offline.claims import _decide_one
@@ -22,10 +26,23 @@ from memlane.formation.schemas import (
 )
 from memlane.providers.llm.base import Usage, UsageMeter, estimate_tokens
 
+_In = TypeVar("_In", bound=BaseModel)
+_Out = TypeVar("_Out", bound=BaseModel | str)
+
 
 def _usage(inp: BaseModel, out: BaseModel | str) -> Usage:
     text = out if isinstance(out, str) else out.model_dump_json()
     return Usage(prompt_tokens=estimate_tokens(inp.model_dump_json()), completion_tokens=estimate_tokens(text), calls=1)
+
+
+def _answer(rules: Callable[[_In], _Out], inp: _In) -> tuple[_Out, Usage]:
+    """Run a rule module and estimate the call's tokens (both CPU work, done in a worker thread)."""
+    out = rules(inp)
+    return out, _usage(inp, out)
+
+
+def _decide(inp: DedupInput) -> DedupOutput:
+    return DedupOutput(decisions=[_decide_one(item) for item in inp.items])
 
 
 class OfflineModel:
@@ -33,6 +50,10 @@ class OfflineModel:
 
     One call per method is recorded in :attr:`meter` (tokens are estimates of the
     input and output JSON), so benchmarks count calls the same way as for an LLM.
+
+    The rules are pure CPU work (10-30 ms for a long conversation), so each call runs them
+    in a worker thread (``asyncio.to_thread``): the event loop keeps serving other requests
+    meanwhile.
     """
 
     name: str = "offline"
@@ -43,27 +64,22 @@ class OfflineModel:
     async def aclose(self) -> None:
         """Nothing to release."""
 
-    async def extract_facts(self, inp: ExtractionInput) -> ExtractionOutput:
-        out = _extract(inp)
-        self.meter.record(self.name, "extract", _usage(inp, out))
+    async def _call(self, task: str, rules: Callable[[_In], _Out], inp: _In) -> _Out:
+        out, usage = await asyncio.to_thread(_answer, rules, inp)
+        self.meter.record(self.name, task, usage)
         return out
+
+    async def extract_facts(self, inp: ExtractionInput) -> ExtractionOutput:
+        return await self._call("extract", _extract, inp)
 
     async def decide(self, inp: DedupInput) -> DedupOutput:
-        out = DedupOutput(decisions=[_decide_one(item) for item in inp.items])
-        self.meter.record(self.name, "dedup", _usage(inp, out))
-        return out
+        return await self._call("dedup", _decide, inp)
 
     async def reflect(self, inp: ReflectionInput) -> ReflectionOutput:
-        out = _reflect(inp)
-        self.meter.record(self.name, "reflect", _usage(inp, out))
-        return out
+        return await self._call("reflect", _reflect, inp)
 
     async def consolidate(self, inp: ConsolidationInput) -> str:
-        out = _consolidate(inp)
-        self.meter.record(self.name, "consolidate", _usage(inp, out))
-        return out
+        return await self._call("consolidate", _consolidate, inp)
 
     async def distill_profile(self, inp: ProfileInput) -> ProfileOutput:
-        out = _profile(inp)
-        self.meter.record(self.name, "profile", _usage(inp, out))
-        return out
+        return await self._call("profile", _profile, inp)
