@@ -246,3 +246,24 @@ def test_one_megabyte_splits_well_under_a_second() -> None:
     started = time.perf_counter()
     assert len(split_document(giant_word)) == 250
     assert time.perf_counter() - started < 0.5
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\t" * 300_000 + "x",
+        "# " + " " * 300_000 + "x",
+        "```" + " " * 300_000 + "x",
+        "x" + "\r" * 300_000 + "x",
+        "." + "\u3000" * 300_000 + "x",
+        "```\n" + " \n" * 150_000,
+        "# h\n" * 75_000,
+    ],
+    ids=["tabs", "heading", "fence", "carriage-returns", "ideographic-spaces", "blank-code-lines", "headings"],
+)
+def test_long_whitespace_runs_split_in_linear_time(text: str) -> None:
+    started = time.perf_counter()
+    fragments = split_document(text)
+    elapsed = time.perf_counter() - started
+    check_invariants(text, fragments, 1000)
+    assert elapsed < 0.5, f"{elapsed:.2f} s"

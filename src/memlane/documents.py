@@ -230,11 +230,13 @@ def _pack_blocks(blocks: list[_Block], max_chars: int) -> list[_Span]:
 
 # ---- cutting one oversized span
 
-# Each level: a separator and the least share of a fragment a cut there must fill.
-_BLANK_LINE_SEP = r"[^\S\n]*\n(?:[^\S\n]*\n)+"
-_LINE_END_SEP = r"[^\S\n]*\n"
+# Each level: a separator and the least share of a fragment a cut there must fill. A separator
+# starts right after a visible character: tried inside a long run of whitespace, a pattern
+# starting with ``\s*`` would rescan the run from every position (quadratic).
+_BLANK_LINE_SEP = r"(?<=\S)[^\S\n]*\n(?:[^\S\n]*\n)+"
+_LINE_END_SEP = r"(?<=\S)[^\S\n]*\n"
 _SENTENCE_END_SEP = r"(?:(?<=[.!?;:。！？])|(?<=[.!?。！？][\"'”’)\]]))\s+"
-_WHITESPACE_SEP = r"\s+"
+_WHITESPACE_SEP = r"(?<=\S)\s+"
 _Levels = tuple[tuple[str, float], ...]
 _CODE_LEVELS: _Levels = ((_BLANK_LINE_SEP, 0.5), (_LINE_END_SEP, 0.5), (_WHITESPACE_SEP, 0.0))
 _TEXT_LEVELS: _Levels = ((_BLANK_LINE_SEP, 0.5), (_SENTENCE_END_SEP, 0.5), (_LINE_END_SEP, 0.5), (_WHITESPACE_SEP, 0.0))
