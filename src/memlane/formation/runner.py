@@ -46,6 +46,7 @@ from memlane.models import (
     Reflection,
     Session,
     agent_namespace,
+    as_utc,
     utcnow,
 )
 from memlane.providers.llm.base import UsageMeter
@@ -566,7 +567,7 @@ class FormationRunner:
             return result
         activity_at = pl.get("activity_at")
         if reason == "idle" and cursor is not None and activity_at:  # noqa: SIM102
-            if cursor.last_activity_at > datetime.fromisoformat(activity_at):
+            if cursor.last_activity_at > as_utc(datetime.fromisoformat(activity_at)):
                 result.skipped = "the session was active again"
                 return result
         events = session.events
