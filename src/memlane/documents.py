@@ -172,22 +172,26 @@ class _Span(NamedTuple):
 def _parse_blocks(text: str) -> list[_Block]:
     """Text runs, ATX headings and fenced code blocks, with the heading path at each."""
     blocks: list[_Block] = []
-    stack: list[tuple[int, str]] = []  # (level, title) of the enclosing headings
+    levels: list[int] = []  # of the enclosing headings
+    titles: list[str] = []
     path: tuple[str, ...] = ()
+    isspace = str.isspace
     for match in _BLOCKS.finditer(text):
         kind = match.lastgroup
         if kind is None or kind == "blank":
             continue
         start, end = match.span()
-        while end > start and text[end - 1].isspace():
+        while end > start and isspace(text[end - 1]):
             end -= 1
         if kind == _HEADING:
             title = _ATX_TITLE.match(text, start, end)
             level = len(title.group(1)) if title else 1
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            stack.append((level, (title.group(2) or "").strip() if title else ""))
-            path = tuple(name for _, name in stack)
+            while levels and levels[-1] >= level:
+                levels.pop()
+                titles.pop()
+            levels.append(level)
+            titles.append((title.group(2) or "").strip() if title else "")
+            path = tuple(titles)
         blocks.append(_Block(start, end, kind, path))
     return blocks
 
