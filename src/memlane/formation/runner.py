@@ -118,9 +118,11 @@ def is_permanent(exc: BaseException) -> bool:
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel a helper task and wait for it; a cancellation of the caller still propagates."""
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()  # retrieved: the heartbeat logs its own problems
 
 
 def event_weight(event: Event) -> tuple[int, float]:
