@@ -106,9 +106,9 @@ def _extract(inp: ExtractionInput) -> ExtractionOutput:
     default_user = (inp.user_name or "").strip() or "The user"
     labels: dict[str, str] = {}
     learned: dict[str, str] = {}
-    found: list[tuple[str, _Draft, str]] = []
+    found: list[tuple[str, _Draft, str, int]] = []
     last_user_key: str | None = None
-    for turn in inp.conversation:
+    for index, turn in enumerate(inp.conversation):
         if turn.role == "user":
             key = _speaker_key(turn, default_user, labels)
             last_user_key = key
@@ -127,20 +127,25 @@ def _extract(inp: ExtractionInput) -> ExtractionOutput:
                 suffix = f" (said on {_date_phrase(turn.at)})"
             else:
                 suffix = ""
-            found.append((key, d, suffix))
+            found.append((key, d, suffix, index))
     facts: list[ExtractedFact] = []
     seen: dict[str, int] = {}
-    for key, d, suffix in found:
+    for key, d, suffix, index in found:
         if d.learn and d.learn.casefold() == labels[key].casefold():
             continue  # "I'm Sam" said by Sam: "Sam's name is Sam" says nothing
         text = _render(d, labels[key] if d.own_label else learned.get(key, labels[key]), suffix)
         if text is None:
             continue
         norm = _normalise(text)
-        if norm in seen:
+        if norm in seen:  # said again: one fact, every turn that said it is a source
+            sources = facts[seen[norm]].sources
+            if index not in sources:
+                sources.append(index)
             continue
         seen[norm] = len(facts)
-        facts.append(ExtractedFact(content=text, scope=scope))
+        # the turns it came from: the pipeline would otherwise guess them by word overlap
+        # (facts x turns on the event loop); here it is exact and off the loop
+        facts.append(ExtractedFact(content=text, scope=scope, sources=[index]))
     return ExtractionOutput(facts=_drop_contained(facts))
 
 
