@@ -493,3 +493,16 @@ async def test_meter_counts_one_call_per_method_and_protocol_holds() -> None:
     assert all(v["calls"] == 1 and v["prompt_tokens"] > 0 and v["completion_tokens"] > 0 for v in snap.values())
     assert meter.by_model["offline"].calls == 5
     assert OfflineModel().meter is not OfflineModel().meter
+
+
+async def test_extracted_facts_name_the_turns_they_came_from() -> None:
+    """The offline extractor cites its source turns (the pipeline then has nothing to guess on the loop)."""
+    conv = [
+        Turn(role="user", author="Sam", text="Hi there."),
+        Turn(role="assistant", author="bot", text="Hello!"),
+        Turn(role="user", author="Sam", text="I'm vegetarian."),
+        Turn(role="user", author="Sam", text="I live in Lisbon."),
+        Turn(role="user", author="Sam", text="As I said, I'm vegetarian."),
+    ]
+    out = await OfflineModel().extract_facts(ExtractionInput(conversation=conv, instructions=""))
+    assert {f.content: f.sources for f in out.facts} == {"Sam is vegetarian": [2, 4], "Sam lives in Lisbon": [3]}
