@@ -9,7 +9,6 @@ import logging
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -40,11 +39,14 @@ from memlane.policy import merge_provenance, resolve_change
 from memlane.retrieval.context import CONTEXT_RADIUS, affected_range, neighbour_context
 from memlane.retrieval.text import date_words
 from memlane.stores.base import AppliedChange, Candidate, FactChange, FactFilter, PartitionFilter, StoreStats, Vector
-from memlane.stores.sqlite.db import Database
+from memlane.stores.sqlite.db import BUSY_TIMEOUT_MS, Database
 from memlane.stores.sqlite.fts import fts_or_query, partition_token
 from memlane.stores.sqlite.vector import VectorIndex
 
 log = logging.getLogger("memlane")
+
+#: How long the WAL truncation after a purge waits for other connections' readers.
+CHECKPOINT_WAIT_MS = 5_000
 
 _FACT_COLS = (
     "rowid, id, partition, content, hash, scope, agent_id, user_id, session_id, kind, author, seq, "
@@ -685,14 +687,17 @@ class SqliteFactStore:
         segments until a merge), then checkpoint and truncate the WAL (it holds old pages)."""
         with self._db.write(c):
             c.execute("INSERT INTO facts_fts(facts_fts) VALUES ('optimize')")
-        for attempt in range(20):
+        # TRUNCATE waits (busy handler) for readers of older snapshots: wait seconds, not the
+        # minute-long write timeout.
+        c.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
+        try:
             busy = c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-            if not busy:
-                return
-            time.sleep(0.05 * (attempt + 1))
-        log.warning(
-            "memlane: a reader kept the WAL from being truncated after forget; old pages stay in it until a checkpoint"
-        )
+        finally:
+            c.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if busy:
+            log.warning(
+                "memlane: a reader kept the WAL from being truncated after forget; old pages stay until a checkpoint"
+            )
 
     # ------------------------------------------------------------------ reads
     async def get_fact(self, fact_id: str, scope: Scope) -> Fact | None:
