@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -231,21 +229,17 @@ def test_too_long_or_not_text_is_a_typed_error() -> None:
         split_document(b"bytes")  # type: ignore[arg-type]
 
 
-def test_one_megabyte_splits_well_under_a_second() -> None:
+def test_one_megabyte_document() -> None:
+    """Correctness at size; the speed is measured in bench/documents.py, not here."""
     unit = (
         "## Section\n\nSome prose, with a sentence or two. And another one here.\n\n"
         "```python\ndef f(x):\n    return x + 1\n```\n\n- item one\n- item two\n\n"
     )
     text = unit * (1_000_000 // len(unit))
-    started = time.perf_counter()
     fragments = split_document(text)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 0.5, f"{elapsed:.2f} s for {len(text):,} characters"
+    check_invariants(text, fragments, 1000)
     assert fragments[-1].end == len(text.rstrip())
-    giant_word = "x" * 1_000_000
-    started = time.perf_counter()
-    assert len(split_document(giant_word)) == 250
-    assert time.perf_counter() - started < 0.5
+    assert len(split_document("x" * 1_000_000)) == 250
 
 
 @pytest.mark.parametrize(
@@ -261,9 +255,6 @@ def test_one_megabyte_splits_well_under_a_second() -> None:
     ],
     ids=["tabs", "heading", "fence", "carriage-returns", "ideographic-spaces", "blank-code-lines", "headings"],
 )
-def test_long_whitespace_runs_split_in_linear_time(text: str) -> None:
-    started = time.perf_counter()
-    fragments = split_document(text)
-    elapsed = time.perf_counter() - started
-    check_invariants(text, fragments, 1000)
-    assert elapsed < 0.5, f"{elapsed:.2f} s"
+def test_long_whitespace_runs(text: str) -> None:
+    """Pathological inputs that once took quadratic time (bench/documents.py times them)."""
+    check_invariants(text, split_document(text), 1000)

@@ -333,7 +333,9 @@ class Candidate:
 class Fact(BaseModel):
     """An atomic memory (Eden's fact schema) with provenance and validity.
 
-    Verbatim memories (``infer=False``) are facts too, with ``kind="message"``.
+    Everything ``add`` stores is a Fact: a plain text is ``kind="fact"`` (a statement to
+    remember, as given), each chat message ``kind="message"`` (a verbatim turn), long content
+    a ``document`` with its ``fragment`` rows; formation extracts ``kind="fact"`` rows.
     """
 
     model_config = ConfigDict(extra="forbid")
