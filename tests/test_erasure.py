@@ -198,13 +198,28 @@ async def test_forget_can_keep_the_agents_shared_memory(tmp_path: Path) -> None:
         assert [r.content for r in await m.reflections("agent", agent_id="club")] == [f"Members often bring up {CA}"]
         blob = await m.consolidated("agent", agent_id="club")
         assert blob is not None and CA in blob.consolidated_content
-        # ann's own memory is gone
-        assert (await m.list(user_id="ann", agent_id="club")).items == shared or all(
-            f.scope == "agent" for f in (await m.list(user_id="ann", agent_id="club")).items
-        )
+        # ann's own memory is gone: under her scope only the agent's shared facts remain
+        assert {f.scope for f in (await m.list(user_id="ann", agent_id="club")).items} == {"agent"}
         assert await m.reflections("user", user_id="ann", agent_id="club") == []
         with pytest.raises(Exception, match="shared"):
             await m.forget("ann", shared="bogus")  # type: ignore[arg-type]
+
+
+async def test_forget_scrubs_keyword_segments_freed_pages_and_the_wal(tmp_path: Path) -> None:
+    """Plain verbatim memories only: the rows go, and so do the FTS5 segment copies of the words
+    (kept until a merge), the freed pages and the WAL frames."""
+    db = tmp_path / "s.db"
+    async with AsyncMemory(db, embedder="hash") as m:
+        for i in range(30):
+            await m.add(f"note {i}: the vault word is {CA}", user_id="ann", session_id="s")
+            await m.add(f"note {i}: the vault word is {CB}", user_id="bob", session_id="s")
+        await m.update((await m.add(f"draft {CA}", user_id="ann"))[0].id, f"draft {CA} final", user_id="ann")
+        assert (await m.search(CA, user_id="ann")).hits
+        await m.forget("ann")
+        assert sql_hits(db, CA) == []
+        assert raw_hits(db, CA) == []
+    assert raw_hits(db, CA) == []
+    assert raw_hits(db, CB) == ["s.db"]
 
 
 # --------------------------------------------------------------------------- stale neighbour context
