@@ -671,3 +671,21 @@ async def test_two_workers_on_one_file_run_each_job_once(tmp_path: Path) -> None
     finally:
         await a.close()
         await b.close()
+
+
+async def test_events_written_to_the_session_store_are_formed_once(tmp_path: Path) -> None:
+    """Events added through memory.sessions (bypassing the triggers) are formed once: a second
+    end_session finds nothing new instead of re-forming the whole session."""
+    from memlane import Event, EventType
+
+    async with AsyncMemory(tmp_path / "raw.db", embedder="hash", llm="offline") as m:
+        await m.sessions.create_session(user_ids=["sam"], session_id="s")
+        for text in ("I'm vegetarian.", "I live in Lisbon.", "My sister is Ana."):
+            await m.sessions.add_event("s", Event(type=EventType.USER_MESSAGE, author="Sam", content=text))
+            await m.sessions.add_event("s", Event(type=EventType.AGENT_RESPONSE, author="bot", content="Noted."))
+        first = await m.end_session("s")
+        assert first.turns == 6
+        before = len(await m.reflections("session", user_id="sam", session_id="s"))
+        second = await m.end_session("s")
+        assert second.turns == 0
+        assert len(await m.reflections("session", user_id="sam", session_id="s")) == before

@@ -1146,6 +1146,16 @@ class JobStoreContract:
         await job_store.delete_cursor("app", "s")
         assert await job_store.get_cursor("app", "s") is None
 
+    async def test_advance_without_activity_creates_the_cursor(self, job_store: JobStore) -> None:
+        """Events written straight to a session store never touched the cursor: forming them
+        must still record how far formation got."""
+        await job_store.advance("app", "raw", last_event_id="e5", formed=5)
+        got = await job_store.get_cursor("app", "raw")
+        assert got is not None and got.last_event_id == "e5" and got.formed_events == 5
+        await job_store.advance("app", "raw", last_event_id="e7", formed=2)
+        again = await job_store.get_cursor("app", "raw")
+        assert again is not None and (again.last_event_id, again.formed_events) == ("e7", 7)
+
     async def test_idle_cursors(self, job_store: JobStore) -> None:
         await job_store.touch("app", "old", user_ids=["a"], agent_id=None, tier=None, messages=1, tokens=1)
         await asyncio.sleep(0.05)

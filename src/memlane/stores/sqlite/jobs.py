@@ -327,10 +327,14 @@ class SqliteJobStore:
         def op(c: sqlite3.Connection) -> None:
             now = utcnow().isoformat()
             with self._db.write(c):
+                # An upsert: a session whose events were written straight to the session store
+                # has no cursor yet, and must not be formed again from its first event.
                 c.execute(
-                    "UPDATE formation_cursors SET last_event_id=?, formed_events=formed_events+?, last_formed_at=?"
-                    " WHERE app=? AND session_id=?",
-                    (last_event_id, formed, now, app, session_id),
+                    "INSERT INTO formation_cursors (app, session_id, last_event_id, formed_events, last_activity_at,"
+                    " last_formed_at) VALUES (?,?,?,?,?,?) ON CONFLICT (app, session_id) DO UPDATE SET"
+                    " last_event_id=excluded.last_event_id, formed_events=formed_events+excluded.formed_events,"
+                    " last_formed_at=excluded.last_formed_at",
+                    (app, session_id, last_event_id, formed, now, now),
                 )
 
         await self._db.run(op)
