@@ -17,7 +17,7 @@ from memlane import (
     Memory,
     ScopeError,
 )
-from memlane.memory import MAX_TEXT_CHARS
+from memlane.documents import MAX_DOCUMENT_CHARS
 from memlane.providers.embed.hashing import HashEmbedder
 from memlane.testing import FlakyEmbedder
 
@@ -31,7 +31,7 @@ async def _count(mem: AsyncMemory, user: str = "u") -> int:
     [
         ("", "empty"),
         ("   \n\t ", "empty"),
-        ("x" * (MAX_TEXT_CHARS + 1), "limit"),
+        ("x" * (MAX_DOCUMENT_CHARS + 1), "limit"),  # longer than a document may be
         (b"\xff\xfe not utf8", "UTF-8"),
         ("lone \ud800 surrogate", "UTF-8"),
         ([], "non-empty"),
