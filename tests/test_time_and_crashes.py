@@ -73,6 +73,13 @@ def test_every_model_timestamp_is_utc_aware() -> None:
     assert Event.model_validate_json(Event(timestamp=naive).model_dump_json()).timestamp.tzinfo is UTC
 
 
+def test_a_timestamp_outside_utc_range_is_a_validation_error() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="outside the datetimes UTC can express"):
+        Event(timestamp=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))))
+
+
 async def test_naive_and_aware_timestamps_in_one_batch_form(tmp_path: Path) -> None:
     """A fact citing a naive and an aware message used to raise TypeError inside the job
     (``max`` over mixed datetimes), retried until ``failed``."""

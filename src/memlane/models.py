@@ -28,7 +28,10 @@ def as_utc(value: datetime) -> datetime:
     """``value`` as an aware UTC datetime; a naive datetime is taken to be UTC already."""
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # a ValueError, so pydantic reports it as a validation error
+        raise ValueError(f"{value.isoformat()} is outside the datetimes UTC can express") from None
 
 
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
