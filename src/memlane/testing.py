@@ -629,6 +629,20 @@ class FactStoreContract:
         )
         assert again[0].event == "ADD"
 
+    @pytest.mark.parametrize("shared", ["erase", "keep"])
+    async def test_purge_user_and_the_agent_memory_they_contributed(self, fact_store: FactStore, shared: str) -> None:
+        contributed = _fact("tango club rule", user="u1", agent_id="club", scope="agent")
+        await fact_store.put_facts([contributed, _fact("tango own", user="u1", agent_id="club")], None)
+        await fact_store.purge_user("u1", shared=shared)
+        club = Scope(agent_id="club")
+        found = await fact_store.keyword_search(club.partition_filter(), _terms("tango"), limit=5)
+        if shared == "erase":
+            assert found == []
+        else:
+            [kept] = (await fact_store.get_facts([c.fact_id for c in found], club)).values()
+            assert kept.content == "tango club rule" and kept.user_id is None  # unlinked from the user
+        assert (await fact_store.list_facts(Scope(user_id="u1"), include_invalid=True)).total == 0
+
     async def test_missing_embeddings_and_backfill(self, fact_store: FactStore) -> None:
         await fact_store.put_facts([_fact("mike november")], None)
         missing = await fact_store.missing_embeddings(limit=10)
