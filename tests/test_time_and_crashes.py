@@ -344,3 +344,32 @@ async def test_idle_session_is_formed_then_cleared_or_kept(tmp_path: Path, clear
             await m.run_jobs()
             assert await m.sessions.get_session("s") is not None
             assert brain.count("extract") == 1
+
+
+def test_async_memory_used_after_fork_raises(tmp_path: Path) -> None:
+    """The async engine too: its SQLite connections must not be used from a forked child."""
+    import asyncio
+    import os
+
+    from memlane import AsyncMemory, UsageError
+
+    async def parent() -> None:
+        m = await AsyncMemory(tmp_path / "f.db", embedder=None, sessions="null").open()
+        await m.add("before fork", user_id="u")
+        pid = os.fork()
+        if pid == 0:  # child: a fresh loop, the parent's engine
+            signal.alarm(20)  # a regression must fail, never hang the suite
+            code = 3
+            try:
+                asyncio.run(m.search("fork", user_id="u"))
+            except UsageError as exc:
+                code = 0 if "after fork" in str(exc) else 4
+            except BaseException:
+                code = 5
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert len((await m.search("fork", user_id="u")).hits) == 1
+        await m.close()
+
+    asyncio.run(parent())

@@ -75,7 +75,7 @@ from memlane.registry import (
 )
 from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig
 from memlane.search import Searcher
-from memlane.stores.base import FactStore, JobStore, ReflectionStore, SessionStore, StoreStats
+from memlane.stores.base import Checkable, FactStore, JobStore, ReflectionStore, SessionStore, StoreStats
 
 log = logging.getLogger("memlane")
 
@@ -635,12 +635,11 @@ class AsyncMemory:
         using the file and restore it from a backup."""
         problems: list[str] = []
         seen: set[int] = set()
-        for store in (self.jobs, self.facts, self.sessions):  # a backend's stores may share one file
-            run = getattr(store, "check", None)
-            if run is None or id(store) in seen:
+        for store in (self.jobs, self.facts, self.reflection_store, self.sessions):
+            if not isinstance(store, Checkable) or id(store) in seen:
                 continue
             seen.add(id(store))
-            problems += [p for p in await run() if p not in problems]
+            problems += [p for p in await store.check() if p not in problems]  # stores may share one file
         return CheckReport(ok=not problems, problems=problems, location=self.db_path)
 
     @_opening

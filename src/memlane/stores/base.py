@@ -47,6 +47,7 @@ from memlane.models import (
 __all__ = [
     "AppliedChange",
     "Candidate",
+    "Checkable",
     "FactChange",
     "FactFilter",
     "FactStore",
@@ -375,6 +376,16 @@ class ReflectionStore(Protocol):
 
     async def close(self) -> None:
         """Release resources."""
+        ...
+
+
+@runtime_checkable
+class Checkable(Protocol):
+    """An optional capability of any store: a health check of its storage (``memlane check``).
+    Stores sharing one file may all implement it; the engine runs each distinct one once."""
+
+    async def check(self) -> list[str]:
+        """Integrity problems found (empty when healthy). Reads only."""
         ...
 
 

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from memlane.errors import CorruptDatabaseError, InvalidInputError, StorageError
+from memlane.errors import CorruptDatabaseError, InvalidInputError, StorageError, UsageError
 from memlane.stores.sqlite.migrations import MIGRATIONS
 
 T = TypeVar("T")
@@ -113,6 +113,7 @@ class Database:
         self._executor: ThreadPoolExecutor | None = None
         self._refs = 0
         self._closed = False
+        self._pid = os.getpid()
         #: True when the file (or its directory/filesystem) is not writable: the database is
         #: opened read-only, migrations are not applied and every write raises StorageError.
         self.readonly = False
@@ -382,6 +383,10 @@ class Database:
         """Run ``fn(conn)`` on a worker thread; map SQLite errors to StorageError."""
         if self._executor is None or self._closed:
             raise StorageError("the database is closed")
+        if os.getpid() != self._pid:  # SQLite connections must not cross fork()
+            raise UsageError(
+                f"this database was opened in process {self._pid}; open a new AsyncMemory / Memory after fork"
+            )
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._call, fn)
 
