@@ -375,3 +375,15 @@ async def test_filters_are_applied_in_the_store_not_after_fusion(mem: AsyncMemor
     res = await mem.search("email thread", user_id="u", top_k=5, filters={"kind": "message", "source": "chat"})
     assert len(res.hits) == 5 and all(h.fact.metadata["source"] == "chat" for h in res.hits)
     assert (await mem.search("email", user_id="u", filters={"source": "sms"})).hits == []
+
+
+async def test_agent_memory_does_not_show_its_contributor_to_others(mem: AsyncMemory) -> None:
+    [f] = await mem.add("The club meets on Fridays", user_id="ann", agent_id="club", scope="agent")
+    assert f.user_id == "ann"
+    for reader in ("bob", None):
+        kw = {"user_id": reader} if reader else {}
+        hit = (await mem.search("club meets", agent_id="club", **kw)).hits[0].fact
+        assert hit.id == f.id and hit.user_id is None
+        assert (await mem.get(f.id, agent_id="club", **kw)).user_id is None
+        assert [x.user_id for x in (await mem.list(agent_id="club", **kw)).items] == [None]
+    assert (await mem.get(f.id, user_id="ann", agent_id="club")).user_id == "ann"

@@ -74,7 +74,7 @@ from memlane.registry import (
     store_location,
 )
 from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig
-from memlane.search import Searcher
+from memlane.search import Searcher, redact_contributor
 from memlane.stores.base import Checkable, FactStore, JobStore, ReflectionStore, SessionStore, StoreStats
 
 log = logging.getLogger("memlane")
@@ -597,7 +597,7 @@ class AsyncMemory:
         fact = await self.facts.get_fact(fact_id, self._scope(user_id, agent_id))
         if fact is None:
             raise NotFoundError(f"no fact {fact_id!r} for this user/agent")
-        return fact
+        return redact_contributor(fact, user_id)
 
     @_opening
     async def list(
@@ -614,10 +614,12 @@ class AsyncMemory:
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         limit, cursor = inputs.integer(limit, "limit", 1, 10_000), inputs.cursor(cursor)
         include_invalid = inputs.flag(include_invalid, "include_invalid")
-        return await self.facts.list_facts(
+        page = await self.facts.list_facts(
             self._scope(user_id, agent_id, session_id), limit=limit, cursor=cursor,
             include_invalid=include_invalid,
         )  # fmt: skip
+        page.items = [redact_contributor(f, user_id) for f in page.items]
+        return page
 
     @_opening
     async def history(

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from memlane.errors import InvalidInputError, ProviderError
-from memlane.models import Candidate, FactFilter, Hit, PartitionFilter, Scope, SearchResult
+from memlane.models import Candidate, Fact, FactFilter, Hit, PartitionFilter, Scope, SearchResult
 from memlane.providers.embed.base import Matrix
 from memlane.retrieval.hybrid import RetrievalConfig, fuse
 from memlane.retrieval.text import parse_query
@@ -57,6 +57,14 @@ def partitions_for(scope: Scope, only: str | None) -> PartitionFilter:
     if only == "user":
         return PartitionFilter(exact=tuple(p for p in pf.exact if p.startswith("u|")), prefixes=pf.prefixes)
     return pf
+
+
+def redact_contributor(fact: Fact, reader: str | None) -> Fact:
+    """An agent's shared memory records which user it came from (so ``forget`` can erase it);
+    other readers see it without that user's id."""
+    if fact.scope == "agent" and fact.user_id is not None and fact.user_id != reader:
+        return fact.model_copy(update={"user_id": None})
+    return fact
 
 
 class Searcher:
@@ -136,6 +144,7 @@ class Searcher:
             fact = found.get(f.key)
             if fact is None:
                 continue
+            fact = redact_contributor(fact, scope.user_id)
             kr = min((r for n, r in f.ranks.items() if n.startswith("keyword")), default=None)
             vr = min((r for n, r in f.ranks.items() if n.startswith("vector")), default=None)
             ks = max((s for n, s in f.raw.items() if n.startswith("keyword")), default=None)
