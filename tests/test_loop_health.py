@@ -243,3 +243,21 @@ async def test_the_watch_catches_a_blocking_call() -> None:
         await asyncio.sleep(0.1)
 
     await no_slow_callbacks(awaiting)
+
+
+@pytest.mark.parametrize("embedder", EMBEDDERS)
+async def test_open_first_call_and_close_never_block_the_loop(embedder: str, tmp_path: Path) -> None:
+    """A new memory on a new file: constructor, open (schema, embedder load, binding), first add, close."""
+
+    async def scenario(n: int) -> None:
+        m = await step("construct", _construct(tmp_path / f"open{n}.db", embedder))
+        await step("open", m.open())
+        await step("first add", m.add(line(n), user_id="sam"))
+        await step("first search", m.search("where does sam live", user_id="sam"))
+        await step("close", m.close())
+
+    await no_slow_callbacks(scenario)
+
+
+async def _construct(path: Path, embedder: str) -> AsyncMemory:
+    return AsyncMemory(path, embedder=embedder, formation=formation())
