@@ -127,14 +127,12 @@ def test_embed_calls_share_the_process_wide_limiter_across_loops(make: Make, ser
     assert make().limiter is GLOBAL_EMBED_LIMITER
     configure_embed_limits(max_concurrency=1)
     server.delay = 0.3
-    seen_in_flight: list[int] = []
     errors: list[BaseException] = []
 
     def worker(i: int) -> None:
         emb = make()
         try:
             embed(emb, f"text {i}")
-            seen_in_flight.append(GLOBAL_EMBED_LIMITER.in_flight)
             asyncio.run(emb.aclose())
         except BaseException as exc:
             errors.append(exc)
