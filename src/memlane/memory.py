@@ -940,4 +940,3 @@ class AsyncMemory:
                 for h in result.hits
             ]
         )  # fmt: skip
-

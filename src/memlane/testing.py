@@ -485,6 +485,7 @@ class FactStoreContract:
              _fact("quebec shared", user=None, agent_id="x", scope="agent")],
             None,
         )  # fmt: skip
+
         async def texts(user: str | None, agent: str | None) -> set[str]:
             found = await fact_store.keyword_search(_pf(user, agent), _terms("quebec"), limit=10)
             got = await fact_store.get_facts([c.fact_id for c in found], Scope(user_id=user, agent_id=agent))

@@ -468,9 +468,7 @@ class Pipeline:
             last_consolidated_at=utcnow(),
             **key,
         )
-        return await self.reflections.put_consolidated(
-            new, [r.id for r in pending], expected_version=current_version
-        )
+        return await self.reflections.put_consolidated(new, [r.id for r in pending], expected_version=current_version)
 
     # ------------------------------------------------------------------ 5. profile
     async def profile(
