@@ -206,9 +206,16 @@ class Pipeline:
                 allow_agent_scope=agent_ok,
             )
         )
+        # Off the loop: guessing sources by word overlap costs facts x turns.
+        return await asyncio.to_thread(self._clean_extracted, out.facts, turns, user_ok, agent_ok)
+
+    @staticmethod
+    def _clean_extracted(
+        extracted: Sequence[ExtractedFact], turns: Sequence[Turn], user_ok: bool, agent_ok: bool
+    ) -> list[ExtractedFact]:
         seen: set[str] = set()
         facts: list[ExtractedFact] = []
-        for f in out.facts:
+        for f in extracted:
             text = " ".join(f.content.split())
             if not text or word_count(text) > MAX_FACT_WORDS:
                 log.debug("dropping extracted fact (empty or over %d words): %r", MAX_FACT_WORDS, text)

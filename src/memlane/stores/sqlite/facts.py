@@ -36,6 +36,7 @@ from memlane.models import (
     utcnow,
 )
 from memlane.policy import merge_provenance, resolve_change
+from memlane.providers._blas import default_blas_threads, limit_blas_threads
 from memlane.retrieval.context import CONTEXT_RADIUS, affected_range, neighbour_context
 from memlane.retrieval.text import date_words
 from memlane.stores.base import AppliedChange, Candidate, FactChange, FactFilter, PartitionFilter, StoreStats, Vector
@@ -922,6 +923,10 @@ class SqliteFactStore:
             return []
 
         def search() -> list[Candidate]:
+            with limit_blas_threads(default_blas_threads()):  # the matrix products, on a busy machine
+                return scan()
+
+        def scan() -> list[Candidate]:
             found: list[Candidate] = []
             for cached in indexes:
                 with cached.lock:
