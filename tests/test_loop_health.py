@@ -18,6 +18,7 @@ import asyncio
 import importlib.util
 import logging
 import re
+import traceback
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,11 +88,18 @@ def watch_loop(loop: asyncio.AbstractEventLoop) -> Iterator[list[str]]:
     debug, duration, level = loop.get_debug(), loop.slow_callback_duration, logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING)
+    # Debug mode records a source traceback for every handle and future it creates, and its
+    # linecache checks stat() files: each stat releases the GIL, and with a worker thread busy
+    # on CPU each release costs up to a switch interval (5 ms) to get back. That cost exists only
+    # in debug mode, so the watch drops the tracebacks and times what production would run.
+    extract = asyncio.format_helpers.extract_stack
+    asyncio.format_helpers.extract_stack = lambda *a, **k: traceback.StackSummary()  # type: ignore[assignment]
     loop.set_debug(True)
     loop.slow_callback_duration = SLOW
     try:
         yield handler.messages
     finally:
+        asyncio.format_helpers.extract_stack = extract  # type: ignore[assignment]
         loop.set_debug(debug)
         loop.slow_callback_duration = duration
         logger.setLevel(level)

@@ -26,8 +26,9 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 import numpy as np
 
 from memlane import inputs
+from memlane import messages as messages_
 from memlane.config import default_db_path
-from memlane.documents import MAX_DOCUMENT_CHARS, split_documents
+from memlane.documents import split_documents
 from memlane.errors import (
     EmbedderError,
     InvalidInputError,
@@ -40,9 +41,10 @@ from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.model import FormationModel
 from memlane.formation.pipeline import Pipeline, Target, scope_key
 from memlane.formation.runner import FormationResult, FormationRunner
-from memlane.formation.schemas import Turn
 from memlane.inputs import MAX_TEXT_CHARS as MAX_TEXT_CHARS  # re-exported
 from memlane.inputs import clean_text as _clean_text
+from memlane.messages import MAX_BATCH as MAX_BATCH  # re-exported
+from memlane.messages import Message as Message  # re-exported
 from memlane.models import (
     CheckReport,
     ConsolidatedMemory,
@@ -59,8 +61,6 @@ from memlane.models import (
     SearchResult,
     Session,
     agent_namespace,
-    content_hash,
-    message_role,
 )
 from memlane.providers.embed.base import Embedder, Matrix, check_matrix
 from memlane.providers.llm.base import LLM, UsageMeter
@@ -79,14 +79,10 @@ from memlane.stores.base import Checkable, FactStore, JobStore, ReflectionStore,
 
 log = logging.getLogger("memlane")
 
-#: Most messages accepted by one ``add`` call.
-MAX_BATCH = 10_000
 #: Highest user tier accepted (``profile(tier=...)``, ``add_event(tier=...)``).
 MAX_TIER = 1_000_000
 #: Query embeddings kept in memory (LRU).
 QUERY_CACHE_SIZE = 1024
-
-Message = Mapping[str, Any] | Event
 
 
 #: Attributes :meth:`AsyncMemory.open` sets.
@@ -119,12 +115,6 @@ async def _close_stores(stores: Stores) -> None:
     if stores.reflections is not stores.facts:  # type: ignore[comparison-overlap]
         await stores.reflections.close()
     await stores.facts.close()
-
-
-def _message_key(session_id: str | None, author: str | None, when: datetime | None, text: str) -> str:
-    """Idempotency key of a verbatim turn: the same turn re-sent is not stored twice,
-    while a repeated "thanks" at another time is a new memory."""
-    return content_hash(f"{session_id}\x1f{author}\x1f{when.isoformat() if when else ''}\x1f{text}")
 
 
 class AsyncMemory:
@@ -393,22 +383,10 @@ class AsyncMemory:
         meta = dict(metadata or {})
         if infer:
             return await self._add_infer(messages, user_id, agent_id, session_id, meta, scope, timestamp, wait)
-        facts: list[Fact] = []
-        if isinstance(messages, str | bytes):
-            text = _clean_text(messages, "text", max_chars=MAX_DOCUMENT_CHARS)
-            facts.append(
-                Fact(content=text, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
-                     kind="fact", occurred_at=timestamp, metadata=meta, hash=content_hash(text))
-            )  # fmt: skip
-        else:
-            if not isinstance(messages, Sequence) or not messages:
-                raise InvalidInputError("messages must be a non-empty text or list of messages")
-            if len(messages) > MAX_BATCH:
-                raise InvalidInputError(f"{len(messages)} messages in one call; the limit is {MAX_BATCH}")
-            for i, m in enumerate(messages):
-                if isinstance(m, str):
-                    raise InvalidInputError(f"message {i} must be a dict or Event, got str")
-                facts.append(self._message_fact(m, i, scope, user_id, agent_id, session_id, meta))
+        facts = messages_.to_facts(
+            messages, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=meta,
+            timestamp=timestamp,
+        )  # fmt: skip
         rows, firsts = split_documents(facts)
         # A document is not searched itself (its fragments are): it gets its first fragment's vector.
         texts = [next(f.content for f in rows[i + 1 :]) if f.kind == "document" else f.content
@@ -430,24 +408,10 @@ class AsyncMemory:
         timestamp: datetime | None,
         wait: bool,
     ) -> list[Fact] | Job:
-        if isinstance(messages, str | bytes):
-            turns = [Turn(role="user", author="user", text=_clean_text(messages, "text"), at=timestamp)]
-        else:
-            if not isinstance(messages, Sequence) or not messages:
-                raise InvalidInputError("messages must be a non-empty text or list of messages")
-            if len(messages) > MAX_BATCH:
-                raise InvalidInputError(f"{len(messages)} messages in one call; the limit is {MAX_BATCH}")
-            turns = []
-            for i, m in enumerate(messages):
-                if isinstance(m, str):
-                    raise InvalidInputError(f"message {i} must be a dict or Event, got str")
-                f = self._message_fact(m, i, scope, user_id, agent_id, session_id, meta)
-                role = str(m.role if isinstance(m, Event) else m.get("role", "user"))
-                turns.append(
-                    Turn(role=message_role(role),
-                         author=f.author or "user", text=f.content, at=f.occurred_at,
-                         event_id=f.source_event_ids[0] if f.source_event_ids else None)
-                )  # fmt: skip
+        turns = messages_.to_turns(
+            messages, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=meta,
+            timestamp=timestamp,
+        )  # fmt: skip
         job = await self.formation.enqueue_infer(
             turns, user_id=user_id, agent_id=agent_id, session_id=session_id, scope=scope, metadata=meta
         )
@@ -456,38 +420,6 @@ class AsyncMemory:
             return job
         result = await self.formation.wait_for(job)
         return result.facts
-
-    def _message_fact(
-        self,
-        m: Message,
-        i: int,
-        scope: Literal["user", "agent"],
-        user_id: str | None,
-        agent_id: str | None,
-        session_id: str | None,
-        meta: dict[str, Any],
-    ) -> Fact:
-        when: datetime | None
-        if isinstance(m, Event):
-            text = _clean_text(m.text, f"message {i}", max_chars=MAX_DOCUMENT_CHARS)
-            author, when, src = m.author, inputs.timestamp(m.timestamp, f"message {i} timestamp"), [m.id]
-        elif isinstance(m, Mapping):
-            if "content" not in m:
-                raise InvalidInputError(f"message {i} has no 'content'")
-            text = _clean_text(m["content"], f"message {i}", max_chars=MAX_DOCUMENT_CHARS)
-            author = str(m.get("name") or m.get("role") or "user")
-            when = inputs.timestamp(m.get("timestamp"), f"message {i} timestamp")
-            src = [str(m["id"])] if m.get("id") else []
-            extra = m.get("metadata")
-            if extra is not None:
-                meta = {**meta, **inputs.metadata(extra, f"message {i} metadata")}
-        else:
-            raise InvalidInputError(f"message {i} must be a dict or Event, got {type(m).__name__}")
-        return Fact(
-            content=text, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
-            kind="message", author=author, occurred_at=when, source_event_ids=src, metadata=dict(meta),
-            hash=_message_key(session_id, author, when, text),
-        )  # fmt: skip
 
     async def _backfill_if_pending(self) -> None:
         if self._pending_embeddings and self.embedder is not None:

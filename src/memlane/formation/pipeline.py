@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from memlane._cpu import run_cpu
 from memlane.errors import ProviderError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.model import FormationModel
@@ -207,7 +208,7 @@ class Pipeline:
             )
         )
         # Off the loop: guessing sources by word overlap costs facts x turns.
-        return await asyncio.to_thread(self._clean_extracted, out.facts, turns, user_ok, agent_ok)
+        return await run_cpu(self._clean_extracted, out.facts, turns, user_ok, agent_ok)
 
     @staticmethod
     def _clean_extracted(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
 from pydantic import BaseModel
 
+from memlane._cpu import run_cpu
 from memlane.formation.offline.claims import _decide_one
 from memlane.formation.offline.consolidate import _consolidate
 from memlane.formation.offline.extract import _extract
@@ -65,7 +65,7 @@ class OfflineModel:
         """Nothing to release."""
 
     async def _call(self, task: str, rules: Callable[[_In], _Out], inp: _In) -> _Out:
-        out, usage = await asyncio.to_thread(_answer, rules, inp)
+        out, usage = await run_cpu(_answer, rules, inp)
         self.meter.record(self.name, task, usage)
         return out
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from memlane._cpu import run_cpu
 from memlane.errors import (
     ConfigError,
     ConflictError,
@@ -940,7 +941,7 @@ class SqliteFactStore:
             return found[:limit]
 
         # CPU work: off the event loop and off the SQL threads, so searches don't queue behind writes.
-        return await asyncio.to_thread(search)
+        return await run_cpu(search)
 
     async def missing_embeddings(self, *, limit: int = 256) -> list[tuple[str, str]]:
         """Valid facts stored without a vector: ``[(fact_id, content)]``, oldest first."""
