@@ -408,10 +408,11 @@ class AsyncMemory:
         timestamp: datetime | None,
         wait: bool,
     ) -> list[Fact] | Job:
-        turns = messages_.to_turns(
+        facts = [] if isinstance(messages, str | bytes) else messages_.to_facts(
             messages, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=meta,
             timestamp=timestamp,
         )  # fmt: skip
+        turns = messages_.to_turns(messages, facts, timestamp=timestamp)
         job = await self.formation.enqueue_infer(
             turns, user_id=user_id, agent_id=agent_id, session_id=session_id, scope=scope, metadata=meta
         )

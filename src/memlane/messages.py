@@ -96,25 +96,14 @@ def to_facts(
 
 
 def to_turns(
-    messages: str | bytes | Sequence[Message],
-    *,
-    scope: Literal["user", "agent"],
-    user_id: str | None,
-    agent_id: str | None,
-    session_id: str | None,
-    metadata: dict[str, Any],
-    timestamp: datetime | None,
+    messages: str | bytes | Sequence[Message], facts: Sequence[Fact], *, timestamp: datetime | None
 ) -> list[Turn]:
-    """``add(infer=True)``'s input as the conversation formation extracts facts from."""
+    """``add(infer=True)``'s input as the conversation formation extracts facts from: a text is
+    one user turn; messages become turns from their checked ``facts`` (see :func:`to_facts`)."""
     if isinstance(messages, str | bytes):
         return [Turn(role="user", author="user", text=inputs.clean_text(messages, "text"), at=timestamp)]
-    turns = []
-    for i, m in enumerate(_checked_messages(messages)):
-        f = message_fact(m, i, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
-                         metadata=metadata)  # fmt: skip
-        role = m.role if isinstance(m, Event) else m.get("role", "user")
-        turns.append(
-            Turn(role=message_role(role), author=f.author or "user", text=f.content, at=f.occurred_at,
-                 event_id=f.source_event_ids[0] if f.source_event_ids else None)
-        )  # fmt: skip
-    return turns
+    return [
+        Turn(role=message_role(m.role if isinstance(m, Event) else m.get("role", "user")), author=f.author or "user",
+             text=f.content, at=f.occurred_at, event_id=f.source_event_ids[0] if f.source_event_ids else None)
+        for m, f in zip(messages, facts, strict=True)
+    ]  # fmt: skip
