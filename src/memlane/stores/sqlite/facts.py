@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from memlane._cpu import run_cpu
 from memlane.errors import (
     ConfigError,
     ConflictError,
@@ -828,16 +827,17 @@ class SqliteFactStore:
             tokens = " OR ".join(f'part : "{partition_token(p)}"' for p in parts)
             # `part` only ever holds partition tokens, so the terms need no column filter.
             match = f"({tokens}) AND ({fts_or_query(terms)})"
-            inner = f"SELECT rowid, author, {bm25} AS s FROM facts_fts WHERE facts_fts MATCH ? ORDER BY s"
+            # Only rowid and score go through the sort; the author comes from the joined row.
+            inner = f"SELECT rowid, {bm25} AS s FROM facts_fts WHERE facts_fts MATCH ? ORDER BY s"
             if not fsql:
                 sql = (
-                    f"SELECT f.id, k.s, k.author FROM ({inner} LIMIT ?) k JOIN facts f ON f.rowid = k.rowid"
+                    f"SELECT f.id, k.s, f.author FROM ({inner} LIMIT ?) k JOIN facts f ON f.rowid = k.rowid"
                     " ORDER BY k.s"
                 )
                 args: list[Any] = [match, limit]
             else:
                 sql = (
-                    f"SELECT f.id, k.s, k.author FROM ({inner}) k JOIN facts f ON f.rowid = k.rowid"
+                    f"SELECT f.id, k.s, f.author FROM ({inner}) k JOIN facts f ON f.rowid = k.rowid"
                     f" WHERE 1{fsql} ORDER BY k.s LIMIT ?"
                 )
                 args = [match, *fargs, limit]
@@ -940,8 +940,9 @@ class SqliteFactStore:
             found.sort(key=lambda x: -x.score)
             return found[:limit]
 
-        # CPU work: off the event loop and off the SQL threads, so searches don't queue behind writes.
-        return await run_cpu(search)
+        # Off the event loop and off the SQL threads, so searches don't queue behind writes (numpy
+        # releases the GIL in the products, so no hand-off delay is needed as for Python work).
+        return await asyncio.to_thread(search)
 
     async def missing_embeddings(self, *, limit: int = 256) -> list[tuple[str, str]]:
         """Valid facts stored without a vector: ``[(fact_id, content)]``, oldest first."""
