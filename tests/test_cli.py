@@ -215,3 +215,14 @@ def test_form_and_sweep_commands(capsys: pytest.CaptureFixture[str], db: list[st
     assert code == 0 and "1 idle session(s) queued, 1 job(s) run" in out
     code, _, err = run(capsys, "form", "missing", *db)
     assert code == 2 and "no session" in err
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_forget_keep_shared(capsys: pytest.CaptureFixture[str], db: list[str], keep: bool) -> None:
+    run(capsys, "add", "ivan likes chess", "-u", "ivan", *db)
+    run(capsys, "add", "the club opens at nine", "-u", "ivan", "-a", "club", "--shared", *db)
+    code, out, _ = run(capsys, "forget", "ivan", "--yes", *(["--keep-shared"] if keep else []), *db)
+    assert code == 0 and "erased" in out
+    _, out, _ = run(capsys, "search", "club opens", "-a", "club", *db)
+    assert ("the club opens at nine" in out) is keep
+    assert "0 of 0" in run(capsys, "list", "-u", "ivan", *db)[1]

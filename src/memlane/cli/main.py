@@ -156,7 +156,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
             print("nothing erased")
             return 1
     with _open(args) as m:
-        n = m.forget(args.user_id)
+        n = m.forget(args.user_id, shared="keep" if args.keep_shared else "erase")
         print(f"erased {n} rows of user {args.user_id!r}")
     return 0
 
@@ -489,6 +489,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("forget", parents=[common], help="erase ALL memory of a user (irreversible)")
     s.add_argument("user_id")
     s.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    s.add_argument(
+        "--keep-shared",
+        action="store_true",
+        help="keep the agent-shared memories the user contributed (unlinked from them); default: erase them too",
+    )
     s.set_defaults(fn=cmd_forget)
 
     s = sub.add_parser("sessions", parents=[common], help="list sessions, or show one session's events")
