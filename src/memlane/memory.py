@@ -499,7 +499,8 @@ class AsyncMemory:
     @_opening
     async def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase") -> int:
         """Hard purge everything of ``user_id``: facts, history, reflections, blobs, pending
-        formation jobs, and sessions the user took part in alone. None of the user's text stays
+        formation jobs, the sessions the user took part in alone, and the user's own events in
+        group sessions (``author`` or ``metadata["user_id"]`` is the user id). None of the user's text stays
         in the database file (the keyword index is merged, deleted pages zeroed, the WAL truncated).
 
         Args:

@@ -88,6 +88,22 @@ class SessionStoreContract:
         assert await session_store.get_events("u1", app="a") == []
         assert await session_store.get_session("group", app="a") is not None
         assert await session_store.get_session("v1", app="a") is not None
+
+    async def test_delete_user_sessions_removes_the_users_words_from_groups(self, session_store: SessionStore) -> None:
+        await session_store.create_session(app="a", user_ids=["u", "v"], session_id="group")
+        await session_store.add_event("group", _sev("from u by author", author="u"), app="a")
+        await session_store.add_event(
+            "group", _sev("from u by metadata", author="Uma", metadata={"user_id": "u"}), app="a"
+        )
+        await session_store.add_event("group", _sev("from v", author="v"), app="a")
+        await session_store.add_event(
+            "group", _sev("agent reply", type=EventType.AGENT_RESPONSE, author="bot"), app="a"
+        )
+        assert await session_store.delete_user_sessions("u") == 2
+        group = await session_store.get_session("group", app="a")
+        assert group is not None and group.user_ids == ["v"]
+        assert [e.content for e in group.events] == ["from v", "agent reply"]
+        assert [s.id for s in await session_store.list_sessions(app="a", user_id="u")] == []
         with pytest.raises(InvalidInputError):
             await session_store.delete_user_sessions("  ")
 

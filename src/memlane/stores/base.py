@@ -114,8 +114,10 @@ class SessionStore(Protocol):
         ...
 
     async def delete_user_sessions(self, user_id: str) -> int:
-        """Delete, in every app, the sessions whose only participant is ``user_id`` (for
-        ``forget``); group sessions stay. Returns how many were deleted."""
+        """For ``forget``: delete, in every app, the sessions whose only participant is
+        ``user_id``; in group sessions, delete the user's own events (``author`` or
+        ``metadata["user_id"]`` is the user) and remove the user from the participants; the
+        others' events stay. Returns how many sessions and events were deleted."""
         ...
 
     async def add_event(self, session_id: str, event: Event, *, app: str = "default") -> Event:

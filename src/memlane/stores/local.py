@@ -143,12 +143,23 @@ class LocalMemory:
         return len(self._sessions), sum(len(e.events) for e in self._sessions.values())
 
     async def delete_user_sessions(self, user_id: str) -> int:
-        """Delete, in every app, the sessions whose only participant is ``user_id``."""
+        """Delete, in every app, the sessions whose only participant is ``user_id``; in group
+        sessions, delete the user's own events (author or ``metadata["user_id"]`` is the user)
+        and remove the user from the participants. Returns how many sessions and events went."""
         check_user_ids([user_id])
         doomed = [k for k, e in self._sessions.items() if e.session.user_ids == [user_id]]
         for k in doomed:
             del self._sessions[k]
-        return len(doomed)
+        n = len(doomed)
+        for entry in self._sessions.values():
+            if user_id not in entry.session.user_ids:
+                continue
+            entry.session.user_ids = [u for u in entry.session.user_ids if u != user_id]
+            kept = [e for e in entry.events if e.author != user_id and e.metadata.get("user_id") != user_id]
+            n += len(entry.events) - len(kept)
+            entry.events.clear()
+            entry.events.extend(kept)
+        return n
 
     # ------------------------------------------------------------------ events
     async def add_event(self, session_id: str, event: Event, *, app: str = "default") -> Event:

@@ -214,7 +214,9 @@ class SqliteSessionStore:
         return await self._run(fn)
 
     async def delete_user_sessions(self, user_id: str) -> int:
-        """Delete, in every app, the sessions whose only participant is ``user_id``."""
+        """Delete, in every app, the sessions whose only participant is ``user_id``; in group
+        sessions, delete the user's own events (author or ``metadata["user_id"]`` is the user)
+        and remove the user from the participants. Returns the rows deleted."""
         check_user_ids([user_id])
 
         def fn(conn: sqlite3.Connection) -> int:
@@ -225,7 +227,24 @@ class SqliteSessionStore:
                     " HAVING COUNT(*) = 1 AND MAX(user_id) = ?)",
                     (user_id,),
                 )
-                return cur.rowcount
+                n = cur.rowcount
+                groups = c.execute("SELECT app, session_id FROM session_users WHERE user_id = ?", (user_id,)).fetchall()
+                for app, sid in groups:
+                    n += c.execute(
+                        "DELETE FROM events WHERE app = ? AND session_id = ?"
+                        " AND (author = ? OR json_extract(metadata, '$.user_id') = ?)",
+                        (app, sid, user_id, user_id),
+                    ).rowcount
+                    c.execute(
+                        "DELETE FROM session_users WHERE app = ? AND session_id = ? AND user_id = ?",
+                        (app, sid, user_id),
+                    )
+                    (users,) = c.execute(
+                        "SELECT user_ids FROM sessions WHERE app = ? AND id = ?", (app, sid)
+                    ).fetchone()
+                    kept = [u for u in json.loads(users) if u != user_id]
+                    c.execute("UPDATE sessions SET user_ids = ? WHERE app = ? AND id = ?", (json.dumps(kept), app, sid))
+                return n
 
         return await self._run(fn)
 
