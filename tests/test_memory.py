@@ -387,3 +387,18 @@ async def test_agent_memory_does_not_show_its_contributor_to_others(mem: AsyncMe
         assert (await mem.get(f.id, agent_id="club", **kw)).user_id is None
         assert [x.user_id for x in (await mem.list(agent_id="club", **kw)).items] == [None]
     assert (await mem.get(f.id, user_id="ann", agent_id="club")).user_id == "ann"
+
+
+async def test_session_and_scope_filters_narrow_the_search(mem: AsyncMemory) -> None:
+    await mem.add([{"role": "user", "content": "kiwi in session a"}], user_id="u", agent_id="bot", session_id="a")
+    await mem.add([{"role": "user", "content": "kiwi in session b"}], user_id="u", agent_id="bot", session_id="b")
+    await mem.add("kiwi rule of the bot", agent_id="bot", scope="agent")
+    res = await mem.search("kiwi", user_id="u", agent_id="bot", session_id="a")
+    assert [h.fact.content for h in res.hits] == ["kiwi in session a"]
+    assert (
+        await mem.search("kiwi", user_id="u", agent_id="bot", session_id="a", filters={"session_id": "b"})
+    ).hits == []
+    agent_only = await mem.search("kiwi", user_id="u", agent_id="bot", filters={"scope": "agent"})
+    assert [h.fact.content for h in agent_only.hits] == ["kiwi rule of the bot"]
+    user_only = await mem.search("kiwi", user_id="u", agent_id="bot", filters={"scope": "user"})
+    assert sorted(h.fact.content for h in user_only.hits) == ["kiwi in session a", "kiwi in session b"]

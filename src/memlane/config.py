@@ -20,6 +20,26 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "memlane"
 
 
+def env_positive_int(name: str, default: int) -> int:
+    """``$name`` as a positive integer, or ``default`` when unset or blank.
+
+    Raises:
+        ConfigError: the variable is set but not a positive integer.
+    """
+    from memlane.errors import ConfigError
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {raw!r}")
+    return value
+
+
 def default_db_path() -> str:
     """``$MEMLANE_DB`` if set, else ``<data dir>/memlane.db``."""
     return os.environ.get("MEMLANE_DB") or str(default_data_dir() / "memlane.db")

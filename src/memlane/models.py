@@ -234,15 +234,18 @@ class Scope:
         if self.user_id is None and self.agent_id is None:
             raise ScopeError("a scope needs user_id or agent_id: pass user_id=... (there is no global query)")
 
-    def partition_filter(self) -> PartitionFilter:
-        """The storage partitions this scope reads (see the class docstring)."""
-        if self.user_id is not None and self.agent_id is None:
-            return PartitionFilter(prefixes=(user_partition_prefix(self.user_id),))
+    def partition_filter(self, only: FactScope | None = None) -> PartitionFilter:
+        """The storage partitions this scope reads (see the class docstring); ``only`` keeps
+        just its user partitions or just the agent's shared one."""
+        user = self.user_id if only != "agent" else None
+        agent = self.agent_id if only != "user" else None
+        if user is not None and self.agent_id is None:
+            return PartitionFilter(prefixes=(user_partition_prefix(user),))
         exact = []
-        if self.user_id is not None:
-            exact.append(user_partition(self.user_id, self.agent_id))
-        if self.agent_id is not None:
-            exact.append(agent_partition(self.agent_id))
+        if user is not None:
+            exact.append(user_partition(user, self.agent_id))
+        if agent is not None:
+            exact.append(agent_partition(agent))
         return PartitionFilter(exact=tuple(exact))
 
     def write_partition(self, scope: FactScope = "user") -> str:
@@ -297,6 +300,15 @@ class FactFilter:
     def empty(self) -> bool:
         """True when nothing is filtered."""
         return self.kind is None and self.author is None and self.session_id is None and not self.metadata
+
+    def in_session(self, session_id: str | None) -> FactFilter | None:
+        """This filter narrowed to ``session_id`` (a scope's session); None when it already
+        names another session, so nothing can match."""
+        if session_id is None or self.session_id == session_id:
+            return self
+        if self.session_id is not None:
+            return None
+        return FactFilter(kind=self.kind, author=self.author, session_id=session_id, metadata=self.metadata)
 
     def matches(self, fact: Fact) -> bool:
         """The reference semantics every backend implements in its queries."""

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from memlane.errors import InvalidInputError, ProviderError
-from memlane.models import Candidate, Fact, FactFilter, Hit, PartitionFilter, Scope, SearchResult
+from memlane.models import Candidate, Fact, FactFilter, FactScope, Hit, PartitionFilter, Scope, SearchResult
 from memlane.providers.embed.base import Matrix
 from memlane.retrieval.hybrid import RetrievalConfig, fuse
 from memlane.retrieval.text import parse_query
@@ -29,7 +29,7 @@ BOOST_OVERFETCH = 3
 FIELD_FILTERS = ("kind", "author", "session_id", "scope")
 
 
-def fact_filter(filters: Mapping[str, Any] | None, session_id: str | None) -> tuple[FactFilter, str | None]:
+def fact_filter(filters: Mapping[str, Any] | None) -> tuple[FactFilter, FactScope | None]:
     """``search(filters=...)`` as a pushed-down :class:`FactFilter`, plus the ``scope`` filter
     (``"user"`` / ``"agent"``), which selects partitions instead."""
     filters = dict(filters or {})
@@ -40,23 +40,7 @@ def fact_filter(filters: Mapping[str, Any] | None, session_id: str | None) -> tu
     for key, value in fields.items():
         if not isinstance(value, str):
             raise InvalidInputError(f"filters[{key!r}] must be a string, got {type(value).__name__}")
-    if session_id is not None:
-        if fields.get("session_id", session_id) != session_id:
-            fields["session_id"] = "\x00none"  # contradictory: matches nothing
-        else:
-            fields["session_id"] = session_id
-    meta = tuple(sorted(filters.items()))
-    return FactFilter(metadata=meta, **fields), scope
-
-
-def partitions_for(scope: Scope, only: str | None) -> PartitionFilter:
-    """The scope's partitions, narrowed to its user or agent partitions by a ``scope`` filter."""
-    pf = scope.partition_filter()
-    if only == "agent":
-        return PartitionFilter(exact=tuple(p for p in pf.exact if p.startswith("a|")))
-    if only == "user":
-        return PartitionFilter(exact=tuple(p for p in pf.exact if p.startswith("u|")), prefixes=pf.prefixes)
-    return pf
+    return FactFilter(metadata=tuple(sorted(filters.items())), **fields), scope
 
 
 def redact_contributor(fact: Fact, reader: str | None) -> Fact:
@@ -110,8 +94,11 @@ class Searcher:
     ) -> SearchResult:
         t0 = time.perf_counter()
         cfg = self.config
-        flt, only = fact_filter(filters, scope.session_id)
-        pf = partitions_for(scope, only)
+        requested, only = fact_filter(filters)
+        narrowed = requested.in_session(scope.session_id)
+        if narrowed is None:  # filters name another session than session_id: nothing matches
+            return SearchResult(hits=[], debug={"timings": {}, "filter": requested} if debug else None)
+        flt, pf = narrowed, scope.partition_filter(only)
         depth = max(cfg.depth, top_k)
         timings: dict[str, float] = {}
         t = time.perf_counter()

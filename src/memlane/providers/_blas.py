@@ -35,13 +35,13 @@ as that block set it.
 from __future__ import annotations
 
 import importlib
-import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
+from memlane.config import env_positive_int
 from memlane.errors import ConfigError
 
 #: Environment variable giving the default BLAS thread limit of memlane's numpy work.
@@ -54,16 +54,7 @@ def default_blas_threads() -> int:
     Raises:
         ConfigError: the variable is set but not a positive integer.
     """
-    raw = os.environ.get(ENV_VAR, "").strip()
-    if not raw:
-        return 1
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigError(f"{ENV_VAR} must be a positive integer, got {raw!r}")
-    return value
+    return env_positive_int(ENV_VAR, 1)
 
 
 def check_blas_threads(value: Any, who: str) -> int:

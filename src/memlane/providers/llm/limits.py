@@ -30,6 +30,7 @@ import time
 from collections import deque
 from types import TracebackType
 
+from memlane.config import env_positive_int
 from memlane.errors import ConfigError
 
 #: Concurrent calls allowed when neither ``configure_llm_limits`` nor ``$MEMLANE_LLM_CONCURRENCY`` says otherwise.
@@ -79,15 +80,7 @@ class RateLimiter:
     @classmethod
     def from_env(cls, prefix: str = "MEMLANE_LLM") -> RateLimiter:
         """A limiter configured from ``$<prefix>_CONCURRENCY`` and ``$<prefix>_RPM`` (defaults when unset)."""
-        concurrency = DEFAULT_MAX_CONCURRENCY
-        raw = os.environ.get(f"{prefix}_CONCURRENCY", "").strip()
-        if raw:
-            try:
-                concurrency = int(raw)
-            except ValueError:
-                concurrency = 0
-            if concurrency < 1:
-                raise ConfigError(f"{prefix}_CONCURRENCY must be a positive integer, got {raw!r}")
+        concurrency = env_positive_int(f"{prefix}_CONCURRENCY", DEFAULT_MAX_CONCURRENCY)
         rpm: float | None = None
         raw = os.environ.get(f"{prefix}_RPM", "").strip()
         if raw:

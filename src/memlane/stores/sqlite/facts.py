@@ -115,16 +115,6 @@ def _parse_cursor(cursor: str | None) -> int | None:
     return int(cursor)
 
 
-def _with_session(flt: FactFilter | None, session_id: str | None) -> FactFilter | None:
-    if session_id is None:
-        return flt
-    if flt is None:
-        return FactFilter(session_id=session_id)
-    if flt.session_id not in (None, session_id):
-        return FactFilter(session_id="\x00none")  # contradictory filters match nothing
-    return FactFilter(kind=flt.kind, author=flt.author, session_id=session_id, metadata=flt.metadata)
-
-
 def _filter_sql(flt: FactFilter | None, table: str) -> tuple[str, list[Any]]:
     """`` AND ...`` conditions on ``table``'s columns for a pushed-down filter."""
     if flt is None or flt.empty:
@@ -607,8 +597,7 @@ class SqliteFactStore:
             return sum(c.execute(sql, (i,)).rowcount for i in ids)
 
         def op(c: sqlite3.Connection) -> int:
-            removed = 0
-            c.execute("PRAGMA secure_delete = ON")
+            removed = 0  # every connection zeroes deleted content (secure_delete, see db.py)
             with self._db.write(c):
                 if not erase:  # the agent keeps what the user told it, unlinked from the user
                     c.execute(
@@ -749,11 +738,11 @@ class SqliteFactStore:
             raise InvalidInputError("limit must be between 1 and 10000")
         before = _parse_cursor(cursor)
         pf = scope.partition_filter()
-        flt = _with_session(filter, scope.session_id)
+        flt = (filter or FactFilter()).in_session(scope.session_id)
 
         def op(c: sqlite3.Connection) -> Page:
             parts = self._partitions(c, pf)
-            if not parts:
+            if not parts or flt is None:  # no partition, or filters naming another session
                 return Page(items=[], next_cursor=None, total=0)
             where = f"partition IN ({','.join('?' * len(parts))})"
             args: list[Any] = list(parts)
