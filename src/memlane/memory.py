@@ -27,6 +27,13 @@ import numpy as np
 
 from memlane import inputs
 from memlane import messages as messages_
+from memlane.agent.context import (
+    FACTS_FIFO_LIMIT,
+    WINDOW_USER_TURNS,
+    LocalContextCache,
+    assemble_context,
+    replay_window,
+)
 from memlane.config import default_db_path
 from memlane.documents import split_documents
 from memlane.errors import (
@@ -75,7 +82,15 @@ from memlane.registry import (
 )
 from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig
 from memlane.search import Searcher, redact_contributor
-from memlane.stores.base import Checkable, FactStore, JobStore, ReflectionStore, SessionStore, StoreStats
+from memlane.stores.base import (
+    Checkable,
+    ContextCache,
+    FactStore,
+    JobStore,
+    ReflectionStore,
+    SessionStore,
+    StoreStats,
+)
 
 log = logging.getLogger("memlane")
 
@@ -87,7 +102,10 @@ QUERY_CACHE_SIZE = 1024
 
 #: Attributes :meth:`AsyncMemory.open` sets.
 _OPENED_ATTRS = frozenset(
-    {"facts", "reflection_store", "jobs", "sessions", "embedder", "meter", "pipeline", "formation", "search_engine"}
+    {
+        "facts", "reflection_store", "jobs", "sessions", "contexts", "embedder", "meter", "pipeline", "formation",
+        "search_engine",
+    }
 )
 
 P = ParamSpec("P")
@@ -209,6 +227,7 @@ class AsyncMemory:
         self.reflection_store: ReflectionStore = stores.reflections
         self.jobs: JobStore = stores.jobs
         self.sessions: SessionStore = sessions
+        self.contexts: ContextCache = stores.contexts if stores.contexts is not None else LocalContextCache()
         self.embedder: Embedder | None = embedder
         self.meter: UsageMeter = fast.meter
         self.pipeline = Pipeline(
@@ -497,7 +516,9 @@ class AsyncMemory:
                 return ids
 
     @_opening
-    async def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase") -> int:
+    async def forget(
+        self, user_id: str, *, shared: Literal["erase", "keep"] = "erase", sessions: bool = True
+    ) -> int:
         """Hard purge everything of ``user_id``: facts, history, reflections, blobs, pending
         formation jobs, the sessions the user took part in alone, and the user's own events in
         group sessions (``author`` or ``metadata["user_id"]`` is the user id). None of the user's text stays
@@ -509,16 +530,26 @@ class AsyncMemory:
                 (default, privacy first): they are erased too; a blob that absorbed them is
                 dropped and rebuilt from the remaining reflections at the next consolidation.
                 ``"keep"``: the agent keeps them for its other users, unlinked from the user.
+            sessions: ``False`` erases the long-term memory only (Gaia's ``/forget``): the
+                user's sessions, their events and their formation cursors stay (short-term
+                memory is untouched; turns not formed yet are still formed later, turns already
+                formed are not formed again). Everything formed from them (facts, reflections of
+                every scope, blobs) and the formation jobs, which hold formed text, are erased,
+                and the file is scrubbed as with the default.
 
         Returns:
             The number of rows removed.
         """
         user_id = inputs.identifier(user_id, "user_id")
         inputs.choice(shared, "shared", ("erase", "keep"))
-        removed = await self.jobs.purge_user(user_id)
-        removed += await self.sessions.delete_user_sessions(user_id)
+        sessions = inputs.flag(sessions, "sessions")
+        removed = await self.jobs.purge_user(user_id, cursors=sessions)
+        if sessions:
+            removed += await self.sessions.delete_user_sessions(user_id)
         if self.reflection_store is not self.facts:  # type: ignore[comparison-overlap]
             removed += await self.reflection_store.purge_user(user_id, shared=shared)
+        # Cached contexts hold memory text (agent blobs included): all go, not only the user's.
+        removed += await self.contexts.drop_contexts()
         # last: the fact store's purge ends by scrubbing the file (FTS merge, WAL truncate)
         return removed + await self.facts.purge_user(user_id, shared=shared)
 
@@ -622,6 +653,42 @@ class AsyncMemory:
         return await self.search_engine.search(
             scope, queries, top_k=top_k, filters=filters, debug=debug, use_vectors=self.embedder is not None
         )
+
+    # ------------------------------------------------------------------ context
+    @_opening
+    async def context(
+        self,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        budget_tokens: int | None = None,
+        profile: bool = True,
+        facts_limit: int = FACTS_FIFO_LIMIT,
+        now: datetime | None = None,
+        use_cache: bool = True,
+    ) -> str:
+        """The always-in-context ``<MemoryContext>`` block for a turn (Eden + Gaia): the user
+        profile, the agent / user / session consolidated memory and recent reflections, and
+        the recent facts (<= 40, last 7 days, newest first). Cached 5 minutes while the
+        memory is unchanged. See :func:`memlane.agent.context.assemble_context`."""
+        return await assemble_context(
+            self, session_id=session_id, user_id=user_id, agent_id=agent_id, budget_tokens=budget_tokens,
+            profile=profile, facts_limit=facts_limit, now=now, use_cache=use_cache,
+        )  # fmt: skip
+
+    @_opening
+    async def window(
+        self,
+        session_id: str,
+        *,
+        app: str = "default",
+        user_turns: int | None = WINDOW_USER_TURNS,
+        last_n: int | None = None,
+    ) -> builtins.list[Event]:
+        """The session's tail to replay to the model: the last ``user_turns`` user turns (30)
+        with everything after them, and/or the last ``last_n`` events (KAOS: 6)."""
+        return await replay_window(self, session_id, app=app, user_turns=user_turns, last_n=last_n)
 
     # ------------------------------------------------------------------ formation
     @_opening

@@ -24,7 +24,7 @@ from memlane.providers.embed.base import Embedder
 from memlane.providers.llm.base import LLM
 
 if TYPE_CHECKING:
-    from memlane.stores.base import FactStore, JobStore, ReflectionStore, SessionStore
+    from memlane.stores.base import ContextCache, FactStore, JobStore, ReflectionStore, SessionStore
 
 log = logging.getLogger("memlane")
 
@@ -70,6 +70,8 @@ class Stores:
     sessions: SessionStore | None
     """The backend's own session store (``sessions="<scheme>"``), if it has one."""
     location: str
+    contexts: ContextCache | None = None
+    """Where assembled memory contexts are cached (None: an in-process cache is used)."""
 
 
 def parse_store_url(url: str | os.PathLike[str]) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any, Literal, overload
 
 from memlane._portal import LoopThread
+from memlane.agent.context import FACTS_FIFO_LIMIT, WINDOW_USER_TURNS
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.model import FormationModel
 from memlane.formation.runner import FormationResult
@@ -197,9 +198,9 @@ class Memory:
         """See :meth:`AsyncMemory.history`."""
         return self._portal.call(self._async.history(fact_id, user_id=user_id, agent_id=agent_id))
 
-    def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase") -> int:
+    def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase", sessions: bool = True) -> int:
         """See :meth:`AsyncMemory.forget`."""
-        return self._portal.call(self._async.forget(user_id, shared=shared))
+        return self._portal.call(self._async.forget(user_id, shared=shared, sessions=sessions))
 
     def check(self) -> CheckReport:
         """See :meth:`AsyncMemory.check`."""
@@ -310,6 +311,37 @@ class Memory:
         return self._portal.call(
             self._async.get_memory_stats(user_id=user_id, agent_id=agent_id, session_id=session_id)
         )
+
+    def context(
+        self,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        budget_tokens: int | None = None,
+        profile: bool = True,
+        facts_limit: int = FACTS_FIFO_LIMIT,
+        now: datetime | None = None,
+        use_cache: bool = True,
+    ) -> str:
+        """See :meth:`AsyncMemory.context`."""
+        return self._portal.call(
+            self._async.context(
+                session_id=session_id, user_id=user_id, agent_id=agent_id, budget_tokens=budget_tokens,
+                profile=profile, facts_limit=facts_limit, now=now, use_cache=use_cache,
+            )
+        )  # fmt: skip
+
+    def window(
+        self,
+        session_id: str,
+        *,
+        app: str = "default",
+        user_turns: int | None = WINDOW_USER_TURNS,
+        last_n: int | None = None,
+    ) -> builtins.list[Event]:
+        """See :meth:`AsyncMemory.window`."""
+        return self._portal.call(self._async.window(session_id, app=app, user_turns=user_turns, last_n=last_n))
 
 
 async def _build(

@@ -321,6 +321,12 @@ class FactStore(Protocol):
         """Fact counts (whole store when ``scope`` is None: for operators, returns no content)."""
         ...
 
+    async def memory_stamp(self, partitions: PartitionFilter) -> str:
+        """An opaque token that changes whenever a fact in these partitions is added, changed
+        or removed (by any process), and after a purge. Cheap: it reads counters, not facts.
+        Caches of what is built from the facts (the memory context) compare it."""
+        ...
+
     async def close(self) -> None:
         """Release resources."""
         ...
@@ -369,6 +375,11 @@ class ReflectionStore(Protocol):
         """Delete one session's reflections and blob (the session was cleared); returns rows removed."""
         ...
 
+    async def reflection_stamp(self, keys: Sequence[ReflectionKey]) -> str:
+        """An opaque token that changes whenever one of these scopes gains, loses or absorbs a
+        reflection or gets a new consolidated blob (see :meth:`FactStore.memory_stamp`)."""
+        ...
+
     async def purge_user(self, user_id: str, *, shared: str = "erase") -> int:
         """Hard delete the user's reflections and blobs; returns rows removed. ``shared="erase"``
         also deletes agent-scope reflections formed from the user's conversations (their
@@ -378,6 +389,48 @@ class ReflectionStore(Protocol):
 
     async def close(self) -> None:
         """Release resources."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionKey:
+    """One reflection scope's key, as :func:`memlane.formation.pipeline.scope_key` builds it."""
+
+    scope: str
+    agent_id: str | None = None
+    user_id: str | None = None
+    session_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CachedContext:
+    """An assembled memory context as the cache keeps it."""
+
+    key: str
+    stamp: str
+    text: str
+    built_at: datetime
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+
+
+@runtime_checkable
+class ContextCache(Protocol):
+    """Persisted cache of assembled memory contexts (Eden: 5-minute TTL, kept with the
+    session). Entries carry the memory stamps they were built from; the caller decides
+    whether an entry is still good. Entries hold memory text, so erasure drops them."""
+
+    async def get_context(self, key: str) -> CachedContext | None:
+        """The entry stored under ``key``, or None."""
+        ...
+
+    async def put_context(self, entry: CachedContext) -> None:
+        """Store (replace) an entry."""
+        ...
+
+    async def drop_contexts(self, *, user_id: str | None = None, session_id: str | None = None) -> int:
+        """Delete the entries of a user, of a session, or (neither given) all; returns how many."""
         ...
 
 
@@ -470,6 +523,9 @@ class JobStore(Protocol):
 
     async def idle_cursors(self, before: datetime, *, limit: int = 1000) -> builtins.list[FormationCursor]: ...
 
-    async def purge_user(self, user_id: str) -> int: ...
+    async def purge_user(self, user_id: str, *, cursors: bool = True) -> int:
+        """For ``forget``: delete the user's jobs and, with ``cursors``, the formation cursors of
+        the sessions they took part in alone (``False`` when their sessions are kept)."""
+        ...
 
     async def close(self) -> None: ...

@@ -17,6 +17,7 @@ async def open_stores(location: str) -> Stores:
     thread and build the fact, reflection and job stores on it, plus the SQLite session store
     for ``sessions="sqlite"`` (the same file)."""
     from memlane.registry import Stores
+    from memlane.stores.sqlite.context import SqliteContextCache
     from memlane.stores.sqlite.db import Database
     from memlane.stores.sqlite.facts import SqliteFactStore
     from memlane.stores.sqlite.jobs import SqliteJobStore
@@ -35,4 +36,7 @@ async def open_stores(location: str) -> Stores:
         sessions = SqliteSessionStore(db)
     finally:
         db.release_sync()
-    return Stores(facts=facts, reflections=facts, jobs=jobs, sessions=sessions, location=location)
+    return Stores(
+        facts=facts, reflections=facts, jobs=jobs, sessions=sessions, location=location,
+        contexts=SqliteContextCache(db),
+    )  # fmt: skip

@@ -4,6 +4,7 @@ history, reflections and consolidated blobs, all in one WAL database file."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -39,7 +40,16 @@ from memlane.policy import merge_provenance, resolve_change
 from memlane.providers._blas import default_blas_threads, limit_blas_threads
 from memlane.retrieval.context import CONTEXT_RADIUS, affected_range, neighbour_context
 from memlane.retrieval.text import date_words
-from memlane.stores.base import AppliedChange, Candidate, FactChange, FactFilter, PartitionFilter, StoreStats, Vector
+from memlane.stores.base import (
+    AppliedChange,
+    Candidate,
+    FactChange,
+    FactFilter,
+    PartitionFilter,
+    ReflectionKey,
+    StoreStats,
+    Vector,
+)
 from memlane.stores.sqlite.db import BUSY_TIMEOUT_MS, Database
 from memlane.stores.sqlite.fts import fts_or_query, partition_token
 from memlane.stores.sqlite.vector import VectorIndex
@@ -58,6 +68,11 @@ _FACT_COLS = (
 
 def _iso(dt: datetime | None) -> str | None:
     return dt.isoformat() if dt is not None else None
+
+
+def _digest(parts: list[Any]) -> str:
+    """A short stable token of JSON-able ``parts`` (for memory stamps)."""
+    return hashlib.blake2b(json.dumps(parts, default=str).encode(), digest_size=12).hexdigest()
 
 
 def _dt(value: str | None) -> datetime | None:
@@ -978,7 +993,47 @@ class SqliteFactStore:
 
         await self._db.run(op)
 
+    async def memory_stamp(self, partitions: PartitionFilter) -> str:
+        def op(c: sqlite3.Connection) -> str:
+            parts = sorted(self._partitions(c, partitions))
+            generation = c.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
+            rows: list[Any] = []
+            if parts:
+                marks = ",".join("?" * len(parts))
+                rows = c.execute(
+                    f"SELECT partition, appends, changes FROM partitions WHERE partition IN ({marks})"
+                    " ORDER BY partition",
+                    parts,
+                ).fetchall()
+            return _digest([generation[0] if generation else "", *map(list, rows)])
+
+        return await self._db.run(op)
+
     # ------------------------------------------------------------------ reflections
+    async def reflection_stamp(self, keys: Sequence[ReflectionKey]) -> str:
+        def op(c: sqlite3.Connection) -> str:
+            parts: list[Any] = [c.execute("SELECT value FROM meta WHERE key='generation'").fetchone()]
+            for k in keys:
+                where, args = "scope=? AND agent_id IS ? AND user_id IS ?", [k.scope, k.agent_id, k.user_id]
+                if k.scope == "session":
+                    where += " AND session_id IS ?"
+                    args.append(k.session_id)
+                parts.append(
+                    c.execute(
+                        f"SELECT COUNT(*), TOTAL(absorbed), MAX(formed_at) FROM reflections WHERE {where}", args
+                    ).fetchone()
+                )
+                parts.append(
+                    c.execute(
+                        "SELECT version, last_consolidated_at FROM consolidated"
+                        " WHERE scope=? AND agent_id=? AND user_id=? AND session_id=?",
+                        (k.scope, k.agent_id or "", k.user_id or "", k.session_id or ""),
+                    ).fetchone()
+                )
+            return _digest([list(p) if p is not None else None for p in parts])
+
+        return await self._db.run(op)
+
     async def put_reflection(self, reflection: Reflection) -> Reflection:
         r = reflection
 

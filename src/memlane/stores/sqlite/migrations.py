@@ -240,4 +240,22 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
             "INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', '0')",
         ],
     ),
+    (
+        # The assembled memory context (agent/context.py), kept with the session as Eden does:
+        # reused for 5 minutes while the stamps of the memory it was built from still match.
+        "0005_context_cache",
+        [
+            """CREATE TABLE context_cache (
+                key TEXT PRIMARY KEY,
+                stamp TEXT NOT NULL,
+                text TEXT NOT NULL,
+                built_at TEXT NOT NULL,
+                user_id TEXT,
+                agent_id TEXT,
+                session_id TEXT
+            )""",
+            "CREATE INDEX context_cache_user ON context_cache(user_id)",
+            "CREATE INDEX context_cache_session ON context_cache(session_id)",
+        ],
+    ),
 ]
