@@ -359,8 +359,9 @@ class SqliteJobStore:
 
         return await self._db.run(op)
 
-    async def purge_user(self, user_id: str) -> int:
-        """Delete the user's jobs and the cursors of sessions they took part in alone.
+    async def purge_user(self, user_id: str, *, cursors: bool = True) -> int:
+        """Delete the user's jobs and (``cursors=True``) the cursors of sessions they took part in alone.
+        ``cursors=False`` keeps the cursors, for a purge that keeps the user's sessions.
 
         Other users' jobs can hold this user's words through the agent's shared memory: dedup
         candidates in their checkpoints, the agent blob or a replaced agent fact in their
@@ -370,7 +371,8 @@ class SqliteJobStore:
         def op(c: sqlite3.Connection) -> int:
             with self._db.write(c):
                 n = c.execute("DELETE FROM jobs WHERE user_id=?", (user_id,)).rowcount
-                n += c.execute("DELETE FROM formation_cursors WHERE user_ids=?", (json.dumps([user_id]),)).rowcount
+                if cursors:
+                    n += c.execute("DELETE FROM formation_cursors WHERE user_ids=?", (json.dumps([user_id]),)).rowcount
                 c.execute("UPDATE jobs SET state='{}' WHERE status<>'running' AND state<>'{}'")
                 for job_id, text in c.execute(
                     "SELECT id, result FROM jobs WHERE status='done' AND result IS NOT NULL"
