@@ -6,6 +6,7 @@ Only tests import this module (it imports pytest).
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta, timezone
@@ -35,12 +36,22 @@ from memlane.models import (
     content_hash,
     session_key,
     user_partition,
+    utcnow,
 )
 from memlane.providers.embed.base import Matrix
 from memlane.providers.embed.hashing import HashEmbedder
 from memlane.providers.llm.base import ChatMessage, Completion, Usage, estimate_tokens
 from memlane.retrieval.text import parse_query
-from memlane.stores.base import FactChange, FactStore, JobStore, ReflectionStore, SessionStore
+from memlane.stores.base import (
+    CachedContext,
+    ContextCache,
+    FactChange,
+    FactStore,
+    JobStore,
+    ReflectionKey,
+    ReflectionStore,
+    SessionStore,
+)
 
 # --------------------------------------------------------------------------- session store contract
 #
@@ -730,9 +741,53 @@ class FactStoreContract:
         gone = await fact_store.get_fact(f.id, Scope(user_id="u1"))
         assert gone is not None and not gone.is_valid
 
+    async def test_memory_stamp_changes_on_every_write_and_purge(self, fact_store: FactStore) -> None:
+        async def stamp(user: str | None = "u1", agent: str | None = None) -> str:
+            return await fact_store.memory_stamp(_pf(user, agent))
+
+        empty = await stamp()
+        [(f, _)] = await fact_store.put_facts([_fact("stamp one")], _vecs("stamp one"))
+        seen = [empty, await stamp()]
+        await fact_store.update_fact(f.id, Scope(user_id="u1"), "stamp two", _vecs("stamp two")[0])
+        seen.append(await stamp())
+        await fact_store.invalidate_facts([f.id], Scope(user_id="u1"))
+        seen.append(await stamp())
+        assert len(set(seen)) == len(seen)
+        assert await stamp() == seen[-1]  # reading changes nothing
+        other = await stamp("u2")
+        await fact_store.put_facts([_fact("u1 again")], None)
+        assert await stamp("u2") == other  # another user's write leaves u2's stamp alone
+        shared = await stamp(None, "x")
+        await fact_store.put_facts([_fact("x shared", user=None, agent_id="x", scope="agent")], None)
+        assert await stamp(None, "x") != shared and await stamp("u1", "x") != seen[-1]
+        before = await stamp()
+        await fact_store.purge_user("u1")
+        assert await stamp() != before
+
 
 class ReflectionStoreContract:
     """Behaviour every reflection store must show (fixture ``reflection_store``)."""
+
+    async def test_reflection_stamp_changes_on_every_write(self, reflection_store: ReflectionStore) -> None:
+        rs = reflection_store
+        keys = [ReflectionKey("user", None, "u1"), ReflectionKey("session", None, "u1", "s1")]
+        seen = [await rs.reflection_stamp(keys)]
+        r = await rs.put_reflection(Reflection(content="likes tea", scope="user", user_id="u1"))
+        seen.append(await rs.reflection_stamp(keys))
+        blob = ConsolidatedMemory(scope="user", user_id="u1", consolidated_content="VERSION: 1", word_limit=300,
+                                  version=1)  # fmt: skip
+        await rs.put_consolidated(blob, [r.id], expected_version=0)
+        seen.append(await rs.reflection_stamp(keys))
+        await rs.put_reflection(Reflection(content="goal", scope="session", user_id="u1", session_id="s1"))
+        seen.append(await rs.reflection_stamp(keys))
+        await rs.clear_session_memory(agent_id=None, user_id="u1", session_id="s1")
+        seen.append(await rs.reflection_stamp(keys))
+        # Each write moves the stamp (a stamp may come back when the memory does: clearing the
+        # session restores the state, and so the stamp, it had before the session reflection).
+        assert all(a != b for a, b in itertools.pairwise(seen)) and len(set(seen[:4])) == 4
+        await rs.put_reflection(Reflection(content="other", scope="user", user_id="u2"))
+        await rs.put_reflection(Reflection(content="other s", scope="session", user_id="u1", session_id="s2"))
+        assert await rs.reflection_stamp(keys) == seen[-1]  # other scopes' writes leave it alone
 
     async def test_reflections_and_consolidated_roundtrip(self, reflection_store: ReflectionStore) -> None:
         rs = reflection_store
@@ -1208,3 +1263,29 @@ class JobStoreContract:
         assert await job_store.get(mine.id) is None and await job_store.get(theirs.id) is not None
         assert await job_store.get_cursor("app", "solo") is None
         assert await job_store.get_cursor("app", "group") is not None
+
+
+# --------------------------------------------------------------------------- context cache contract
+
+
+class ContextCacheContract:
+    """Behaviour every :class:`~memlane.stores.base.ContextCache` must show (fixture ``context_cache``)."""
+
+    async def test_roundtrip_replace_and_drop(self, context_cache: ContextCache) -> None:
+        cc = context_cache
+        now = utcnow()
+        assert await cc.get_context("k1") is None
+        a = CachedContext("k1", "s1", "<MemoryContext>a</MemoryContext>", now, user_id="u1", session_id="s")
+        await cc.put_context(a)
+        assert await cc.get_context("k1") == a
+        b = CachedContext("k1", "s2", "b", now, user_id="u1", session_id="s")
+        await cc.put_context(b)
+        assert await cc.get_context("k1") == b
+        await cc.put_context(CachedContext("k2", "s", "u2 text", now, user_id="u2", session_id="s"))
+        await cc.put_context(CachedContext("k3", "s", "u1 other", now, user_id="u1", session_id="t"))
+        await cc.put_context(CachedContext("k4", "s", "agent", now, agent_id="x"))
+        assert await cc.drop_contexts(user_id="u1", session_id="s") == 1
+        assert await cc.get_context("k1") is None and await cc.get_context("k3") is not None
+        assert await cc.drop_contexts(user_id="u2") == 1
+        assert await cc.drop_contexts() == 2
+        assert await cc.get_context("k4") is None

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from memlane.documents import DOCUMENT_THRESHOLD_CHARS
 from memlane.errors import (
     ConfigError,
     ConflictError,
@@ -33,6 +34,7 @@ from memlane.models import (
     Scope,
     as_utc,
     content_hash,
+    metadata_path,
     new_id,
     utcnow,
 )
@@ -142,7 +144,7 @@ def _filter_sql(flt: FactFilter | None, table: str) -> tuple[str, list[Any]]:
             sql.append(f"{table}.{col} = ?")
             args.append(value)
     for key, value in flt.metadata:
-        path = "$." + json.dumps(key)
+        path = "$." + ".".join(json.dumps(part) for part in metadata_path(key))  # "sender.id": nested
         if value is None:
             sql.append(f"json_type({table}.metadata, ?) = 'null'")
             args.append(path)
@@ -617,10 +619,12 @@ class SqliteFactStore:
                 if not erase:  # the agent keeps what the user told it, unlinked from the user
                     c.execute(
                         "UPDATE history SET user_id=NULL WHERE user_id=? AND fact_id IN"
-                        " (SELECT id FROM facts WHERE user_id=? AND scope='agent')",
+                        " (SELECT id FROM facts WHERE user_id=? AND scope IN ('agent', 'room'))",
                         (user_id, user_id),
                     )
-                    c.execute("UPDATE facts SET user_id=NULL WHERE user_id=? AND scope='agent'", (user_id,))
+                    c.execute(
+                        "UPDATE facts SET user_id=NULL WHERE user_id=? AND scope IN ('agent', 'room')", (user_id,)
+                    )
                 where = "user_id=?" + (f" OR id IN ({mine('fact')})" if erase else "")
                 args = (user_id, user_id) if erase else (user_id,)
                 victims = c.execute(
@@ -948,18 +952,28 @@ class SqliteFactStore:
         # releases the GIL in the products, so no hand-off delay is needed as for Python work).
         return await asyncio.to_thread(search)
 
-    async def missing_embeddings(self, *, limit: int = 256) -> list[tuple[str, str]]:
-        """Valid facts stored without a vector: ``[(fact_id, content)]``, oldest first."""
-        return await self._db.run(
-            lambda c: [
-                (r[0], r[1])
-                for r in c.execute(
-                    "SELECT id, content FROM facts WHERE embedding IS NULL AND invalid_at IS NULL"
-                    " ORDER BY rowid LIMIT ?",
-                    (limit,),
-                )
-            ]
-        )
+    async def missing_embeddings(
+        self, *, limit: int = 256, fact_ids: Sequence[str] | None = None
+    ) -> list[tuple[str, str]]:
+        """Valid facts stored without a vector: ``[(fact_id, text to embed)]``, oldest first;
+        only among ``fact_ids`` when given. A document's text is its opening
+        (``DOCUMENT_THRESHOLD_CHARS``): its vector only marks it embedded, its fragments are searched."""
+        text = f"CASE WHEN kind = 'document' THEN substr(content, 1, {DOCUMENT_THRESHOLD_CHARS}) ELSE content END"
+        where = "embedding IS NULL AND invalid_at IS NULL"
+
+        def op(c: sqlite3.Connection) -> list[tuple[str, str]]:
+            if fact_ids is None:
+                sql = f"SELECT id, {text} FROM facts WHERE {where} ORDER BY rowid LIMIT ?"
+                return [(r[0], r[1]) for r in c.execute(sql, (limit,))]
+            ids = list(dict.fromkeys(fact_ids))
+            out: list[tuple[int, str, str]] = []
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
+                sql = f"SELECT rowid, id, {text} FROM facts WHERE id IN ({','.join('?' * len(chunk))}) AND {where}"
+                out += c.execute(sql, chunk).fetchall()
+            return [(r[1], r[2]) for r in sorted(out)[:limit]]
+
+        return await self._db.run(op)
 
     async def set_embeddings(self, fact_ids: Sequence[str], vectors: Vector) -> None:
         """Attach vectors to existing facts (backfill after an embedder failure)."""
@@ -1020,7 +1034,9 @@ class SqliteFactStore:
                     args.append(k.session_id)
                 parts.append(
                     c.execute(
-                        f"SELECT COUNT(*), TOTAL(absorbed), MAX(formed_at) FROM reflections WHERE {where}", args
+                        "SELECT COUNT(*), TOTAL(absorbed), MAX(formed_at), TOTAL(LENGTH(content)) FROM reflections"
+                        f" WHERE {where}",
+                        args,
                     ).fetchone()
                 )
                 parts.append(
