@@ -215,9 +215,15 @@ class AsyncMemory:
             # server with an unknown model reports dim 0) is bound on that first call instead.
             if embedder is not None and embedder.dim > 0:
                 await stores.facts.bind_embedder(embedder.name, embedder.dim)
-            fast = make_formation_model(llm if llm is not None else cfg.model, meter=UsageMeter())
+            fast = make_formation_model(
+                llm if llm is not None else cfg.model, meter=UsageMeter(), max_tokens=cfg.max_tokens
+            )
             strong_spec = strong_llm if strong_llm is not None else cfg.strong_model
-            strong = make_formation_model(strong_spec, meter=fast.meter) if strong_spec is not None else None
+            strong = (
+                make_formation_model(strong_spec, meter=fast.meter, max_tokens=cfg.max_tokens)
+                if strong_spec is not None
+                else None
+            )
         except BaseException:
             await _close_stores(stores)
             raise

@@ -234,9 +234,10 @@ def make_llm(spec: str | LLM, **kwargs: Any) -> LLM:
     return llm
 
 
-def make_formation_model(spec: Any, *, meter: Any = None) -> Any:
+def make_formation_model(spec: Any, *, meter: Any = None, max_tokens: int | None = None) -> Any:
     """A :class:`~memlane.formation.model.FormationModel` from ``"offline"``, a ``provider:model``
-    name, an :class:`LLM` (wrapped in prompts) or a FormationModel (returned as is)."""
+    name, an :class:`LLM` (wrapped in prompts, each call capped at ``max_tokens``; None: the
+    per-step defaults) or a FormationModel (returned as is)."""
     from memlane.formation.model import FormationModel
     from memlane.providers.llm.base import UsageMeter
 
@@ -249,4 +250,4 @@ def make_formation_model(spec: Any, *, meter: Any = None) -> Any:
         return OfflineModel(meter=meter)
     from memlane.formation.prompted import PromptedModel
 
-    return PromptedModel(make_llm(spec), meter=meter)
+    return PromptedModel(make_llm(spec), meter=meter, max_tokens=max_tokens)

@@ -37,6 +37,11 @@ class FormationConfig(BaseModel):
     premium_tier: int = 1
     """Users with ``tier >= premium_tier`` get ``strong_model``."""
 
+    max_tokens: int | None = Field(None, ge=1)
+    """Output cap (tokens) sent with every call of a prompted model (a ``provider:model`` name);
+    None: per step (extraction and dedup 2048, reflections and profile 1024, consolidation
+    2 x the scope's word limit + 256)."""
+
     # ---- extraction
     extraction_instructions: str = ""
     """Override what is extracted (Gaia ``memory.extraction_instructions``; empty = built-in default)."""

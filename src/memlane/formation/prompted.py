@@ -2,9 +2,12 @@
 
 One :func:`~memlane.providers.llm.parsing.generate` call per step (plus one corrective
 retry only when the answer is not the JSON asked for), with the prompts of
-:mod:`memlane.formation.prompts`. The answers are tidied here (whitespace, empty items,
-over-long facts and reflections, the consolidated blob's header and word limit); safety
-checks on dedup decisions are the pipeline's job.
+:mod:`memlane.formation.prompts`. Every call sends ``max_tokens`` (:data:`DEFAULT_MAX_TOKENS`
+per step, or the one cap given), so a model that never stops is cut off. The answers are
+tidied here (whitespace, empty items, over-long facts and reflections, lists longer than the
+schema's ``maxItems``, the prompts' own example statements handed back as if they had been
+said, the consolidated blob's header and word limit); safety checks on dedup decisions are
+the pipeline's job.
 """
 
 from __future__ import annotations
@@ -12,10 +15,14 @@ from __future__ import annotations
 import logging
 import re
 
+from memlane.errors import ConfigError
 from memlane.formation import prompts
 from memlane.formation.schemas import (
     MAX_FACT_WORDS,
+    MAX_FACTS_PER_CALL,
+    MAX_PROFILE_BULLETS,
     MAX_REFLECTION_WORDS,
+    MAX_REFLECTIONS_PER_LEVEL,
     ConsolidationInput,
     ConsolidationOutput,
     Decision,
@@ -28,6 +35,7 @@ from memlane.formation.schemas import (
     ProfileOutput,
     ReflectionInput,
     ReflectionOutput,
+    Turn,
     word_count,
 )
 from memlane.providers.llm.base import LLM, UsageMeter
@@ -38,6 +46,29 @@ log = logging.getLogger("memlane.formation")
 _BULLET = re.compile(r"^(?:[-*•]\s+)+")
 _HEADER = re.compile(r"^\W*version\s*:?\s*\d*\W*$", re.IGNORECASE)
 _SECTION = re.compile(r"^\s*\[[^\[\]]+\]\s*$")
+
+#: Output cap (tokens) of each formation step when the model is given none; consolidation's
+#: follows the scope's word limit (:func:`consolidation_max_tokens`).
+DEFAULT_MAX_TOKENS: dict[str, int] = {"extract": 2048, "dedup": 2048, "reflect": 1024, "profile": 1024}
+
+
+def consolidation_max_tokens(word_limit: int) -> int:
+    """Room for a blob of ``word_limit`` words in JSON (about 2 tokens a word, plus the wrapping)."""
+    return 2 * max(word_limit, 0) + 256
+
+
+def _said(turns: list[Turn]) -> str:
+    return "\n".join(t.text for t in turns)
+
+
+def _drop_examples(items: list[str], examples: tuple[str, ...], said: str, what: str) -> list[str]:
+    kept = []
+    for item in items:
+        if prompts.is_prompt_example(item, examples, said=said):
+            log.debug("dropping a %s that is the prompt's own example: %.80s", what, item)
+            continue
+        kept.append(item)
+    return kept
 
 
 def _clean(text: str | None) -> str:
@@ -130,16 +161,38 @@ class PromptedModel:
         llm: the chat model (closed by :meth:`aclose`).
         meter: where the calls' token usage is recorded (a fresh meter when None).
         temperature: sampling temperature of every call (None: the provider's default).
+        max_tokens: output cap (tokens) of every call; None: :data:`DEFAULT_MAX_TOKENS` per
+            step, and :func:`consolidation_max_tokens` of the scope's word limit.
     """
 
-    def __init__(self, llm: LLM, *, meter: UsageMeter | None = None, temperature: float | None = 0.0) -> None:
+    def __init__(
+        self,
+        llm: LLM,
+        *,
+        meter: UsageMeter | None = None,
+        temperature: float | None = 0.0,
+        max_tokens: int | None = None,
+    ) -> None:
+        if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 1):
+            raise ConfigError(f"max_tokens must be a positive integer or None, got {max_tokens!r}")
         self.llm = llm
         self.name: str = llm.name
         self.meter = meter if meter is not None else UsageMeter()
         self.temperature = temperature
+        self.max_tokens = max_tokens
+
+    def tokens_for(self, task: str, *, word_limit: int | None = None) -> int:
+        """The ``max_tokens`` sent with a call of ``task`` (``extract``, ``dedup``, ``reflect``,
+        ``consolidate``, ``profile``)."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        if task == "consolidate":
+            return consolidation_max_tokens(word_limit if word_limit is not None else 1200)
+        return DEFAULT_MAX_TOKENS[task]
 
     async def extract_facts(self, inp: ExtractionInput) -> ExtractionOutput:
-        """LLM call 1. Facts over 30 words, or of a scope the input does not allow, are dropped."""
+        """LLM call 1. Facts over 30 words, of a scope the input does not allow, or copied from
+        the prompt's examples are dropped; at most ``MAX_FACTS_PER_CALL`` are kept."""
         out = await generate(
             self.llm,
             prompts.extraction_messages(inp),
@@ -147,12 +200,17 @@ class PromptedModel:
             task="extract",
             meter=self.meter,
             temperature=self.temperature,
+            max_tokens=self.tokens_for("extract"),
         )
         allowed = {s for s, ok in (("user", inp.allow_user_scope), ("agent", inp.allow_agent_scope)) if ok}
+        said = _said(inp.conversation)
         facts: list[ExtractedFact] = []
-        for fact in out.facts:
+        for fact in out.facts[:MAX_FACTS_PER_CALL]:
             content = _clean(fact.content)
             if not content:
+                continue
+            if prompts.is_prompt_example(content, prompts.EXTRACTION_EXAMPLES, said=said):
+                log.debug("dropping a fact that is the prompt's own example: %.80s", content)
                 continue
             if word_count(content) > MAX_FACT_WORDS:
                 log.debug("dropping a fact of %d words (> %d): %.80s", word_count(content), MAX_FACT_WORDS, content)
@@ -173,20 +231,21 @@ class PromptedModel:
             task="dedup",
             meter=self.meter,
             temperature=self.temperature,
+            max_tokens=self.tokens_for("dedup"),
         )
-        decisions = [
-            Decision(
-                index=d.index,
-                event=d.event,
-                fact_id=(d.fact_id or "").strip() or None,
-                text=(d.text or "").strip() or None,
-            )
-            for d in out.decisions
-        ]
+        said = "\n".join(text for item in inp.items for text in (item.content, *(c.content for c in item.candidates)))
+        decisions = []
+        for d in out.decisions[: max(MAX_FACTS_PER_CALL, len(inp.items))]:
+            text = (d.text or "").strip() or None
+            if text is not None and prompts.is_prompt_example(text, prompts.DEDUP_EXAMPLES, said=said):
+                text = None  # an UPDATE without text keeps the new fact's own text
+            fact_id = (d.fact_id or "").strip() or None
+            decisions.append(Decision(index=d.index, event=d.event, fact_id=fact_id, text=text))
         return DedupOutput(decisions=decisions)
 
     async def reflect(self, inp: ReflectionInput) -> ReflectionOutput:
-        """LLM call 2. Reflections over 35 words, or of a disabled level, are dropped."""
+        """LLM call 2. Reflections over 35 words, or of a disabled level, are dropped; at most
+        ``MAX_REFLECTIONS_PER_LEVEL`` per level are kept."""
         out = await generate(
             self.llm,
             prompts.reflection_messages(inp),
@@ -194,12 +253,16 @@ class PromptedModel:
             task="reflect",
             meter=self.meter,
             temperature=self.temperature,
+            max_tokens=self.tokens_for("reflect"),
         )
-        words = MAX_REFLECTION_WORDS
+
+        def tidy(items: list[str]) -> list[str]:
+            return _clean_list(items, max_words=MAX_REFLECTION_WORDS, what="reflection")[:MAX_REFLECTIONS_PER_LEVEL]
+
         return ReflectionOutput(
-            agent=_clean_list(out.agent, max_words=words, what="reflection") if inp.agent is not None else [],
-            user=_clean_list(out.user, max_words=words, what="reflection") if inp.user is not None else [],
-            session=_clean_list(out.session, max_words=words, what="reflection"),
+            agent=tidy(out.agent) if inp.agent is not None else [],
+            user=tidy(out.user) if inp.user is not None else [],
+            session=tidy(out.session),
         )
 
     async def consolidate(self, inp: ConsolidationInput) -> str:
@@ -211,6 +274,7 @@ class PromptedModel:
             task="consolidate",
             meter=self.meter,
             temperature=self.temperature,
+            max_tokens=self.tokens_for("consolidate", word_limit=inp.word_limit),
         )
         content = with_header(out.content.replace("\r\n", "\n"), inp.version)
         trimmed = trim_to_words(content, inp.word_limit)
@@ -225,7 +289,8 @@ class PromptedModel:
         return trimmed
 
     async def distill_profile(self, inp: ProfileInput) -> ProfileOutput:
-        """The session-start profile: at most ``inp.limit`` bullets, most important first."""
+        """The session-start profile: at most ``inp.limit`` bullets, most important first (the
+        prompt's own examples dropped unless a stored fact says them)."""
         out = await generate(
             self.llm,
             prompts.profile_messages(inp),
@@ -233,8 +298,11 @@ class PromptedModel:
             task="profile",
             meter=self.meter,
             temperature=self.temperature,
+            max_tokens=self.tokens_for("profile"),
         )
-        return ProfileOutput(bullets=_clean_list(out.bullets)[: max(inp.limit, 0)])
+        said = "\n".join([*inp.facts, *inp.items, inp.user_name or ""])
+        bullets = _drop_examples(_clean_list(out.bullets), prompts.PROFILE_EXAMPLES, said, "profile bullet")
+        return ProfileOutput(bullets=bullets[: max(min(inp.limit, MAX_PROFILE_BULLETS), 0)])
 
     async def aclose(self) -> None:
         await self.llm.aclose()

@@ -12,6 +12,7 @@ Conversations are rendered one message per line as
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from memlane.formation.schemas import (
@@ -36,6 +37,55 @@ DEFAULT_EXTRACTION_INSTRUCTIONS = (
     "only describes what the assistant did (for example 'a screenshot was captured', 'task X was "
     "created', 'I sent the email'): the assistant's own actions are not memories."
 )
+
+#: The example statements each prompt shows the model (extraction's output example and its
+#: do-not-extract examples, dedup's and the profile's illustrations). A weak model may hand
+#: one back as if it had been said in the conversation (SmolLM2-135M returns the extraction
+#: example verbatim for any chat): :func:`is_prompt_example` lets the prompted model drop
+#: them. Each step is checked against its own prompt's examples only (a model can only copy
+#: what it was shown). Keep these in step with the templates below (a test checks each one
+#: is quoted there).
+EXTRACTION_EXAMPLES: tuple[str, ...] = (
+    "Alice's email is alice@example.com",
+    "Alice's sister Maya lives in Lisbon",
+    "her sister lives there",
+    "Alice likes concise responses",
+    "We are debugging the login page",
+    "Bob thinks we should use React",
+    "There is a bug in production right now",
+    "I created the task",
+    "screenshot captured",
+    "I searched the web",
+    "a screenshot was captured",
+    "task X was created",
+    "I sent the email",
+)
+DEDUP_EXAMPLES: tuple[str, ...] = (
+    "John likes pizza",
+    "John dislikes pizza",
+    "Ann lives in Oslo",
+    "Ann works in Bergen",
+)
+PROFILE_EXAMPLES: tuple[str, ...] = ("The user's name is Itay", "Follows football; supports Maccabi Haifa")
+EXAMPLE_STATEMENTS: tuple[str, ...] = (*EXTRACTION_EXAMPLES, *DEDUP_EXAMPLES, *PROFILE_EXAMPLES)
+
+_NON_WORD = re.compile(r"[\W_]+")
+
+
+def normalise_statement(text: str) -> str:
+    """Case-folded words only (punctuation, quotes and spacing ignored): how examples are compared."""
+    return " ".join(_NON_WORD.sub(" ", text.casefold()).split())
+
+
+def is_prompt_example(text: str, examples: Sequence[str] = EXAMPLE_STATEMENTS, *, said: str = "") -> bool:
+    """True when ``text`` is one of ``examples`` (normalised: case, punctuation and spacing
+    ignored) and the conversation ``said`` does not contain it: the model copied the prompt
+    instead of reading the conversation. A person who really says the example sentence keeps it."""
+    norm = normalise_statement(text)
+    if not norm or norm not in {normalise_statement(e) for e in examples}:
+        return False
+    return not (said and f" {norm} " in f" {normalise_statement(said)} ")
+
 
 # --------------------------------------------------------------------------- helpers
 

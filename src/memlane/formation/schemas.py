@@ -1,22 +1,48 @@
 """Typed inputs and outputs of each formation step.
 
 The ``*Output`` models double as the JSON schemas the LLM is asked to fill (see
-``prompts.py``), so they stay small and flat. The ``*Input`` models are what a
+``prompts.py``), so they stay small and flat. Every array in them has a ``maxItems``, every
+free-text string a ``maxLength`` and every integer a ``maximum``: a server that constrains
+decoding to the schema (llama.cpp, vLLM, Ollama) then has to close the JSON, where an
+unbounded schema lets a small model add items forever. The bounds are in the schema only;
+validation stays lenient (the prompted model trims what is over). The ``*Input`` models are what a
 :class:`~memlane.formation.model.FormationModel` receives: the prompted implementation
 renders them into prompts, the offline one reads them directly.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from memlane.models import UtcDatetime
 
 #: Hard caps from Eden memory v2's prompts.
 MAX_FACT_WORDS = 30
 MAX_REFLECTION_WORDS = 35
+
+#: Schema bounds (``maxItems`` / ``maxLength`` / ``maximum``) of the formation outputs.
+MAX_FACTS_PER_CALL = 30
+"""Facts one extraction call may return (and the dedup decisions one call may make: one per fact)."""
+MAX_FACT_CHARS = 400
+"""A fact (or a merged UPDATE text): 30 words, with room for long names, e-mails and URLs."""
+MAX_SOURCES = 20
+MAX_INDEX = 9999
+MAX_ID_CHARS = 64
+MAX_REFLECTIONS_PER_LEVEL = 10
+MAX_REFLECTION_CHARS = 400
+MAX_BLOB_CHARS = 16000
+"""A consolidated blob: the agent scope's 1200 words, with room to spare."""
+MAX_PROFILE_BULLETS = 200
+MAX_BULLET_CHARS = 400
+
+FactText = Annotated[str, WithJsonSchema({"type": "string", "maxLength": MAX_FACT_CHARS})]
+ReflectionText = Annotated[str, WithJsonSchema({"type": "string", "maxLength": MAX_REFLECTION_CHARS})]
+BulletText = Annotated[str, WithJsonSchema({"type": "string", "maxLength": MAX_BULLET_CHARS})]
+FactIdText = Annotated[str, WithJsonSchema({"type": "string", "maxLength": MAX_ID_CHARS})]
+BlobText = Annotated[str, WithJsonSchema({"type": "string", "maxLength": MAX_BLOB_CHARS})]
+Index = Annotated[int, WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_INDEX})]
 
 
 def word_count(text: str) -> int:
@@ -65,19 +91,21 @@ class ExtractionInput(BaseModel):
 class ExtractedFact(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    content: str = Field(description="The fact, standalone, at most 30 words, naming people instead of pronouns.")
+    content: FactText = Field(description="The fact, standalone, at most 30 words, naming people instead of pronouns.")
     scope: Literal["user", "agent"] = Field(
         default="user", description="user: about this user; agent: useful to the agent for everyone."
     )
-    sources: list[int] = Field(
-        default_factory=list, description="0-based indexes of the messages the fact comes from (optional)"
+    sources: list[Index] = Field(
+        default_factory=list,
+        description="0-based indexes of the messages the fact comes from (optional)",
+        json_schema_extra={"maxItems": MAX_SOURCES},
     )
 
 
 class ExtractionOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    facts: list[ExtractedFact] = Field(default_factory=list)
+    facts: list[ExtractedFact] = Field(default_factory=list, json_schema_extra={"maxItems": MAX_FACTS_PER_CALL})
 
 
 # --------------------------------------------------------------------------- 2. dedup
@@ -98,18 +126,18 @@ class DedupInput(BaseModel):
 class Decision(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    index: int = Field(description="index of the new fact")
+    index: Index = Field(description="index of the new fact")
     event: Literal["ADD", "UPDATE", "DELETE", "NONE"]
-    fact_id: str | None = Field(
+    fact_id: FactIdText | None = Field(
         default=None, description="for UPDATE / DELETE / NONE: id of the existing fact concerned"
     )
-    text: str | None = Field(default=None, description="for UPDATE: the merged fact text")
+    text: FactText | None = Field(default=None, description="for UPDATE: the merged fact text")
 
 
 class DedupOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    decisions: list[Decision] = Field(default_factory=list)
+    decisions: list[Decision] = Field(default_factory=list, json_schema_extra={"maxItems": MAX_FACTS_PER_CALL})
 
 
 # --------------------------------------------------------------------------- 3. reflections
@@ -138,9 +166,21 @@ class ReflectionInput(BaseModel):
 class ReflectionOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    agent: list[str] = Field(default_factory=list, description="broadest: projects, learnings, world state")
-    user: list[str] = Field(default_factory=list, description="only what agent level lacks: rules, goals, skills")
-    session: list[str] = Field(default_factory=list, description="only what the above lack: goals, assets, fixes")
+    agent: list[ReflectionText] = Field(
+        default_factory=list,
+        description="broadest: projects, learnings, world state",
+        json_schema_extra={"maxItems": MAX_REFLECTIONS_PER_LEVEL},
+    )
+    user: list[ReflectionText] = Field(
+        default_factory=list,
+        description="only what agent level lacks: rules, goals, skills",
+        json_schema_extra={"maxItems": MAX_REFLECTIONS_PER_LEVEL},
+    )
+    session: list[ReflectionText] = Field(
+        default_factory=list,
+        description="only what the above lack: goals, assets, fixes",
+        json_schema_extra={"maxItems": MAX_REFLECTIONS_PER_LEVEL},
+    )
 
 
 # --------------------------------------------------------------------------- 4. consolidation
@@ -160,7 +200,7 @@ class ConsolidationInput(BaseModel):
 class ConsolidationOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    content: str = Field(description="the whole new blob, starting with 'VERSION: n'")
+    content: BlobText = Field(description="the whole new blob, starting with 'VERSION: n'")
 
 
 # --------------------------------------------------------------------------- 5. profile
@@ -178,4 +218,6 @@ class ProfileInput(BaseModel):
 class ProfileOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    bullets: list[str] = Field(default_factory=list, description="most important first")
+    bullets: list[BulletText] = Field(
+        default_factory=list, description="most important first", json_schema_extra={"maxItems": MAX_PROFILE_BULLETS}
+    )
