@@ -59,7 +59,15 @@ class Binding:
         return await asyncio.to_thread(self.portal.call, coro)
 
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Block on ``coro`` on the sync facade's loop thread (sync callers only)."""
+        """Block on ``coro`` on the sync facade's loop thread (sync callers only). With no
+        memory service at all, ``coro`` must not need a loop (it is stepped here once)."""
+        if self.engine is None:
+            try:
+                coro.send(None)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            coro.close()
+            raise UsageError("this call needs an event loop; await its async form instead")
         if self.portal is None:
             coro.close()
             raise UsageError(
