@@ -321,6 +321,24 @@ class SessionStoreContract:
         with pytest.raises(InvalidInputError, match="limit"):
             await session_store.get_events("s", limit=-1)
 
+    async def test_pop_event_removes_the_newest_only_in_its_session(self, session_store: SessionStore) -> None:
+        await session_store.create_session(session_id="s", app="a")
+        await session_store.create_session(session_id="s", app="b")
+        for i in range(3):
+            await session_store.add_event("s", _sev(f"a{i}", metadata={"i": i}), app="a")
+        await session_store.add_event("s", _sev("b0"), app="b")
+        popped = await session_store.pop_event("s", app="a")
+        assert popped is not None and (popped.content, popped.metadata) == ("a2", {"i": 2})
+        assert [e.content for e in await session_store.get_events("s", app="a")] == ["a0", "a1"]
+        assert [e.content for e in await session_store.get_events("s", app="b")] == ["b0"]
+        await session_store.add_event("s", _sev("a3"), app="a")  # order continues after a pop
+        assert [e.content for e in await session_store.get_events("s", app="a")] == ["a0", "a1", "a3"]
+        popped_all = [await session_store.pop_event("s", app="a") for _ in range(3)]
+        assert [e.content for e in popped_all if e is not None] == ["a3", "a1", "a0"]
+        assert await session_store.pop_event("s", app="a") is None
+        assert await session_store.pop_event("missing", app="a") is None
+        assert await session_store.get_session("s", app="a") is not None  # the session itself stays
+
     async def test_content_and_metadata_round_trip(self, session_store: SessionStore) -> None:
         await session_store.create_session(session_id="s")
         ts = datetime(2024, 2, 29, 23, 59, 58, 123456, tzinfo=UTC)

@@ -135,6 +135,11 @@ class SessionStore(Protocol):
         """Events oldest first, optionally filtered by type; ``limit`` keeps the newest N."""
         ...
 
+    async def pop_event(self, session_id: str, *, app: str = "default") -> Event | None:
+        """Remove and return the session's newest event atomically (an OpenAI Agents
+        ``Session.pop_item``); None when the session has no events or does not exist."""
+        ...
+
     async def close(self) -> None:
         """Release resources."""
         ...

@@ -197,6 +197,14 @@ class LocalMemory:
             events = events[-limit:]
         return [e.model_copy(deep=True) for e in events]
 
+    async def pop_event(self, session_id: str, *, app: str = "default") -> Event | None:
+        """Remove and return the newest event (None when there is none)."""
+        entry = self._lookup(session_id, app)
+        if entry is None or not entry.events:
+            return None
+        entry.session.updated_at = utcnow()
+        return entry.events.pop()
+
     # ------------------------------------------------------------------ lifecycle
     async def close(self) -> None:
         """Nothing to release; the sessions stay (idempotent)."""

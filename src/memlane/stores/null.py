@@ -85,6 +85,10 @@ class NullMemory:
         """Always ``[]``."""
         return []
 
+    async def pop_event(self, session_id: str, *, app: str = "default") -> Event | None:
+        """Always None (nothing is stored)."""
+        return None
+
     async def close(self) -> None:
         """Nothing to release."""
 

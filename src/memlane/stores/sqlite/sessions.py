@@ -329,6 +329,26 @@ class SqliteSessionStore:
 
         return await self._run(fn)
 
+    async def pop_event(self, session_id: str, *, app: str = "default") -> Event | None:
+        """Remove and return the newest event in one transaction (None when there is none)."""
+        check_app(app)
+        check_session_id(session_id)
+
+        def fn(conn: sqlite3.Connection) -> Event | None:
+            with self.db.write(conn) as c:
+                row = c.execute(
+                    f"SELECT seq, {_EVENT_COLS} FROM events WHERE app = ? AND session_id = ? ORDER BY seq DESC LIMIT 1",
+                    (app, session_id),
+                ).fetchone()
+                if row is None:
+                    return None
+                c.execute("DELETE FROM events WHERE seq = ?", (row[0],))
+                now = _ts(utcnow())
+                c.execute("UPDATE sessions SET updated_at = ? WHERE app = ? AND id = ?", (now, app, session_id))
+                return self._event_from_row(row[1:])
+
+        return await self._run(fn)
+
     # ------------------------------------------------------------------ lifecycle
     async def close(self) -> None:
         """Give back the database reference (closing the file if this was the last one).
