@@ -61,6 +61,18 @@ class LoopThread:
             raise UsageError("this Memory is closed")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
+    async def call_async(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` on the private loop from another event loop without blocking it: an
+        async framework (an ADK ``Runner``) driving a sync ``Memory``'s engine. Cancelling the
+        caller cancels ``coro``."""
+        if self.forked or self._loop.is_closed():
+            coro.close()
+            raise UsageError("this Memory is closed, or was created in another process; create a new Memory")
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise UsageError("call_async was called from the memory's own event loop; await the coroutine directly")
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
     def stop(self) -> None:
         """Stop the loop and join the thread (idempotent; nothing to do in a forked child)."""
         if self.forked or self._loop.is_closed() or not self._thread.is_alive():
