@@ -17,11 +17,17 @@ The rules, in one place:
 - **Metadata**: a mapping with ``str`` keys and JSON values (``None``, ``bool``, ``int`` within
   64 bits, finite ``float``, ``str``, lists and mappings of these), nested at most
   :data:`MAX_METADATA_DEPTH` deep and at most :data:`MAX_METADATA_CHARS` characters as JSON.
-- **Filters**: a mapping with non-empty ``str`` keys and JSON scalar values.
+- **Filters**: a mapping with non-empty ``str`` keys and JSON scalar values; a key with dots
+  is a path into nested metadata (``"sender.id"``), so none of its parts may be empty.
 - **Timestamps**: a ``datetime`` or an ISO-8601 string, returned timezone-aware in UTC
   (a naive time is taken as UTC).
 - **Counts** (``top_k``, ``limit``, ...): an ``int`` (not a ``bool``) within the stated range.
 - **Flags**: a ``bool``. **Choices** (``scope``, job ``status``): one of the listed strings.
+- **Memory kinds** (``add(kind=...)``): ``fact``, ``message``, ``description`` or ``custom``
+  (``document`` goes through ``add_document``; ``fragment`` rows are made by memlane).
+- **Scopes** (``add(scope=...)``): ``user``, ``agent`` or ``room``, or elizaOS's ``private``
+  (= ``user``) and ``shared`` (= ``agent``).
+- **Embedding priorities** (``add(embed=...)``): ``now``, ``high``, ``normal`` or ``low``.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ import operator
 import unicodedata
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time
-from typing import Any
+from typing import Any, cast
 
 from memlane.errors import InvalidInputError, ScopeError
+from memlane.models import SCOPE_ALIASES, EmbedPriority, FactKind, FactScope
 
 #: Longest text accepted for one memory or query (characters). Longer input is rejected,
 #: not truncated, so nothing is stored half.
@@ -306,10 +313,52 @@ def filters(value: object) -> dict[str, str | int | float | bool | None] | None:
     for key, want in value.items():
         if not isinstance(key, str) or not key.strip() or _surrogate_at(key) is not None:
             raise InvalidInputError(f"filters keys must be non-empty strings, got {show(key)}")
+        if any(not part.strip() for part in key.split(".")):
+            raise InvalidInputError(
+                f"filters key {key!r} has an empty part: a dotted key is a path into nested metadata"
+                " (such as 'sender.id')"
+            )
         if isinstance(want, Mapping | list | tuple):
             raise InvalidInputError(f"filters[{key!r}] must be a single value to match exactly, got {show(want)}")
         out[key] = _json_scalar(want, f"filters[{key!r}]")
     return out
+
+
+# --------------------------------------------------------------------------- memory types
+
+#: Kinds a caller may give ``add(kind=...)``.
+ADD_KINDS: tuple[str, ...] = ("fact", "message", "description", "custom")
+#: Scope names ``add`` accepts, memlane's and elizaOS's (see :data:`memlane.models.SCOPE_ALIASES`).
+SCOPE_NAMES: tuple[str, ...] = ("user", "agent", "room", "private", "shared")
+#: Embedding priorities: ``now`` embeds before ``add`` returns; the others queue.
+EMBED_PRIORITIES: tuple[str, ...] = ("now", "high", "normal", "low")
+
+
+def memory_kind(value: object) -> FactKind | None:
+    """``add``'s ``kind``: ``None`` (a text is a ``fact``, a message a ``message``) or one of
+    :data:`ADD_KINDS`."""
+    if value is None:
+        return None
+    if value == "document":
+        raise InvalidInputError("kind='document': use add_document(text, ...) to store a document")
+    if value == "fragment":
+        raise InvalidInputError("kind='fragment': fragments are made by memlane from a document's text")
+    choice(value, "kind", ADD_KINDS)
+    return cast("FactKind", value)
+
+
+def fact_scope(value: object) -> FactScope:
+    """A scope name as memlane's: ``user`` / ``agent`` / ``room``; elizaOS's ``private`` and
+    ``shared`` are ``user`` and ``agent``."""
+    choice(value, "scope", SCOPE_NAMES)
+    assert isinstance(value, str)
+    return SCOPE_ALIASES.get(value, cast("FactScope", value))
+
+
+def embed_priority(value: object) -> EmbedPriority:
+    """An embedding priority: one of :data:`EMBED_PRIORITIES`."""
+    choice(value, "embed", EMBED_PRIORITIES)
+    return cast("EmbedPriority", value)
 
 
 # --------------------------------------------------------------------------- sequences

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from memlane import inputs
 from memlane.documents import MAX_DOCUMENT_CHARS
 from memlane.errors import InvalidInputError
 from memlane.formation.schemas import Turn
-from memlane.models import Event, Fact, content_hash, message_role
+from memlane.models import Event, Fact, FactKind, FactScope, content_hash, message_role
 
 #: A chat message: ``{"role", "content", "name"?, "timestamp"?, "metadata"?, "id"?}`` or an Event.
 Message = Mapping[str, Any] | Event
@@ -41,7 +41,7 @@ def message_fact(
     m: Message,
     i: int,
     *,
-    scope: Literal["user", "agent"],
+    scope: FactScope,
     user_id: str | None,
     agent_id: str | None,
     session_id: str | None,
@@ -75,24 +75,31 @@ def message_fact(
 def to_facts(
     messages: str | bytes | Sequence[Message],
     *,
-    scope: Literal["user", "agent"],
+    scope: FactScope,
     user_id: str | None,
     agent_id: str | None,
     session_id: str | None,
     metadata: dict[str, Any],
     timestamp: datetime | None,
+    kind: FactKind | None = None,
 ) -> list[Fact]:
-    """``add``'s input as verbatim rows: a text is one ``fact``, each message one ``message``."""
+    """``add``'s input as verbatim rows: a text is one ``fact``, each message one ``message``
+    (or each of ``kind`` when given: ``description``, ``custom``, ...)."""
     if isinstance(messages, str | bytes):
         text = inputs.clean_text(messages, "text", max_chars=MAX_DOCUMENT_CHARS)
+        # the kind is part of the identity: the same words as a fact and as a description are two memories
+        key = text if kind in (None, "fact") else f"{kind}\x1f{text}"
         return [
             Fact(content=text, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
-                 kind="fact", occurred_at=timestamp, metadata=metadata, hash=content_hash(text))
+                 kind=kind or "fact", occurred_at=timestamp, metadata=metadata, hash=content_hash(key))
         ]  # fmt: skip
-    return [
+    facts = [
         message_fact(m, i, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=metadata)
         for i, m in enumerate(_checked_messages(messages))
     ]
+    if kind not in (None, "message"):
+        facts = [f.model_copy(update={"kind": kind, "hash": content_hash(f"{kind}\x1f{f.hash}")}) for f in facts]
+    return facts
 
 
 def to_turns(

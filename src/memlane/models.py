@@ -184,8 +184,16 @@ def session_key(user_id: str, channel: str) -> str:
 
 # --------------------------------------------------------------------------- scopes
 
-FactScope = Literal["user", "agent"]
-FactKind = Literal["message", "fact", "document", "fragment"]
+FactScope = Literal["user", "agent", "room"]
+FactKind = Literal["message", "fact", "document", "fragment", "description", "custom"]
+#: Scope names ``add`` accepts: memlane's, and elizaOS's ``private`` / ``shared`` (see :data:`SCOPE_ALIASES`).
+ScopeName = Literal["user", "agent", "room", "private", "shared"]
+#: ``add(embed=...)``: ``now`` embeds before returning; ``high`` / ``normal`` / ``low`` queue.
+EmbedPriority = Literal["now", "high", "normal", "low"]
+#: elizaOS's memory scopes, as memlane's: ``private`` is the user's own, ``shared`` the agent's.
+SCOPE_ALIASES: dict[str, FactScope] = {"private": "user", "shared": "agent"}
+#: Every :data:`FactKind`, for validation.
+FACT_KINDS: tuple[str, ...] = ("message", "fact", "document", "fragment", "description", "custom")
 ReflectionScope = Literal["session", "user", "agent"]
 
 
@@ -214,6 +222,9 @@ class Scope:
     ``user_id`` only          all of that user's own memories, under every agent
     ``user_id`` + ``agent_id``  the user's memories under that agent, plus the agent's shared ones
     ``agent_id`` only         the agent's shared memories (``scope="agent"``)
+    + ``session_id``          narrows to that session, and adds the room's memories
+                              (``scope="room"``: the agent's memory of that room, seen only
+                              by reads naming the room; needs ``agent_id``)
     ========================  ===============================================================
 
     A scope with neither id is rejected (:class:`ScopeError`): there is no "everything" query.
@@ -237,8 +248,8 @@ class Scope:
     def partition_filter(self, only: FactScope | None = None) -> PartitionFilter:
         """The storage partitions this scope reads (see the class docstring); ``only`` keeps
         just its user partitions or just the agent's shared one."""
-        user = self.user_id if only != "agent" else None
-        agent = self.agent_id if only != "user" else None
+        user = self.user_id if only in (None, "user") else None
+        agent = self.agent_id if only in (None, "agent") else None
         if user is not None and self.agent_id is None:
             return PartitionFilter(prefixes=(user_partition_prefix(user),))
         exact = []
@@ -246,6 +257,8 @@ class Scope:
             exact.append(user_partition(user, self.agent_id))
         if agent is not None:
             exact.append(agent_partition(agent))
+        if only in (None, "room") and self.agent_id is not None and self.session_id is not None:
+            exact.append(room_partition(self.agent_id, self.session_id))
         return PartitionFilter(exact=tuple(exact))
 
     def write_partition(self, scope: FactScope = "user") -> str:
@@ -254,6 +267,10 @@ class Scope:
             if self.agent_id is None:
                 raise ScopeError("an agent-scoped memory needs agent_id")
             return agent_partition(self.agent_id)
+        if scope == "room":
+            if self.agent_id is None or self.session_id is None:
+                raise ScopeError("a room memory needs agent_id and session_id (the room)")
+            return room_partition(self.agent_id, self.session_id)
         if self.user_id is None:
             raise ScopeError("a user-scoped memory needs user_id")
         return user_partition(self.user_id, self.agent_id)
@@ -280,6 +297,30 @@ def agent_partition(agent_id: str) -> str:
     return f"a|{_enc(agent_id)}"
 
 
+def room_partition(agent_id: str, room_id: str) -> str:
+    """Storage partition key of an agent's memories of one room (``r|agent|room``; the room
+    is a ``session_id``)."""
+    return f"r|{_enc(agent_id)}|{_enc(room_id)}"
+
+
+def metadata_path(key: str) -> tuple[str, ...]:
+    """A filter key as a path into nested metadata: ``"sender.id"`` -> ``("sender", "id")``."""
+    return tuple(key.split("."))
+
+
+_MISSING = object()
+
+
+def metadata_value(metadata: dict[str, Any], key: str) -> Any:
+    """The value at a (dotted) filter key, or a private sentinel when absent."""
+    value: Any = metadata
+    for part in metadata_path(key):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
 # --------------------------------------------------------------------------- search plumbing
 # Shared by the engine, retrieval (pure) and every store backend.
 
@@ -288,7 +329,9 @@ def agent_partition(agent_id: str) -> str:
 class FactFilter:
     """Exact-match filters pushed down into a store's queries (all must hold).
 
-    ``metadata`` compares top-level metadata keys to JSON scalars (str, int, float, bool, None).
+    ``metadata`` compares metadata keys to JSON scalars (str, int, float, bool, None); a key
+    with dots is a path into nested objects (``"sender.id"`` is ``metadata["sender"]["id"]``).
+    A number matches a number of equal value, a bool only a bool, ``None`` only a JSON null.
     """
 
     kind: str | None = None
@@ -318,7 +361,17 @@ class FactFilter:
             return False
         if self.session_id is not None and fact.session_id != self.session_id:
             return False
-        return all(k in fact.metadata and fact.metadata[k] == v for k, v in self.metadata)
+        return all(_same_json(metadata_value(fact.metadata, k), v) for k, v in self.metadata)
+
+
+def _same_json(have: Any, want: Any) -> bool:
+    if have is _MISSING:
+        return False
+    if want is None or isinstance(want, bool):
+        return have is want
+    if isinstance(want, int | float):
+        return isinstance(have, int | float) and not isinstance(have, bool) and have == want
+    return isinstance(have, str) and have == want
 
 
 @dataclass(frozen=True)
@@ -364,7 +417,8 @@ class Fact(BaseModel):
     embedding: list[float] | None = Field(default=None, repr=False)
     """The content's embedding (None when no embedder is configured)."""
     scope: FactScope = "user"
-    """``user``: one user's; ``agent``: shared by all users of the agent."""
+    """``user``: one user's; ``agent``: shared by all users of the agent; ``room``: the
+    agent's memory of one room (``session_id``), read only by calls naming that room."""
     agent_id: str | None = None
     """The agent / app namespace."""
     user_id: str | None = None
@@ -375,7 +429,9 @@ class Fact(BaseModel):
     kind: FactKind = "fact"
     """``message``: a verbatim turn; ``fact``: an extracted or remembered statement;
     ``document``: long content kept whole (not itself searched); ``fragment``: one searchable
-    piece of a document (``metadata["document_id"]``, ``["fragment"]``, ``["headings"]``)."""
+    piece of a document (``metadata["document_id"]``, ``["fragment"]``, ``["headings"]``);
+    ``description``: a description of an entity (a profile, an agent, a relationship);
+    ``custom``: an application-defined memory (name its type in ``metadata``)."""
     author: str | None = None
     """Who said it (role or speaker name) for verbatim memories."""
     seq: int | None = None
@@ -406,6 +462,10 @@ class Fact(BaseModel):
             if not self.agent_id:
                 raise ScopeError("an agent-scoped fact needs agent_id")
             return agent_partition(self.agent_id)
+        if self.scope == "room":
+            if not self.agent_id or not self.session_id:
+                raise ScopeError("a room memory needs agent_id and session_id (the room)")
+            return room_partition(self.agent_id, self.session_id)
         if not self.user_id:
             raise ScopeError("a user-scoped fact needs user_id")
         return user_partition(self.user_id, self.agent_id)

@@ -15,7 +15,18 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from memlane.errors import InvalidInputError, ProviderError
-from memlane.models import Candidate, Fact, FactFilter, FactScope, Hit, PartitionFilter, Scope, SearchResult
+from memlane.models import (
+    FACT_KINDS,
+    SCOPE_ALIASES,
+    Candidate,
+    Fact,
+    FactFilter,
+    FactScope,
+    Hit,
+    PartitionFilter,
+    Scope,
+    SearchResult,
+)
 from memlane.providers.embed.base import Matrix
 from memlane.retrieval.hybrid import RetrievalConfig, fuse
 from memlane.retrieval.text import parse_query
@@ -31,22 +42,26 @@ FIELD_FILTERS = ("kind", "author", "session_id", "scope")
 
 def fact_filter(filters: Mapping[str, Any] | None) -> tuple[FactFilter, FactScope | None]:
     """``search(filters=...)`` as a pushed-down :class:`FactFilter`, plus the ``scope`` filter
-    (``"user"`` / ``"agent"``), which selects partitions instead."""
+    (``"user"`` / ``"agent"`` / ``"room"``, or elizaOS's ``"private"`` / ``"shared"``), which
+    selects partitions instead."""
     filters = dict(filters or {})
     scope = filters.pop("scope", None)
-    if scope not in (None, "user", "agent"):
-        raise InvalidInputError(f"filters['scope'] must be 'user' or 'agent', got {scope!r}")
+    scope = SCOPE_ALIASES.get(scope, scope) if isinstance(scope, str) else scope
+    if scope not in (None, "user", "agent", "room"):
+        raise InvalidInputError(f"filters['scope'] must be 'user', 'agent' or 'room', got {scope!r}")
     fields = {k: filters.pop(k) for k in ("kind", "author", "session_id") if k in filters}
     for key, value in fields.items():
         if not isinstance(value, str):
             raise InvalidInputError(f"filters[{key!r}] must be a string, got {type(value).__name__}")
+    if "kind" in fields and fields["kind"] not in FACT_KINDS:
+        raise InvalidInputError(f"filters['kind'] must be one of {', '.join(FACT_KINDS)}; got {fields['kind']!r}")
     return FactFilter(metadata=tuple(sorted(filters.items())), **fields), scope
 
 
 def redact_contributor(fact: Fact, reader: str | None) -> Fact:
     """An agent's shared memory records which user it came from (so ``forget`` can erase it);
     other readers see it without that user's id."""
-    if fact.scope == "agent" and fact.user_id is not None and fact.user_id != reader:
+    if fact.scope != "user" and fact.user_id is not None and fact.user_id != reader:
         return fact.model_copy(update={"user_id": None})
     return fact
 
