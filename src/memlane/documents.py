@@ -42,6 +42,7 @@ __all__ = [
     "DOCUMENT_THRESHOLD_CHARS",
     "MAX_DOCUMENT_CHARS",
     "Fragment",
+    "document_rows",
     "estimate_tokens",
     "split_document",
     "split_documents",
@@ -308,19 +309,26 @@ def split_documents(facts: Sequence[Fact]) -> tuple[list[Fact], list[int]]:
         firsts.append(len(rows))
         if len(fact.content) <= DOCUMENT_THRESHOLD_CHARS:
             rows.append(fact)
-            continue
-        pieces = split_document(fact.content)
-        doc = fact.model_copy(
-            update={"kind": "document", "metadata": {**fact.metadata, "fragments": len(pieces)}, "seq": None}
-        )
-        rows.append(doc)
-        for p in pieces:
-            meta = {**fact.metadata, "document_id": doc.id, "fragment": p.index, "fragments": len(pieces),
-                    "headings": list(p.headings), "start": p.start, "end": p.end}  # fmt: skip
-            rows.append(
-                fact.model_copy(
-                    update={"id": new_id(), "content": p.text, "kind": "fragment", "seq": None, "metadata": meta,
-                            "hash": content_hash(f"{doc.hash or content_hash(doc.content)}#{p.index}")}
-                )
-            )  # fmt: skip
+        else:
+            rows += document_rows(fact)
     return rows, firsts
+
+
+def document_rows(fact: Fact) -> list[Fact]:
+    """``fact`` stored as a document whatever its length: the ``document`` row (``kind``
+    becomes ``document``) followed by its ``fragment`` rows (a short text has one)."""
+    pieces = split_document(fact.content)
+    doc = fact.model_copy(
+        update={"kind": "document", "metadata": {**fact.metadata, "fragments": len(pieces)}, "seq": None}
+    )
+    rows = [doc]
+    for p in pieces:
+        meta = {**fact.metadata, "document_id": doc.id, "fragment": p.index, "fragments": len(pieces),
+                "headings": list(p.headings), "start": p.start, "end": p.end}  # fmt: skip
+        rows.append(
+            fact.model_copy(
+                update={"id": new_id(), "content": p.text, "kind": "fragment", "seq": None, "metadata": meta,
+                        "hash": content_hash(f"{doc.hash or content_hash(doc.content)}#{p.index}")}
+            )
+        )  # fmt: skip
+    return rows

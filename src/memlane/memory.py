@@ -35,7 +35,8 @@ from memlane.agent.context import (
     replay_window,
 )
 from memlane.config import default_db_path
-from memlane.documents import split_documents
+from memlane.documents import MAX_DOCUMENT_CHARS, document_rows, split_documents
+from memlane.embedding_queue import EmbeddingQueue
 from memlane.errors import (
     EmbedderError,
     InvalidInputError,
@@ -55,19 +56,23 @@ from memlane.messages import Message as Message  # re-exported
 from memlane.models import (
     CheckReport,
     ConsolidatedMemory,
+    EmbedPriority,
     Event,
     Fact,
     FactFilter,
+    FactKind,
     HistoryEntry,
     Job,
     MemoryEntry,
     Page,
     Reflection,
     Scope,
+    ScopeName,
     SearchMemoryResponse,
     SearchResult,
     Session,
     agent_namespace,
+    content_hash,
 )
 from memlane.providers.embed.base import Embedder, Matrix, check_matrix
 from memlane.providers.llm.base import LLM, UsageMeter
@@ -174,6 +179,7 @@ class AsyncMemory:
         check_embedder_spec(embedder)
         self._specs = (embedder, sessions, llm, strong_llm)
         self._pending_embeddings = True  # check once for facts a failed embedder left behind
+        self._embed_queue: EmbeddingQueue | None = None  # add(embed="high"|"normal"|"low"), made on first use
         self._query_cache: OrderedDict[str, Any] = OrderedDict()
         self._open_lock: asyncio.Lock | None = None
         self._opened = False
@@ -253,6 +259,8 @@ class AsyncMemory:
         self._closed = True
         if not self._opened:
             return
+        if self._embed_queue is not None:  # what it had not embedded is embedded after the next open
+            await self._embed_queue.close()
         await self.formation.close()
         await self.pipeline.fast.aclose()
         if self.pipeline.strong is not self.pipeline.fast:
@@ -329,9 +337,11 @@ class AsyncMemory:
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         infer: bool = False,
-        scope: Literal["user", "agent"] = "user",
+        scope: ScopeName = "user",
         timestamp: datetime | None = None,
         wait: Literal[True] = True,
+        kind: FactKind | None = None,
+        embed: EmbedPriority = "now",
     ) -> list[Fact]: ...
 
     @overload
@@ -345,9 +355,11 @@ class AsyncMemory:
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         infer: bool = False,
-        scope: Literal["user", "agent"] = "user",
+        scope: ScopeName = "user",
         timestamp: datetime | None = None,
         wait: Literal[False],
+        kind: FactKind | None = None,
+        embed: EmbedPriority = "now",
     ) -> Job: ...
 
     @_opening
@@ -360,9 +372,11 @@ class AsyncMemory:
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         infer: bool = False,
-        scope: Literal["user", "agent"] = "user",
+        scope: ScopeName = "user",
         timestamp: datetime | None = None,
         wait: bool = True,
+        kind: FactKind | None = None,
+        embed: EmbedPriority = "now",
     ) -> list[Fact] | Job:
         """Store memories: verbatim (default), or, with ``infer=True``, as facts an LLM extracts
         and de-duplicates against the scope's existing facts (mem0-style).
@@ -377,10 +391,19 @@ class AsyncMemory:
             metadata: stored on every memory.
             infer: extract facts with the formation model (extraction + dedup ADD / UPDATE /
                 DELETE / NONE) instead of storing the text verbatim. Runs as a durable job.
-            scope: ``"user"`` (the user's own) or ``"agent"`` (shared by the agent's users).
+            scope: ``"user"`` (the user's own; elizaOS ``"private"``), ``"agent"`` (shared by
+                the agent's users; elizaOS ``"shared"``) or ``"room"`` (the agent's memory of
+                the room ``session_id``, read only by calls naming that room; docs/documents.md).
             timestamp: when a plain text was said (messages carry their own).
             wait: with ``infer=True``: True runs the job now and returns the facts it added
                 or changed; False returns the queued :class:`Job` (see :meth:`get_job`).
+            kind: the memory type (elizaOS): ``"fact"`` (a text's default), ``"message"`` (a
+                message's default), ``"description"`` (an entity's description) or
+                ``"custom"`` (application-defined; name its type in ``metadata``). Documents:
+                :meth:`add_document`.
+            embed: ``"now"`` embeds before returning; ``"high"`` / ``"normal"`` / ``"low"``
+                store at once (keyword-searchable) and embed in the background, by priority
+                (:meth:`embedding_progress`, :meth:`drain_embeddings`).
 
         Returns:
             Verbatim: the stored facts in input order; an identical memory already stored is
@@ -396,23 +419,46 @@ class AsyncMemory:
         """
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         infer, wait = inputs.flag(infer, "infer"), inputs.flag(wait, "wait")
-        inputs.choice(scope, "scope", ("user", "agent"))
+        fact_scope = self._write_scope(scope, user_id, agent_id, session_id, "add()")
         metadata, timestamp = inputs.metadata(metadata), inputs.timestamp(timestamp)
+        kind, embed = inputs.memory_kind(kind), inputs.embed_priority(embed)
         if not wait and not infer:
             raise UsageError("wait=False only applies to infer=True (verbatim writes are immediate)")
-        if scope == "user" and not user_id:
-            raise ScopeError("add() needs user_id=... for user-scoped memory")
-        if scope == "agent" and not agent_id:
-            raise ScopeError("add() with scope='agent' needs agent_id=...")
-        self._scope(user_id, agent_id)  # validates the ids
         meta = dict(metadata or {})
         if infer:
-            return await self._add_infer(messages, user_id, agent_id, session_id, meta, scope, timestamp, wait)
+            if kind is not None or embed != "now" or fact_scope == "room":
+                raise UsageError("kind=, embed= and scope='room' apply to verbatim writes, not to infer=True")
+            return await self._add_infer(messages, user_id, agent_id, session_id, meta, fact_scope, timestamp, wait)
         facts = messages_.to_facts(
-            messages, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=meta,
-            timestamp=timestamp,
+            messages, scope=fact_scope, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=meta,
+            timestamp=timestamp, kind=kind,
         )  # fmt: skip
         rows, firsts = split_documents(facts)
+        stored = await self._store_rows(rows, embed)
+        return [stored[i] for i in firsts]
+
+    def _write_scope(
+        self, scope: object, user_id: str | None, agent_id: str | None, session_id: str | None, what: str
+    ) -> Literal["user", "agent", "room"]:
+        """A write's scope name checked against the ids it needs (elizaOS names mapped)."""
+        fact_scope = inputs.fact_scope(scope)
+        if fact_scope == "user" and not user_id:
+            raise ScopeError(f"{what} needs user_id=... for user-scoped (private) memory")
+        if fact_scope == "agent" and not agent_id:
+            raise ScopeError(f"{what} with scope='agent' (shared) needs agent_id=...")
+        if fact_scope == "room" and not (agent_id and session_id):
+            raise ScopeError(f"{what} with scope='room' needs agent_id=... and session_id=... (the room)")
+        self._scope(user_id, agent_id)  # validates the ids
+        return fact_scope
+
+    async def _store_rows(self, rows: builtins.list[Fact], embed: str) -> builtins.list[Fact]:
+        """Write rows (documents followed by their fragments), embedded now (``embed="now"``)
+        or queued for the background worker at that priority."""
+        if embed != "now" and self.embedder is not None:
+            pairs = await self.facts.put_facts(rows, None, actor="api")
+            queue = self._embedding_queue()
+            queue.put([f.id for f, created in pairs if created], embed)  # type: ignore[arg-type]
+            return [f for f, _ in pairs]
         # A document is not searched itself (its fragments are): it gets its first fragment's vector.
         texts = [next(f.content for f in rows[i + 1 :]) if f.kind == "document" else f.content
                  for i, f in enumerate(rows)]  # fmt: skip
@@ -420,7 +466,121 @@ class AsyncMemory:
         stored = await self.facts.put_facts(rows, vectors, actor="api")
         if vectors is not None:
             await self._backfill_if_pending()
-        return [stored[i][0] for i in firsts]
+        return [f for f, _ in stored]
+
+    def _embedding_queue(self) -> EmbeddingQueue:
+        if self._embed_queue is None:
+            self._embed_queue = EmbeddingQueue(self.facts, self._embed)
+            self._pending_embeddings = False  # the queue's worker embeds what the store lacks
+        return self._embed_queue
+
+    @_opening
+    async def add_document(
+        self,
+        text: str,
+        *,
+        title: str | None = None,
+        source: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        scope: ScopeName = "user",
+        metadata: Mapping[str, Any] | None = None,
+        timestamp: datetime | None = None,
+        embed: EmbedPriority = "now",
+    ) -> Fact:
+        """Store a document (elizaOS ``DOCUMENT``) whatever its length: the ``document`` row
+        keeps the whole text and is not searched itself; its ``fragment`` rows (~1,000 tokens,
+        cut at headings and paragraphs first; a short document has one) are embedded and
+        searched, each with ``metadata["document_id"]`` (see :meth:`fragments`). Deleting the
+        document deletes its fragments. Adding the same text again returns the stored document.
+
+        Args:
+            text: the document (Markdown, code or prose), up to 5,000,000 characters.
+            title: stored as ``metadata["title"]``.
+            source: where it came from (``"filesystem"``, ``"discord"``, a URL...), stored as
+                ``metadata["source"]`` (filter with ``filters={"source": ...}``).
+            scope: as :meth:`add`: ``"user"``/``"private"``, ``"agent"``/``"shared"``
+                (a knowledge base for all the agent's users), ``"room"``.
+            metadata: stored on the document and on every fragment.
+            embed: as :meth:`add`: ``"now"``, or queue the fragments at ``"high"`` /
+                ``"normal"`` / ``"low"`` priority.
+
+        Returns:
+            The document fact (``metadata["fragments"]``: how many fragments it has).
+        """
+        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
+        fact_scope = self._write_scope(scope, user_id, agent_id, session_id, "add_document()")
+        body = _clean_text(text, "text", max_chars=MAX_DOCUMENT_CHARS)
+        meta = inputs.metadata(metadata)
+        for name, value in (("title", title), ("source", source)):
+            if value is not None:
+                meta[name] = _clean_text(value, name, max_chars=inputs.MAX_ID_CHARS * 4)
+        when, embed = inputs.timestamp(timestamp), inputs.embed_priority(embed)
+        doc = Fact(
+            content=body, scope=fact_scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
+            kind="document", occurred_at=when, metadata=meta, hash=content_hash(f"document\x1f{body}"),
+        )  # fmt: skip
+        return (await self._store_rows(document_rows(doc), embed))[0]
+
+    @_opening
+    async def fragments(
+        self,
+        document_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> builtins.list[Fact]:
+        """A document's fragments in reading order (NotFoundError when the document is not
+        visible from this scope; ``session_id`` names the room of a room document)."""
+        document_id = inputs.identifier(document_id, "document_id", error=InvalidInputError)
+        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
+        doc = await self.get(document_id, user_id=user_id, agent_id=agent_id, session_id=session_id)
+        if doc.kind != "document":
+            raise InvalidInputError(f"{document_id!r} is a {doc.kind}, not a document")
+        # a room document's fragments are in its room: read them there, whatever session_id narrowed to
+        scope = self._scope(user_id, agent_id, doc.session_id if doc.scope == "room" else None)
+        found = builtins.list((await self.facts.get_facts(await self._fragment_ids(doc, scope), scope)).values())
+        found.sort(key=lambda f: int(f.metadata.get("fragment", 0)))
+        return [redact_contributor(f, user_id) for f in found]
+
+    @_opening
+    async def parent_document(
+        self,
+        fragment_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> Fact:
+        """The document a fragment belongs to (a search hit's source)."""
+        fragment_id = inputs.identifier(fragment_id, "fragment_id", error=InvalidInputError)
+        fragment = await self.get(fragment_id, user_id=user_id, agent_id=agent_id, session_id=session_id)
+        parent = fragment.metadata.get("document_id")
+        if fragment.kind != "fragment" or not isinstance(parent, str):
+            raise InvalidInputError(f"{fragment_id!r} is a {fragment.kind}, not a document fragment")
+        return await self.get(parent, user_id=user_id, agent_id=agent_id, session_id=session_id)
+
+    @_opening
+    async def embedding_progress(self) -> dict[str, Any]:
+        """The background embedding queue's counts: ``high`` / ``normal`` / ``low`` and
+        ``queued`` (facts waiting), ``done`` (embedded since open), ``failed`` (facts of
+        batches that failed; they stay queued and are retried), ``last_error``, ``idle``."""
+        if self._embed_queue is None:
+            return {"high": 0, "normal": 0, "low": 0, "queued": 0, "done": 0, "failed": 0, "last_error": None,
+                    "idle": True}  # fmt: skip
+        return self._embed_queue.progress()
+
+    @_opening
+    async def drain_embeddings(self) -> dict[str, Any]:
+        """Wait until every queued fact, and every fact stored without a vector (from before
+        a restart, or a failed embedding), has its vector. Raises the embedder's error when
+        a batch fails meanwhile (the facts stay keyword-searchable and queued; the worker
+        retries them). Returns :meth:`embedding_progress`."""
+        if self.embedder is not None:
+            await self._embedding_queue().drain()
+        return await self.embedding_progress()
 
     async def _add_infer(
         self,
@@ -448,6 +608,9 @@ class AsyncMemory:
         return result.facts
 
     async def _backfill_if_pending(self) -> None:
+        if self._embed_queue is not None:  # its worker embeds what the store lacks, in the background
+            self._embed_queue.start()
+            return
         if self._pending_embeddings and self.embedder is not None:
             try:
                 await self.backfill_embeddings()
@@ -499,15 +662,19 @@ class AsyncMemory:
         )
 
     @_opening
-    async def delete(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
-        """Soft delete: the fact leaves search but stays in history with ``invalid_at`` set."""
+    async def delete(
+        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+    ) -> Fact:
+        """Soft delete: the fact leaves search but stays in history with ``invalid_at`` set
+        (a document's fragments with it). ``session_id`` names the room of a room memory."""
         fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
-        user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
-        scope = self._scope(user_id, agent_id)
+        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
+        scope = self._scope(user_id, agent_id, session_id)
         fact = await self.facts.get_fact(fact_id, scope)
         ids = [fact_id]
         if fact is not None and fact.kind == "document":  # its fragments go with it, in one transaction
-            ids += await self._fragment_ids(fact, scope)
+            room = fact.session_id if fact.scope == "room" else None
+            ids += await self._fragment_ids(fact, self._scope(user_id, agent_id, room))
         return (await self.facts.invalidate_facts(ids, scope, actor="api"))[0]
 
     async def _fragment_ids(self, document: Fact, scope: Scope) -> builtins.list[str]:
@@ -561,11 +728,14 @@ class AsyncMemory:
 
     # ------------------------------------------------------------------ reads
     @_opening
-    async def get(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
-        """One fact by id (NotFoundError if absent or outside the scope)."""
+    async def get(
+        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+    ) -> Fact:
+        """One fact by id (NotFoundError if absent or outside the scope; ``session_id`` names
+        the room of a room memory)."""
         fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
-        user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
-        fact = await self.facts.get_fact(fact_id, self._scope(user_id, agent_id))
+        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
+        fact = await self.facts.get_fact(fact_id, self._scope(user_id, agent_id, session_id))
         if fact is None:
             raise NotFoundError(f"no fact {fact_id!r} for this user/agent")
         return redact_contributor(fact, user_id)

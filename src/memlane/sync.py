@@ -19,12 +19,15 @@ from memlane.memory import AsyncMemory, Message
 from memlane.models import (
     CheckReport,
     ConsolidatedMemory,
+    EmbedPriority,
     Event,
     Fact,
+    FactKind,
     HistoryEntry,
     Job,
     Page,
     Reflection,
+    ScopeName,
     SearchMemoryResponse,
     SearchResult,
     Session,
@@ -100,9 +103,11 @@ class Memory:
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         infer: bool = False,
-        scope: Literal["user", "agent"] = "user",
+        scope: ScopeName = "user",
         timestamp: datetime | None = None,
         wait: Literal[True] = True,
+        kind: FactKind | None = None,
+        embed: EmbedPriority = "now",
     ) -> list[Fact]: ...
 
     @overload
@@ -115,9 +120,11 @@ class Memory:
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         infer: bool = False,
-        scope: Literal["user", "agent"] = "user",
+        scope: ScopeName = "user",
         timestamp: datetime | None = None,
         wait: Literal[False],
+        kind: FactKind | None = None,
+        embed: EmbedPriority = "now",
     ) -> Job: ...
 
     def add(
@@ -129,19 +136,69 @@ class Memory:
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         infer: bool = False,
-        scope: Literal["user", "agent"] = "user",
+        scope: ScopeName = "user",
         timestamp: datetime | None = None,
         wait: bool = True,
+        kind: FactKind | None = None,
+        embed: EmbedPriority = "now",
     ) -> list[Fact] | Job:
         """See :meth:`AsyncMemory.add`."""
         engine_add: Any = self._async.add
         result: list[Fact] | Job = self._portal.call(
             engine_add(
                 messages, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=metadata,
-                infer=infer, scope=scope, timestamp=timestamp, wait=wait,
+                infer=infer, scope=scope, timestamp=timestamp, wait=wait, kind=kind, embed=embed,
             )
         )  # fmt: skip
         return result
+
+    def add_document(
+        self,
+        text: str,
+        *,
+        title: str | None = None,
+        source: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        scope: ScopeName = "user",
+        metadata: Mapping[str, Any] | None = None,
+        timestamp: datetime | None = None,
+        embed: EmbedPriority = "now",
+    ) -> Fact:
+        """See :meth:`AsyncMemory.add_document`."""
+        return self._portal.call(
+            self._async.add_document(
+                text, title=title, source=source, user_id=user_id, agent_id=agent_id, session_id=session_id,
+                scope=scope, metadata=metadata, timestamp=timestamp, embed=embed,
+            )
+        )  # fmt: skip
+
+    def fragments(
+        self, document_id: str, *, user_id: str | None = None, agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> builtins.list[Fact]:  # fmt: skip
+        """See :meth:`AsyncMemory.fragments`."""
+        return self._portal.call(
+            self._async.fragments(document_id, user_id=user_id, agent_id=agent_id, session_id=session_id)
+        )
+
+    def parent_document(
+        self, fragment_id: str, *, user_id: str | None = None, agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> Fact:  # fmt: skip
+        """See :meth:`AsyncMemory.parent_document`."""
+        return self._portal.call(
+            self._async.parent_document(fragment_id, user_id=user_id, agent_id=agent_id, session_id=session_id)
+        )
+
+    def embedding_progress(self) -> dict[str, Any]:
+        """See :meth:`AsyncMemory.embedding_progress`."""
+        return self._portal.call(self._async.embedding_progress())
+
+    def drain_embeddings(self) -> dict[str, Any]:
+        """See :meth:`AsyncMemory.drain_embeddings`."""
+        return self._portal.call(self._async.drain_embeddings())
 
     def search(
         self,
@@ -162,9 +219,11 @@ class Memory:
             )
         )  # fmt: skip
 
-    def get(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
+    def get(
+        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+    ) -> Fact:
         """See :meth:`AsyncMemory.get`."""
-        return self._portal.call(self._async.get(fact_id, user_id=user_id, agent_id=agent_id))
+        return self._portal.call(self._async.get(fact_id, user_id=user_id, agent_id=agent_id, session_id=session_id))
 
     def list(
         self,
@@ -188,9 +247,13 @@ class Memory:
         """See :meth:`AsyncMemory.update`."""
         return self._portal.call(self._async.update(fact_id, text, user_id=user_id, agent_id=agent_id))
 
-    def delete(self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
+    def delete(
+        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+    ) -> Fact:
         """See :meth:`AsyncMemory.delete`."""
-        return self._portal.call(self._async.delete(fact_id, user_id=user_id, agent_id=agent_id))
+        return self._portal.call(
+            self._async.delete(fact_id, user_id=user_id, agent_id=agent_id, session_id=session_id)
+        )
 
     def history(
         self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None

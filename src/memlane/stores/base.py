@@ -292,8 +292,12 @@ class FactStore(Protocol):
         """Valid facts with embeddings, by cosine similarity, best first."""
         ...
 
-    async def missing_embeddings(self, *, limit: int = 256) -> list[tuple[str, str]]:
-        """Valid facts without a vector, ``[(fact_id, content)]``, oldest first (for backfill)."""
+    async def missing_embeddings(
+        self, *, limit: int = 256, fact_ids: Sequence[str] | None = None
+    ) -> list[tuple[str, str]]:
+        """Valid facts without a vector, ``[(fact_id, text to embed)]``, oldest first (for
+        backfill and the embedding queue); only among ``fact_ids`` when given. A document's
+        text is its opening (its fragments are what search scores)."""
         ...
 
     async def set_embeddings(self, fact_ids: Sequence[str], vectors: Vector) -> None:

@@ -24,8 +24,8 @@ class VectorIndex:
         self.rescore = rescore
         self.keys: list[str] = []
         self.sessions: list[str | None] = []
+        self.kinds: list[str | None] = []
         self._mat = np.zeros((0, dim), dtype=np.float32)
-        self._facts = np.zeros(0, dtype=np.bool_)  # row is an extracted/remembered fact (not a verbatim turn)
         self._n = 0
         self._bits: npt.NDArray[np.uint64] | None = None
         self._bits_n = 0
@@ -39,7 +39,7 @@ class VectorIndex:
 
     def append(self, keys: list[str], sessions: list[str | None], vectors: F32, kinds: list[str] | None = None) -> None:
         """Add rows (amortised growth, like a list). ``kinds``: each row's fact kind
-        (``fact`` / ``message``), for :meth:`search`'s ``kind`` filter."""
+        (``fact``, ``message``, ``fragment``, ...), for :meth:`search`'s ``kind`` filter."""
         m = len(keys)
         if m == 0:
             return
@@ -49,14 +49,11 @@ class VectorIndex:
             grown = np.zeros((cap, self.dim), dtype=np.float32)
             grown[: self._n] = self._mat[: self._n]
             self._mat = grown
-            flags = np.zeros(cap, dtype=np.bool_)
-            flags[: self._n] = self._facts[: self._n]
-            self._facts = flags
         self._mat[self._n : need] = vectors
-        self._facts[self._n : need] = [k == "fact" for k in kinds] if kinds is not None else False
         self._n = need
         self.keys.extend(keys)
         self.sessions.extend(sessions)
+        self.kinds.extend(kinds if kinds is not None else [None] * m)
 
     def _packed(self) -> npt.NDArray[np.uint64]:
         if self._bits is None or self._bits_n != self._n:
@@ -78,7 +75,7 @@ class VectorIndex:
         allowed: set[str] | None = None,
     ) -> tuple[npt.NDArray[np.int64], F32]:
         """Top ``limit`` rows by cosine: (row indexes, scores), best first; optionally only
-        rows of one session, one kind (``fact`` or ``message``) and/or whose keys are in
+        rows of one session, one kind (``fact``, ``message``, ``fragment``, ...) and/or whose keys are in
         ``allowed``, searched exactly."""
         n = self._n
         if n == 0 or limit <= 0:
@@ -89,7 +86,7 @@ class VectorIndex:
             if allowed is not None:
                 mask &= np.fromiter((k in allowed for k in self.keys[:n]), dtype=np.bool_, count=n)
             if kind is not None:
-                mask &= self._facts[:n] if kind == "fact" else ~self._facts[:n]
+                mask &= np.fromiter((k == kind for k in self.kinds[:n]), dtype=np.bool_, count=n)
             if session_id is not None:
                 mask &= np.fromiter((s == session_id for s in self.sessions), dtype=np.bool_, count=n)
             rows = np.flatnonzero(mask).astype(np.int64)
