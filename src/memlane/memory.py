@@ -63,15 +63,11 @@ from memlane.models import (
     FactKind,
     HistoryEntry,
     Job,
-    MemoryEntry,
     Page,
     Reflection,
     Scope,
     ScopeName,
-    SearchMemoryResponse,
     SearchResult,
-    Session,
-    agent_namespace,
     content_hash,
 )
 from memlane.providers.embed.base import Embedder, Matrix, check_matrix
@@ -1086,34 +1082,3 @@ class AsyncMemory:
         if not scopes:
             raise ScopeError("give user_id, agent_id and/or session_id")
         return scopes
-
-    # ------------------------------------------------------------------ ADK surface
-    @_opening
-    async def add_session_to_memory(self, session: Session) -> builtins.list[Fact]:
-        """Index a session's events into long-term memory (ADK semantics): one memory per
-        event with text, keeping author and timestamp. A group session (several users)
-        goes to the app's shared memory, never into one user's."""
-        if not isinstance(session, Session):
-            raise InvalidInputError(f"session must be a Session, got {inputs.show(session)}")
-        events = [e for e in session.events if e.text.strip()]
-        if not events:
-            return []
-        ns = agent_namespace(session.app, session.agent_id)
-        if session.is_group or session.user_id is None:
-            if ns is None:
-                raise ScopeError("a group session needs an app name to be stored as shared memory")
-            return await self.add(events, agent_id=ns, session_id=session.id, scope="agent")
-        return await self.add(events, user_id=session.user_id, agent_id=ns, session_id=session.id)
-
-    @_opening
-    async def search_memory(self, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
-        """ADK's ``search_memory``: the (app, user) memories matching ``query``."""
-        app_name, user_id = inputs.identifier(app_name, "app_name"), inputs.identifier(user_id, "user_id")
-        result = await self.search(query, user_id=user_id, agent_id=agent_namespace(app_name))
-        return SearchMemoryResponse(
-            memories=[
-                MemoryEntry(content=h.fact.content, author=h.fact.author, timestamp=h.fact.occurred_at,
-                            id=h.fact.id)
-                for h in result.hits
-            ]
-        )  # fmt: skip

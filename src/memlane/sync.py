@@ -28,9 +28,7 @@ from memlane.models import (
     Page,
     Reflection,
     ScopeName,
-    SearchMemoryResponse,
     SearchResult,
-    Session,
 )
 from memlane.providers.embed.base import Embedder
 from memlane.providers.llm.base import LLM
@@ -276,14 +274,6 @@ class Memory:
     def backfill_embeddings(self, *, batch_size: int = 256) -> int:
         """See :meth:`AsyncMemory.backfill_embeddings`."""
         return self._portal.call(self._async.backfill_embeddings(batch_size=batch_size))
-
-    def add_session_to_memory(self, session: Session) -> builtins.list[Fact]:
-        """See :meth:`AsyncMemory.add_session_to_memory`."""
-        return self._portal.call(self._async.add_session_to_memory(session))
-
-    def search_memory(self, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
-        """See :meth:`AsyncMemory.search_memory`."""
-        return self._portal.call(self._async.search_memory(app_name, user_id, query))
 
     # ---- formation
     def start(self) -> None:

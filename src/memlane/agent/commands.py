@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from memlane import inputs
 from memlane.agent._binding import Binding, Identity, MemoryLike
-from memlane.agent.tools import age
+from memlane.agent.tools import MAX_FACT_CHARS, age
 from memlane.errors import FormationError, InvalidInputError
 from memlane.formation.runner import FormationResult
 from memlane.memory import AsyncMemory
@@ -170,7 +170,8 @@ async def _run(engine: AsyncMemory | None, who: Identity, name: str, arg: str) -
 async def _remember(engine: AsyncMemory, who: Identity, fact: str) -> CommandResult:
     if not fact:
         return CommandResult("remember", f"Usage: {COMMANDS['remember']}", ok=False)
-    try:
+    try:  # the tool's limit: /remember stores one fact, not a document
+        fact = inputs.clean_text(fact, "fact", max_chars=MAX_FACT_CHARS)
         stored = await engine.add(
             fact, user_id=who.user_id, agent_id=who.namespace, session_id=who.session_id,
             metadata={"source": "command:remember"},
