@@ -629,21 +629,6 @@ class SearchResult(BaseModel):
         return [h.fact for h in self.hits]
 
 
-class MemoryEntry(BaseModel):
-    """ADK's recalled snippet: text plus provenance."""
-
-    content: str
-    author: str | None = None
-    timestamp: UtcDatetime | None = None
-    id: str | None = None
-
-
-class SearchMemoryResponse(BaseModel):
-    """ADK's ``search_memory`` envelope."""
-
-    memories: list[MemoryEntry] = Field(default_factory=list)
-
-
 class CheckReport(BaseModel):
     """What :meth:`~memlane.AsyncMemory.check` found: ``ok`` when the storage is healthy,
     else one line per problem (damaged pages, broken indexes, an inconsistent full-text index)."""
