@@ -24,11 +24,12 @@ with Memory(db) as memory:  # embedder="auto": local MiniLM if installed, else k
     ]:
         memory.sessions.add_event(sid, Event(type=etype, author=author, content=text), app="concierge")
 
-    # Long-term: index the finished session (ADK semantics), then recall it in a later one.
+    # Long-term: keep the finished session's turns (author and time kept), then recall them later.
+    # (Google ADK users: memlane.adapters.adk.MemlaneMemoryService does this; see docs/adapters.md.)
     session = memory.sessions.get_session(sid, app="concierge")
-    memory.add_session_to_memory(session)
-    found = memory.search_memory("concierge", "noor", "what pillows does she need")
-    print("search_memory ->", [(m.author, m.content) for m in found.memories[:2]])
+    memory.add(session.events, user_id="noor", agent_id="concierge", session_id=sid)
+    found = memory.search("what pillows does she need", user_id="noor", agent_id="concierge")
+    print("recall ->", [(h.fact.author, h.fact.content) for h in found.hits[:2]])
 
     # Verbatim facts (what a `remember` tool stores), updates keep history.
     [fact] = memory.add("Noor's loyalty number is GX-4471", user_id="noor", agent_id="concierge")

@@ -1,5 +1,5 @@
 """The engine end to end on a real SQLite file: add, search, update, delete, history,
-forget, the ADK surface, idempotency and the keyword index's neighbouring-turn context."""
+forget, idempotency and the keyword index's neighbouring-turn context."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from memlane import (
     NotFoundError,
     RetrievalConfig,
     ScopeError,
-    Session,
 )
 
 
@@ -256,36 +255,6 @@ async def test_forget_purges_everything_of_the_user(mem: AsyncMemory, db_path: P
                 assert not any(isinstance(v, str) and "alice" in v for v in row), (t, row)
     finally:
         con.close()
-
-
-async def test_add_session_to_memory_and_search_memory(mem: AsyncMemory) -> None:
-    ts = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
-    session = Session(
-        id="trip-1",
-        app="hotel",
-        user_ids=["alice"],
-        events=[
-            Event(type=EventType.USER_MESSAGE, author="user", content="I prefer rooms on high floors", timestamp=ts),
-            Event(type=EventType.TOOL_CALL, author="booker", content={"name": "book"}),
-            Event(type=EventType.AGENT_RESPONSE, author="concierge", content="Noted: high floors."),
-        ],
-    )
-    facts = await mem.add_session_to_memory(session)
-    assert len(facts) == 2  # the tool call has no text
-    assert facts[0].author == "user" and facts[0].occurred_at == ts
-    resp = await mem.search_memory("hotel", "alice", "which floor does she like")
-    assert resp.memories[0].content == "I prefer rooms on high floors"
-    assert resp.memories[0].author == "user" and resp.memories[0].timestamp == ts
-    assert (await mem.search_memory("other-app", "alice", "floors")).memories == []
-    assert (await mem.search_memory("hotel", "bob", "floors")).memories == []
-
-
-async def test_group_session_goes_to_shared_memory_not_a_user(mem: AsyncMemory) -> None:
-    session = Session(id="g", app="club", user_ids=["a", "b"], events=[Event(content="Meeting moved to Friday")])
-    [f] = await mem.add_session_to_memory(session)
-    assert f.scope == "agent" and f.user_id is None
-    assert (await mem.search("meeting", user_id="a")).hits == []  # not in a's own memory
-    assert len((await mem.search("meeting", user_id="a", agent_id="club")).hits) == 1
 
 
 async def test_keyword_only_without_embedder(db_path: Path, caplog: pytest.LogCaptureFixture) -> None:
