@@ -4,6 +4,10 @@ type, thread, platform ids), with cross-user and cross-room isolation."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -321,3 +325,20 @@ def test_fact_filter_reference_semantics_follow_paths_and_json_types() -> None:
     assert FactFilter(metadata=(("sender.none", None),)).matches(fact)
     assert not FactFilter(metadata=(("sender.gone", None),)).matches(fact)
     assert not FactFilter(metadata=(("a.b", 1),)).matches(fact)  # a dotted key is a path, not a literal key
+
+
+# --------------------------------------------------------------------------- the how-to runs
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "documents.md"
+_BLOCK = re.compile(r"^```python\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
+_EXPECT = re.compile(r"#\s*->\s?(?P<line>.*)$")
+
+
+@pytest.mark.parametrize("index", range(len(_BLOCK.findall(DOC.read_text(encoding="utf-8")))))
+def test_docs_documents_md_snippets_print_what_they_show(tmp_path: Path, index: int) -> None:
+    body = _BLOCK.findall(DOC.read_text(encoding="utf-8"))[index]
+    expected = [m["line"].rstrip() for m in map(_EXPECT.search, body.splitlines()) if m]
+    env = {**os.environ, "HOME": str(tmp_path), "MEMLANE_DB": str(tmp_path / "m.db")}
+    run = subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == expected
