@@ -1,0 +1,276 @@
+"""MemlaneSession: the OpenAI Agents SDK's Session over memlane's session store, with the real
+``openai-agents`` package and a scripted model (no network, tracing off)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
+from agents.items import ModelResponse, TResponseInputItem
+from agents.memory import Session, SessionSettings
+from agents.models.interface import Model
+from agents.usage import Usage
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+from memlane import AsyncMemory, Memory
+from memlane.adapters.openai_agents import MemlaneSession
+from memlane.errors import InvalidInputError, ScopeError
+from memlane.models import Event, EventType
+
+
+@pytest.fixture(autouse=True)
+def _no_tracing() -> Iterator[None]:
+    set_tracing_disabled(True)
+    yield
+
+
+def _say(text: str, n: int = 1) -> ResponseOutputMessage:
+    return ResponseOutputMessage(
+        id=f"msg_{n}",
+        type="message",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
+    )
+
+
+class ScriptedModel(Model):
+    """Returns the scripted outputs in order and records every input it was given."""
+
+    def __init__(self, outputs: list[Any]) -> None:
+        self.outputs = list(outputs)
+        self.inputs: list[list[TResponseInputItem]] = []
+
+    async def get_response(  # type: ignore[override]
+        self, system_instructions: str | None, input: str | list[TResponseInputItem], *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        self.inputs.append(copy.deepcopy(input) if isinstance(input, list) else [{"role": "user", "content": input}])
+        return ModelResponse(output=[self.outputs.pop(0)], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # pragma: no cover - not used
+        raise NotImplementedError
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+def _strip(items: list[Any]) -> list[Any]:
+    return [{k: v for k, v in i.items() if k != "id"} for i in items]
+
+
+# --------------------------------------------------------------------------- a real Runner
+
+
+async def test_turn_two_sees_turn_one_and_a_reopened_file_continues(db_path: Path) -> None:
+    model = ScriptedModel(
+        [
+            _say("Hello Alice", 1),
+            ResponseFunctionToolCall(
+                type="function_call", name="get_weather", arguments='{"city": "Paris"}', call_id="call_1", id="fc_1"
+            ),
+            _say("It is sunny in Paris", 2),
+        ]
+    )
+    agent = Agent(name="bot", instructions="Be brief.", model=model, tools=[get_weather])
+    async with AsyncMemory(db_path, embedder="hash") as m:
+        session = MemlaneSession("alice:chat", m, user_id="alice", agent_id="bot")
+        assert isinstance(session, Session)
+        assert (await Runner.run(agent, "Hi, I'm Alice", session=session)).final_output == "Hello Alice"
+        await Runner.run(agent, "Weather in Paris?", session=session)
+        turn1 = [
+            {"role": "user", "content": "Hi, I'm Alice"},
+            {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "Hello Alice", "annotations": []}],
+            },
+        ]
+        assert model.inputs[0] == turn1[:1]
+        assert model.inputs[1] == [*turn1, {"role": "user", "content": "Weather in Paris?"}]  # turn 2 got turn 1
+        stored = await session.get_items()
+        assert [i.get("type", "message") for i in stored] == [
+            "message", "message", "message", "function_call", "function_call_output", "message",
+        ]  # fmt: skip
+        assert stored[:2] == turn1
+        events = await m.sessions.get_events("alice:chat")
+        assert [(e.type, e.author) for e in events] == [
+            (EventType.USER_MESSAGE, "user"),
+            (EventType.AGENT_RESPONSE, "bot"),
+            (EventType.USER_MESSAGE, "user"),
+            (EventType.TOOL_CALL, "get_weather"),
+            (EventType.TOOL_RESULT, "tool"),
+            (EventType.AGENT_RESPONSE, "bot"),
+        ]
+        assert [e.text for e in events if e.type is EventType.AGENT_RESPONSE] == ["Hello Alice", "It is sunny in Paris"]
+
+    model2 = ScriptedModel([_say("You are Alice", 3)])
+    agent2 = Agent(name="bot", instructions="Be brief.", model=model2)
+    async with AsyncMemory(db_path, embedder="hash") as m:  # a new process, the same file
+        session = MemlaneSession("alice:chat", m, user_id="alice", agent_id="bot")
+        assert await session.get_items() == stored
+        await Runner.run(agent2, "Who am I?", session=session)
+        assert model2.inputs[0] == [*stored, {"role": "user", "content": "Who am I?"}]
+        assert len(await session.get_items()) == 8
+
+
+def test_sync_memory_works_under_asyncio_run(db_path: Path) -> None:
+    with Memory(db_path, embedder="hash") as m:
+        model = ScriptedModel([_say("one"), _say("two")])
+        agent = Agent(name="bot", model=model)
+        session = MemlaneSession("s1", m, user_id="alice")
+        asyncio.run(Runner.run(agent, "first", session=session))
+        asyncio.run(Runner.run(agent, "second", session=session))  # another loop: the memory's own is untouched
+        assert _strip(model.inputs[1]) == _strip(
+            [
+                {"role": "user", "content": "first"},
+                {"type": "message", "role": "assistant", "status": "completed",
+                 "content": [{"type": "output_text", "text": "one", "annotations": []}]},
+                {"role": "user", "content": "second"},
+            ]
+        )  # fmt: skip
+        assert [e.type for e in m.sessions.get_events("s1")][-1] is EventType.AGENT_RESPONSE
+
+
+# --------------------------------------------------------------------------- SQLiteSession semantics
+
+ITEMS: list[Any] = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Ünïcødé ✓ 日本語 \"quoted\"\nline two"},
+    {"role": "user", "content": [{"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "data:,",
+                                                                           "detail": "auto"}]},
+    {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "thinking"}]},
+    {"type": "function_call", "name": "lookup", "arguments": "{\"q\": [1, 2.5, null, true]}", "call_id": "c1"},
+    {"type": "function_call_output", "call_id": "c1", "output": "{\"nested\": {\"a\": []}}"},
+    {"id": "m1", "type": "message", "role": "assistant", "status": "completed",
+     "content": [{"type": "output_text", "text": "done", "annotations": []}]},
+]  # fmt: skip
+
+
+async def _ops(s: Any) -> list[Any]:
+    out: list[Any] = [await s.get_items(), await s.pop_item()]
+    await s.add_items(copy.deepcopy(ITEMS[:4]))
+    await s.add_items([])
+    await s.add_items(copy.deepcopy(ITEMS[4:]))
+    out += [await s.get_items(), await s.get_items(limit=2), await s.get_items(limit=0), await s.get_items(limit=-1)]
+    out += [await s.get_items(limit=100), await s.pop_item(), await s.pop_item(), await s.get_items()]
+    await s.add_items([{"role": "user", "content": "again"}])
+    out += [await s.get_items(limit=1)]
+    await s.clear_session()
+    out += [await s.get_items(), await s.pop_item()]
+    await s.add_items([{"role": "user", "content": "after clear"}])
+    out += [await s.get_items()]
+    await s.clear_session()
+    await s.clear_session()
+    return out
+
+
+async def test_same_results_as_the_sdks_sqlite_session(mem: AsyncMemory) -> None:
+    reference = SQLiteSession("s")
+    try:
+        want = await _ops(reference)
+    finally:
+        reference.close()
+    got = await _ops(MemlaneSession("s", mem, user_id="alice"))
+    assert got == want
+    assert got[2] == ITEMS  # every item round-trips exactly
+    assert got[3] == ITEMS[-2:]
+
+
+async def test_session_settings_limit_is_the_default(mem: AsyncMemory) -> None:
+    s = MemlaneSession("s", mem, user_id="alice", session_settings=SessionSettings(limit=2))
+    await s.add_items(copy.deepcopy(ITEMS))
+    assert await s.get_items() == ITEMS[-2:]
+    assert await s.get_items(limit=3) == ITEMS[-3:]
+
+
+async def test_item_types_become_memlane_event_types(mem: AsyncMemory) -> None:
+    await MemlaneSession("s", mem, user_id="alice", agent_id="bot").add_items(copy.deepcopy(ITEMS))
+    events = await mem.sessions.get_events("s")
+    assert [e.type for e in events] == [
+        EventType.TASK_DELEGATION_RECEIVED, EventType.USER_MESSAGE, EventType.USER_MESSAGE, EventType.TOOL_RESULT,
+        EventType.TOOL_CALL, EventType.TOOL_RESULT, EventType.AGENT_RESPONSE,
+    ]  # fmt: skip
+    assert [e.text for e in events[:3]] == ["You are terse.", ITEMS[1]["content"], "look"]
+    assert events[6].text == "done" and events[6].author == "bot"
+
+
+async def test_text_events_from_elsewhere_read_as_items(mem: AsyncMemory) -> None:
+    await mem.sessions.create_session(session_id="s", user_ids=["alice"])
+    await mem.add_event("s", Event(type=EventType.USER_MESSAGE, content="from the CLI"))
+    await mem.add_event("s", Event(type=EventType.TOOL_CALL, content={"name": "x"}))
+    await mem.add_event("s", Event(type=EventType.AGENT_RESPONSE, author="bot", content="noted"))
+    s = MemlaneSession("s", mem, user_id="alice")
+    assert await s.get_items() == [
+        {"role": "user", "content": "from the CLI"},
+        {"role": "assistant", "content": "noted"},
+    ]
+    assert await s.get_items(limit=1) == [{"role": "assistant", "content": "noted"}]
+    assert await s.pop_item() == {"role": "assistant", "content": "noted"}
+    assert await s.pop_item() == {"role": "user", "content": "from the CLI"}  # the tool event is dropped on the way
+    assert await mem.sessions.get_events("s") == []
+
+
+async def test_bad_items_are_refused_and_nothing_is_written(mem: AsyncMemory) -> None:
+    s = MemlaneSession("s", mem, user_id="alice")
+    await s.add_items([{"role": "user", "content": "kept"}])
+    with pytest.raises(InvalidInputError):
+        await s.add_items([{"role": "user", "content": "fine"}, cast(Any, {"role": "user", "content": {1, 2}})])
+    with pytest.raises(InvalidInputError):
+        await s.add_items([cast(Any, "not a dict")])
+    assert await s.get_items() == [{"role": "user", "content": "kept"}]
+
+
+async def test_formation_turns_the_conversation_into_the_users_memory(mem: AsyncMemory) -> None:
+    s = MemlaneSession("alice:chat", mem, user_id="alice")
+    await s.add_items(
+        [
+            {"role": "user", "content": "I am allergic to peanuts and I live in Lisbon."},
+            {"role": "assistant", "content": "Noted, no peanuts."},
+        ]
+    )
+    await mem.form("alice:chat")
+    assert "peanuts" in " ".join(h.fact.content for h in (await mem.search("peanuts", user_id="alice")).hits)
+    assert (await mem.search("peanuts", user_id="bob")).hits == []
+    quiet = MemlaneSession("quiet", mem, user_id="carol", form=False)
+    await quiet.add_items([{"role": "user", "content": "plain"}])
+    assert await quiet.get_items() == [{"role": "user", "content": "plain"}]
+
+
+# --------------------------------------------------------------------------- isolation
+
+
+async def test_another_user_cannot_read_or_change_the_session(mem: AsyncMemory) -> None:
+    alice = MemlaneSession("chat-1", mem, user_id="alice")
+    await alice.add_items([{"role": "user", "content": "my PIN is 4321"}])
+    bob = MemlaneSession("chat-1", mem, user_id="bob")
+    with pytest.raises(ScopeError):
+        await bob.get_items()
+    with pytest.raises(ScopeError):
+        await bob.add_items([{"role": "user", "content": "hijack"}])
+    with pytest.raises(ScopeError):
+        await bob.pop_item()
+    with pytest.raises(ScopeError):
+        await bob.clear_session()
+    assert await alice.get_items() == [{"role": "user", "content": "my PIN is 4321"}]
+    # bob's own sessions, and the same id in another app, are separate conversations
+    bob_own = MemlaneSession("chat-2", mem, user_id="bob")
+    await bob_own.add_items([{"role": "user", "content": "hello"}])
+    assert await bob_own.get_items() == [{"role": "user", "content": "hello"}]
+    other_app = MemlaneSession("chat-1", mem, user_id="bob", app="other")
+    assert await other_app.get_items() == []
+    await other_app.add_items([{"role": "user", "content": "in other app"}])
+    assert await alice.get_items() == [{"role": "user", "content": "my PIN is 4321"}]
+    assert [s.id for s in await mem.sessions.list_sessions(user_id="bob")] == ["chat-2"]
