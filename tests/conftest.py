@@ -9,6 +9,9 @@ import pytest
 
 from memlane import AsyncMemory
 
+#: ``llama_server``: SmolLM2-135M behind a real llama.cpp server (session-scoped, started on first use).
+pytest_plugins = ("llama_server",)
+
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
