@@ -605,7 +605,9 @@ class AsyncMemory:
 
     async def _backfill_if_pending(self) -> None:
         if self._embed_queue is not None:  # its worker embeds what the store lacks, in the background
-            self._embed_queue.start()
+            if self._pending_embeddings:
+                self._pending_embeddings = False
+                self._embed_queue.start()
             return
         if self._pending_embeddings and self.embedder is not None:
             try:
