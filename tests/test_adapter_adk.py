@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -401,7 +402,16 @@ async def test_sync_memory_drives_the_services_from_another_loop(tmp_path: Path)
         assert session is not None
         await sessions.append_event(session, adk_event("user", FACT))
         await memories.add_session_to_memory(session)
+        threads: list[str] = []
+        search = m.engine.search
+
+        async def spy(*args: Any, **kwargs: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return await search(*args, **kwargs)
+
+        m.engine.search = spy  # type: ignore[method-assign]
         assert texts(await memories.search_memory(app_name=APP, user_id="alice", query="drink")) == [FACT]
+        assert threads == ["memlane-loop"]  # the engine ran on its own loop thread, not on this test's loop
         assert m.search("drink", user_id="alice", agent_id=APP).hits[0].fact.content == FACT
 
 
