@@ -504,3 +504,19 @@ def test_age_strings() -> None:
     assert age(now - timedelta(days=65), now) == "2mo ago"
     assert age(now - timedelta(days=400), now) == "1y ago"
     assert age(now + timedelta(hours=1), now) == "just now"
+
+
+# --------------------------------------------------------------------------- docs/tools.md
+
+
+def test_docs_snippets_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (Path(__file__).parent.parent / "docs" / "tools.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    assert len(blocks) >= 6
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        exec(compile(block, "docs/tools.md", "exec"), {"__name__": "docs_snippet"})
+    out = capsys.readouterr().out
+    assert "resolved Dana +15550100" in out and "ambiguous Which one do you mean" in out
+    assert "Relevant prior context:" in out and "invalid_arguments" in out
+    assert "['get_weather', 'search_facts', 'remember']" in out and "Unknown command /frobnicate." in out
