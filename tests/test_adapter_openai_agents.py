@@ -23,6 +23,7 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from memlane import AsyncMemory, Memory
 from memlane.adapters.openai_agents import MemlaneSession
 from memlane.errors import InvalidInputError, ScopeError
+from memlane.formation.config import FormationConfig
 from memlane.models import Event, EventType
 
 
@@ -233,20 +234,26 @@ async def test_bad_items_are_refused_and_nothing_is_written(mem: AsyncMemory) ->
     assert await s.get_items() == [{"role": "user", "content": "kept"}]
 
 
-async def test_formation_turns_the_conversation_into_the_users_memory(mem: AsyncMemory) -> None:
-    s = MemlaneSession("alice:chat", mem, user_id="alice")
-    await s.add_items(
-        [
-            {"role": "user", "content": "I am allergic to peanuts and I live in Lisbon."},
-            {"role": "assistant", "content": "Noted, no peanuts."},
-        ]
-    )
-    await mem.form("alice:chat")
-    assert "peanuts" in " ".join(h.fact.content for h in (await mem.search("peanuts", user_id="alice")).hits)
-    assert (await mem.search("peanuts", user_id="bob")).hits == []
-    quiet = MemlaneSession("quiet", mem, user_id="carol", form=False)
-    await quiet.add_items([{"role": "user", "content": "plain"}])
-    assert await quiet.get_items() == [{"role": "user", "content": "plain"}]
+async def test_formation_turns_the_conversation_into_the_users_memory(db_path: Path) -> None:
+    cfg = FormationConfig(message_interval=2, min_messages=2)  # form after every exchange
+    async with AsyncMemory(db_path, embedder="hash", formation=cfg) as mem:
+        s = MemlaneSession("alice:chat", mem, user_id="alice")
+        await s.add_items(
+            [
+                {"role": "user", "content": "I am allergic to peanuts and I live in Lisbon."},
+                {"role": "assistant", "content": "Noted, no peanuts."},
+            ]
+        )
+        # form=True appends through add_event: the formation trigger queued a job for the session
+        assert [j.payload["session_id"] for j in await mem.list_jobs()] == ["alice:chat"]
+        await mem.form("alice:chat")
+        assert "peanuts" in " ".join(h.fact.content for h in (await mem.search("peanuts", user_id="alice")).hits)
+        assert (await mem.search("peanuts", user_id="bob")).hits == []
+
+        quiet = MemlaneSession("quiet", mem, user_id="carol", form=False)
+        await quiet.add_items([{"role": "user", "content": "plain"}, {"role": "assistant", "content": "ok"}])
+        assert await quiet.get_items() == [{"role": "user", "content": "plain"}, {"role": "assistant", "content": "ok"}]
+        assert all(j.payload["session_id"] != "quiet" for j in await mem.list_jobs())
 
 
 # --------------------------------------------------------------------------- isolation
