@@ -206,6 +206,7 @@ async def test_item_types_become_memlane_event_types(mem: AsyncMemory) -> None:
     ]  # fmt: skip
     assert [e.text for e in events[:3]] == ["You are terse.", ITEMS[1]["content"], "look"]
     assert events[6].text == "done" and events[6].author == "bot"
+    assert [e.metadata.get("user_id") for e in events[:3]] == [None, "alice", "alice"]  # for forget in groups
 
 
 async def test_text_events_from_elsewhere_read_as_items(mem: AsyncMemory) -> None:

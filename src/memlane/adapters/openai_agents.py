@@ -24,7 +24,8 @@ How items map onto memlane (see docs/adapters.md):
   requests) is ``tool_call`` and its output (``*_output``, MCP responses) ``tool_result``;
   anything else (reasoning, item references, compaction) is kept as ``tool_result`` with the
   item as its content. Message events carry their text as content, so memlane's formation,
-  context and search read them like any conversation.
+  context and search read them like any conversation; a user message's event also records
+  ``metadata["user_id"]``, so ``forget`` finds it in a group session.
 * Events a memlane session got from elsewhere (memlane's own chat loop, another adapter) are
   read back as ``{"role": "user" | "assistant", "content": text}`` items when they are text
   turns; other foreign events are left out.
@@ -102,8 +103,9 @@ def _message_text(content: Any) -> str:
     return "\n".join(texts)
 
 
-def item_to_event(item: Mapping[str, Any], *, agent_name: str | None = None) -> Event:
-    """An Agents SDK item as a memlane event keeping the item's JSON (``metadata["openai_item"]``)."""
+def item_to_event(item: Mapping[str, Any], *, user_id: str | None = None, agent_name: str | None = None) -> Event:
+    """An Agents SDK item as a memlane event keeping the item's JSON (``metadata["openai_item"]``);
+    a user message also records ``metadata["user_id"]`` (so ``forget`` finds it in a group session)."""
     if not isinstance(item, Mapping):
         raise InvalidInputError(f"a session item must be a dict, got {inputs.show(item)}")
     try:
@@ -122,7 +124,10 @@ def item_to_event(item: Mapping[str, Any], *, agent_name: str | None = None) -> 
         name = data.get("name")
         author = name if isinstance(name, str) and name else "tool"
         content = {k: data[k] for k in ("type", "name", "call_id") if isinstance(data.get(k), str)}
-    return Event(type=etype, author=author, content=content, metadata={ITEM_KEY: data})
+    metadata: dict[str, Any] = {ITEM_KEY: data}
+    if etype is EventType.USER_MESSAGE and user_id is not None:
+        metadata["user_id"] = user_id
+    return Event(type=etype, author=author, content=content, metadata=metadata)
 
 
 def _event_to_item(event: Event) -> TResponseInputItem | None:
@@ -184,7 +189,9 @@ class MemlaneSession:
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append items, in order."""
-        events = [item_to_event(cast(Mapping[str, Any], i), agent_name=self.agent_id) for i in items]
+        events = [
+            item_to_event(cast(Mapping[str, Any], i), user_id=self.user_id, agent_name=self.agent_id) for i in items
+        ]
         if events:
             await self._run(self._add_events(events))
 
