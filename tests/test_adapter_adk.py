@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -733,3 +737,23 @@ def test_adk_event_json_in_metadata_is_plain_json() -> None:
     stored = from_adk_event(event)
     json.dumps(stored.metadata)  # storable as is
     assert stored.type == EventType.AGENT_RESPONSE and stored.content is None
+
+
+@pytest.mark.needs_model
+def test_docs_adk_snippet_runs_twice(tmp_path: Path) -> None:
+    """docs/adapters.md's Google ADK snippet runs as written (offline), twice on one database
+    (durable session), and prints what its ``# ->`` comment shows."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "adapters.md").read_text(encoding="utf-8")
+    section = doc.split("## Google ADK", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    expected = [m.group(1) for m in re.finditer(r"#\s*->\s?(.*)$", code.group(1), re.M)]
+    script = tmp_path / "snippet.py"
+    script.write_text(code.group(1), encoding="utf-8")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-W", "error", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == expected
