@@ -291,6 +291,8 @@ def test_bad_input_is_refused_and_changes_nothing(store: MemlaneStore) -> None:
         store.put(("alice", "a.b"), "k", {"ok": 2})
     with pytest.raises(ValueError):
         store.batch([PutOp(("alice", "a.b"), "k", {"ok": 2})])
+    with pytest.raises(NotImplementedError, match="TTL"):
+        store.put(("alice", "mem"), "k", {"ok": 3}, ttl=5)
     assert store.get(("alice", "mem"), "k").value == {"ok": 1}  # type: ignore[union-attr]
     assert _rows(store.search(("alice",))) == [(("alice", "mem"), "k", {"ok": 1})]
 
