@@ -246,7 +246,7 @@ async def test_default_max_tokens_per_step(provider: str, wire: Wire) -> None:
         await model.aclose()
     sent = {_task_of(json.dumps(b)): _sent_max_tokens(provider, b) for b in wire.bodies}
     assert sent == {**DEFAULT_MAX_TOKENS, "consolidate": consolidation_max_tokens(300)}
-    assert consolidation_max_tokens(1200) > consolidation_max_tokens(300) > 2 * 300
+    assert consolidation_max_tokens(5000) > consolidation_max_tokens(300) >= 2 * 300
 
 
 def test_max_tokens_must_be_positive() -> None:
@@ -356,3 +356,37 @@ async def test_the_example_fact_never_reaches_memory(tmp_path: Path) -> None:
         assert [f.content for f in page.items if "alice" in f.content.lower()] == []
         hits = await m.search("Alice email", user_id="sam")
         assert [h.fact.content for h in hits.hits if "alice" in h.fact.content.lower()] == []
+
+
+class SmallContextHandler(JsonHandler):
+    """A vLLM-like server with a 4096-token context that rejects prompt + max_tokens beyond it."""
+
+    def do_POST(self) -> None:
+        state: Wire = self.server.state
+        body = self.read_json()
+        with state.lock:
+            state.bodies.append(body)
+        wanted = body.get("max_tokens") or 0
+        if 904 + wanted > 4096:
+            message = (
+                f"This model's maximum context length is 4096 tokens. However, you requested {904 + wanted} tokens "
+                f"(904 in the messages, {wanted} in the completion). Please reduce the length of the messages or "
+                "completion."
+            )
+            self._send(Reply(400, {"object": "error", "message": message, "type": "BadRequestError", "code": 400}))
+            return
+        answer = json.dumps(ANSWERS["extract"])
+        reply = {"choices": [{"message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]}
+        self._send(Reply(200, reply))
+
+
+async def test_a_max_tokens_that_does_not_fit_the_context_is_lowered() -> None:
+    state = Wire()
+    with serve(SmallContextHandler, state) as url:
+        model = PromptedModel(OpenAIChat("m", base_url=f"{url}/v1", backoff_base=0))
+        try:
+            out = await model.extract_facts(ExtractionInput(conversation=CONVO, instructions=""))
+        finally:
+            await model.aclose()
+    assert [f.content for f in out.facts] == ["Sam is vegetarian"]
+    assert [b["max_tokens"] for b in state.bodies] == [DEFAULT_MAX_TOKENS["extract"], 4096 - 904 - 16]

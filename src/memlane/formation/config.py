@@ -39,8 +39,8 @@ class FormationConfig(BaseModel):
 
     max_tokens: int | None = Field(None, ge=1)
     """Output cap (tokens) sent with every call of a prompted model (a ``provider:model`` name);
-    None: per step (extraction and dedup 2048, reflections and profile 1024, consolidation
-    2 x the scope's word limit + 256)."""
+    None: 4096 per call (consolidation: 2 x the scope's word limit + 256 when that is more).
+    Reasoning models count their thinking against this cap: keep it generous for them."""
 
     # ---- extraction
     extraction_instructions: str = ""

@@ -48,13 +48,15 @@ _HEADER = re.compile(r"^\W*version\s*:?\s*\d*\W*$", re.IGNORECASE)
 _SECTION = re.compile(r"^\s*\[[^\[\]]+\]\s*$")
 
 #: Output cap (tokens) of each formation step when the model is given none; consolidation's
-#: follows the scope's word limit (:func:`consolidation_max_tokens`).
-DEFAULT_MAX_TOKENS: dict[str, int] = {"extract": 2048, "dedup": 2048, "reflect": 1024, "profile": 1024}
+#: grows with the scope's word limit (:func:`consolidation_max_tokens`). The answers need far
+#: less (a few hundred tokens); the headroom is for reasoning models, whose thinking tokens
+#: count against the same cap (OpenAI ``max_completion_tokens``, Gemini ``maxOutputTokens``).
+DEFAULT_MAX_TOKENS: dict[str, int] = {"extract": 4096, "dedup": 4096, "reflect": 4096, "profile": 4096}
 
 
 def consolidation_max_tokens(word_limit: int) -> int:
-    """Room for a blob of ``word_limit`` words in JSON (about 2 tokens a word, plus the wrapping)."""
-    return 2 * max(word_limit, 0) + 256
+    """4096, or more for a blob of ``word_limit`` words in JSON (about 2 tokens a word, plus the wrapping)."""
+    return max(4096, 2 * max(word_limit, 0) + 256)
 
 
 def _said(turns: list[Turn]) -> str:

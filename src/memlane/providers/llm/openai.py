@@ -119,7 +119,9 @@ class OpenAIChat(HttpChatClient):
     Parameters the server rejects as unsupported for the model (``temperature`` on
     reasoning models; ``max_tokens`` where ``max_completion_tokens`` is wanted) are
     dropped or renamed after the first 400, for the rest of the client's life. The official
-    OpenAI API gets ``max_completion_tokens`` from the start.
+    OpenAI API gets ``max_completion_tokens`` from the start. A ``max_tokens`` that does not
+    fit the model's context next to the prompt (vLLM answers 400 "maximum context length is
+    N tokens ...") is lowered to what fits and the request sent again.
     """
 
     def __init__(
@@ -192,6 +194,13 @@ class OpenAIChat(HttpChatClient):
                 data = await self._post(f"{self.base_url}/chat/completions", body, self._headers())
             except LLMError as exc:
                 if self._adapt(exc, mode if schema is not None else None, body):
+                    continue
+                fitted = fit_max_tokens(exc, max_tokens)
+                if fitted is not None:
+                    log.info(
+                        "memlane: %s: max_tokens %s does not fit the context; sending %d", self.name, max_tokens, fitted
+                    )
+                    max_tokens = fitted
                     continue
                 raise
             return self._parse(data, body["messages"])
@@ -280,6 +289,28 @@ class OpenAIChat(HttpChatClient):
             usage=_usage(data.get("usage"), sent, text),
             finish_reason=str(finish) if finish is not None else None,
         )
+
+
+_CONTEXT_LENGTH = re.compile(r"maximum context length is (\d+)", re.IGNORECASE)
+_PROMPT_TOKENS = re.compile(
+    r"(\d+) (?:tokens )?in the messages|has (\d+) input tokens|(\d+) input tokens", re.IGNORECASE
+)
+#: Tokens left free when lowering ``max_tokens`` to fit the context (servers count a few extra).
+_FIT_MARGIN = 16
+
+
+def fit_max_tokens(exc: LLMError, max_tokens: int | None) -> int | None:
+    """A lower ``max_tokens`` when ``exc`` is a server's "prompt + max_tokens exceeds the
+    context" 400 (vLLM, OpenAI) that states both numbers; None when it is not, or nothing fits."""
+    if max_tokens is None or exc.status_code not in (400, 422):
+        return None
+    text = str(exc)
+    context, prompt = _CONTEXT_LENGTH.search(text), _PROMPT_TOKENS.search(text)
+    if context is None or prompt is None:
+        return None
+    used = int(next(g for g in prompt.groups() if g is not None))
+    room = int(context.group(1)) - used - _FIT_MARGIN
+    return room if 0 < room < max_tokens else None
 
 
 def _usage(raw: Any, sent: list[dict[str, str]], text: str) -> Usage:
