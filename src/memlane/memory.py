@@ -104,7 +104,15 @@ QUERY_CACHE_SIZE = 1024
 #: Attributes :meth:`AsyncMemory.open` sets.
 _OPENED_ATTRS = frozenset(
     {
-        "facts", "reflection_store", "jobs", "sessions", "contexts", "embedder", "meter", "pipeline", "formation",
+        "facts",
+        "reflection_store",
+        "jobs",
+        "sessions",
+        "contexts",
+        "embedder",
+        "meter",
+        "pipeline",
+        "formation",
         "search_engine",
     }
 )
@@ -687,9 +695,7 @@ class AsyncMemory:
                 return ids
 
     @_opening
-    async def forget(
-        self, user_id: str, *, shared: Literal["erase", "keep"] = "erase", sessions: bool = True
-    ) -> int:
+    async def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase", sessions: bool = True) -> int:
         """Hard purge everything of ``user_id``: facts, history, reflections, blobs, pending
         formation jobs, the sessions the user took part in alone, and the user's own events in
         group sessions (``author`` or ``metadata["user_id"]`` is the user id). None of the user's text stays

@@ -249,9 +249,7 @@ class Memory:
         self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
     ) -> Fact:
         """See :meth:`AsyncMemory.delete`."""
-        return self._portal.call(
-            self._async.delete(fact_id, user_id=user_id, agent_id=agent_id, session_id=session_id)
-        )
+        return self._portal.call(self._async.delete(fact_id, user_id=user_id, agent_id=agent_id, session_id=session_id))
 
     def history(
         self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None
