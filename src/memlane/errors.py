@@ -5,6 +5,7 @@
     MemlaneError
     ├── UsageError                 bad configuration or an API used the wrong way
     │   ├── ConfigError            unknown backend/provider, missing optional extra
+    │   │   └── MissingExtraError  an optional extra is not installed (also an ImportError)
     │   └── NotSupportedError      a feature this backend or build does not offer (yet)
     ├── InvalidInputError          bad input (also a ValueError); nothing was changed
     │   ├── ScopeError             missing/unknown user_id, agent_id or app
@@ -36,6 +37,12 @@ class UsageError(MemlaneError):
 
 class ConfigError(UsageError):
     """Unknown backend or provider name, bad setting, or a missing optional extra."""
+
+
+class MissingExtraError(ConfigError, ImportError):
+    """An optional extra (a framework adapter's package, ...) is not installed, or too old.
+    Also an ``ImportError``, so ``except ImportError`` around an optional import catches it;
+    the message names the ``pip install 'memlane[EXTRA]'`` to run."""
 
 
 class NotSupportedError(UsageError):

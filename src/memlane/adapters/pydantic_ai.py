@@ -51,23 +51,28 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic_core
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelRequestPart,
-    ModelResponse,
-    ModelResponsePart,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-    repair_messages,
-)
 
 from memlane import inputs
+from memlane.adapters import missing_extra
 from memlane.errors import InvalidInputError, ScopeError
 from memlane.models import Event, EventType, Session
 from memlane.sessions import window_events
+
+try:
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelRequest,
+        ModelRequestPart,
+        ModelResponse,
+        ModelResponsePart,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+        repair_messages,
+    )
+except ImportError as exc:
+    raise missing_extra("pydantic_ai", "pydantic-ai (pydantic-ai-slim >= 2.0)", "pydantic-ai", exc) from exc
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import AbstractAgent
