@@ -64,13 +64,12 @@ class LoopThread:
     async def call_async(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await ``coro`` on the private loop from another event loop without blocking it: an
         async framework (an ADK ``Runner``) driving a sync ``Memory``'s engine. Cancelling the
-        caller cancels ``coro``."""
+        caller cancels ``coro``. Called on the private loop itself, ``coro`` is awaited there."""
         if self.forked or self._loop.is_closed():
             coro.close()
             raise UsageError("this Memory is closed, or was created in another process; create a new Memory")
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise UsageError("call_async was called from the memory's own event loop; await the coroutine directly")
+        if threading.current_thread() is self._thread:  # already on the engine's loop: nothing to hand over
+            return await coro
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
 
     def stop(self) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 from memlane._portal import LoopThread
 from memlane.agent.context import FACTS_FIFO_LIMIT, WINDOW_USER_TURNS
@@ -34,6 +34,8 @@ from memlane.providers.embed.base import Embedder
 from memlane.providers.llm.base import LLM
 from memlane.retrieval.hybrid import RetrievalConfig
 from memlane.stores.base import SessionStore, StoreStats
+
+T = TypeVar("T")
 
 
 class Memory:
@@ -72,6 +74,29 @@ class Memory:
     def engine(self) -> AsyncMemory:
         """The async engine behind this facade."""
         return self._async
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine of the engine (:attr:`engine`) on this memory's loop thread and block
+        until it finishes: how sync code calls an engine method the facade does not wrap
+        (``m.run(m.engine.sessions.get_session("s1"))``). Exceptions propagate.
+
+        Raises:
+            UsageError: called on the loop thread itself (a coroutine running there awaits the
+                engine directly), after :meth:`close`, or in a process forked after this
+                memory was made.
+        """
+        return self._portal.call(coro)
+
+    async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await a coroutine of the engine from async code: it runs on this memory's loop thread
+        while the caller's event loop keeps serving other tasks (an async framework, such as an
+        ADK ``Runner`` or a LangGraph ``ainvoke``, driving a sync ``Memory``). Cancelling the
+        caller cancels the coroutine. On the loop thread itself the coroutine is awaited there.
+
+        Raises:
+            UsageError: after :meth:`close`, or in a process forked after this memory was made.
+        """
+        return await self._portal.call_async(coro)
 
     def close(self) -> None:
         """Close the engine and stop the loop thread (idempotent)."""

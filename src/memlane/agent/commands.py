@@ -120,7 +120,7 @@ async def handle_command(
     if parsed is None:
         return None
     who = Identity(user_id, agent_id, session_id, app)
-    binding = Binding(memory)
+    binding = Binding(memory, allow_none=True)
     return await binding.run(_run(binding.engine, who, *parsed))
 
 
@@ -138,7 +138,7 @@ def handle_command_sync(
     if parsed is None:
         return None
     who = Identity(user_id, agent_id, session_id, app)
-    binding = Binding(memory)
+    binding = Binding(memory, allow_none=True)
     return binding.run_sync(_run(binding.engine, who, *parsed))
 
 

@@ -392,7 +392,7 @@ async def resolve_contact(
     reference = inputs.clean_text(reference, "reference", max_chars=MAX_REFERENCE_CHARS)
     inputs.choice(channel, "channel", get_args(Channel))
     top_k = inputs.integer(top_k, "top_k", 1, 100)
-    binding = Binding(memory)
+    binding = Binding(memory, allow_none=True)
     engine = binding.require("resolve_contact")
     return await binding.run(_resolve(engine, reference, user_id, channel, top_k, extractor))
 
@@ -411,6 +411,6 @@ def resolve_contact_sync(
     reference = inputs.clean_text(reference, "reference", max_chars=MAX_REFERENCE_CHARS)
     inputs.choice(channel, "channel", get_args(Channel))
     top_k = inputs.integer(top_k, "top_k", 1, 100)
-    binding = Binding(memory)
+    binding = Binding(memory, allow_none=True)
     engine = binding.require("resolve_contact")
     return binding.run_sync(_resolve(engine, reference, user_id, channel, top_k, extractor))

@@ -671,7 +671,7 @@ class SyncStateComposer:
 
         if not isinstance(memory, Memory):
             raise InvalidInputError(f"memory must be a memlane.Memory, got {inputs.show(memory)}")
-        self._portal = memory._portal
+        self._memory = memory
         self.composer = StateComposer(
             memory.engine, providers, builtins=builtins, cache_size=cache_size, timeout=timeout
         )  # fmt: skip
@@ -704,7 +704,7 @@ class SyncStateComposer:
         now: datetime | None = None,
     ) -> State:
         """See :meth:`StateComposer.compose_state` (blocking)."""
-        return self._portal.call(
+        return self._memory.run(
             self.composer.compose_state(
                 message, include=include, exclude=exclude, only=only, skip_cache=skip_cache, now=now
             )

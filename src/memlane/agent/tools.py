@@ -10,7 +10,8 @@ memory it reads or writes.
 Sync and async: every tool is an ``async`` method. Built from the sync :class:`memlane.Memory`,
 the async methods run on the facade's loop thread (awaiting them does not block the caller's
 loop), and each has a blocking ``*_sync`` counterpart (``search_facts_sync``, ``call_sync``,
-...). Built from an :class:`~memlane.AsyncMemory`, use the async methods.
+...). Built from an :class:`~memlane.AsyncMemory`, use the async methods (the ``*_sync`` ones
+work only from another thread while that memory's loop runs; see :mod:`memlane._binding`).
 
 Scope: searches and writes use the user's partition under the agent namespace
 (``agent_id``, else ``app`` unless it is ``"default"``), plus the agent's shared memories for
@@ -237,7 +238,7 @@ class MemoryTools:
         recall_limit: int = RECALL_LIMIT,
         preload_max_entries: int = PRELOAD_MAX_ENTRIES,
     ) -> None:
-        self._binding = Binding(memory)
+        self._binding = Binding(memory, allow_none=True)
         self.identity = Identity(user_id, agent_id, session_id, app)
         if isinstance(tools, str) or not isinstance(tools, Sequence):
             raise InvalidInputError(f"tools must be a list of tool names, got {inputs.show(tools)}")
