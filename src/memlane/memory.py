@@ -54,6 +54,7 @@ from memlane.inputs import clean_text as _clean_text
 from memlane.messages import MAX_BATCH as MAX_BATCH  # re-exported
 from memlane.messages import Message as Message  # re-exported
 from memlane.models import (
+    FACT_KINDS,
     CheckReport,
     ConsolidatedMemory,
     EmbedPriority,
@@ -82,7 +83,7 @@ from memlane.registry import (
     store_location,
 )
 from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig
-from memlane.search import Searcher, redact_contributor
+from memlane.search import Searcher, fact_filter, redact_contributor
 from memlane.stores.base import (
     Checkable,
     ContextCache,
@@ -754,14 +755,34 @@ class AsyncMemory:
         limit: int = 50,
         cursor: str | None = None,
         include_invalid: bool = False,
+        kind: FactKind | None = None,
+        filters: Mapping[str, Any] | None = None,
     ) -> Page:
-        """Facts newest first; pass ``page.next_cursor`` as ``cursor`` for the next page."""
+        """Facts newest first; pass ``page.next_cursor`` as ``cursor`` for the next page
+        (``page.total`` counts what the filters keep).
+
+        Args:
+            kind: only memories of this type: ``"fact"``, ``"message"``, ``"document"``,
+                ``"fragment"``, ``"description"`` or ``"custom"``.
+            filters: the filters of :meth:`search`, applied in the store's query: exact matches
+                on ``kind``, ``author``, ``session_id``, ``scope`` (``"user"``/``"private"``,
+                ``"agent"``/``"shared"``, ``"room"``) or on ``metadata`` keys (a dotted key is a
+                path into nested metadata: ``{"sender.id": "123"}``).
+        """
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         limit, cursor = inputs.integer(limit, "limit", 1, 10_000), inputs.cursor(cursor)
         include_invalid = inputs.flag(include_invalid, "include_invalid")
+        wanted = inputs.filters(filters) or {}
+        if kind is not None:
+            inputs.choice(kind, "kind", FACT_KINDS)
+            if wanted.get("kind", kind) != kind:
+                raise InvalidInputError(f"kind={kind!r} and filters['kind']={wanted['kind']!r} contradict each other")
+            wanted["kind"] = kind
+        flt, only = fact_filter(wanted)
+        scope = self._scope(user_id, agent_id, session_id)
         page = await self.facts.list_facts(
-            self._scope(user_id, agent_id, session_id), limit=limit, cursor=cursor,
-            include_invalid=include_invalid,
+            scope, limit=limit, cursor=cursor, include_invalid=include_invalid, filter=None if flt.empty else flt,
+            only=only,
         )  # fmt: skip
         page.items = [redact_contributor(f, user_id) for f in page.items]
         return page

@@ -257,12 +257,14 @@ class Memory:
         limit: int = 50,
         cursor: str | None = None,
         include_invalid: bool = False,
+        kind: FactKind | None = None,
+        filters: Mapping[str, Any] | None = None,
     ) -> Page:
         """See :meth:`AsyncMemory.list`."""
         return self._portal.call(
             self._async.list(
                 user_id=user_id, agent_id=agent_id, session_id=session_id, limit=limit, cursor=cursor,
-                include_invalid=include_invalid,
+                include_invalid=include_invalid, kind=kind, filters=filters,
             )
         )  # fmt: skip
 

@@ -708,6 +708,28 @@ class FactStoreContract:
             with pytest.raises(InvalidInputError):
                 await fact_store.list_facts(Scope(user_id="u1"), cursor=bad)
 
+    async def test_list_only_one_kind_of_partition(self, fact_store: FactStore) -> None:
+        """``only`` lists just the scope's user, agent or room partitions (``search``'s scope filter)."""
+        await fact_store.put_facts(
+            [_fact("quebec mine", agent_id="x"), _fact("quebec shared", user=None, agent_id="x", scope="agent"),
+             _fact("quebec room", user=None, agent_id="x", session_id="r1", scope="room"),
+             _fact("quebec other room", user=None, agent_id="x", session_id="r2", scope="room"),
+             _fact("quebec theirs", user="u2", agent_id="x")],
+            None,
+        )  # fmt: skip
+        scope = Scope(user_id="u1", agent_id="x", session_id="r1")
+
+        async def listed(only: Any) -> list[str]:
+            return sorted(f.content for f in (await fact_store.list_facts(scope, only=only)).items)
+
+        assert await listed(None) == ["quebec room"]  # session_id narrows the user and agent facts to r1
+        wide = Scope(user_id="u1", agent_id="x")
+        assert sorted(f.content for f in (await fact_store.list_facts(wide, only="user")).items) == ["quebec mine"]
+        assert sorted(f.content for f in (await fact_store.list_facts(wide, only="agent")).items) == ["quebec shared"]
+        assert await listed("room") == ["quebec room"]
+        assert await listed("agent") == [] and await listed("user") == []
+        assert (await fact_store.list_facts(wide, only="room")).total == 0  # no room named: no room partition
+
     async def test_record_access_and_stats(self, fact_store: FactStore) -> None:
         [(f, _), (g, _)] = await fact_store.put_facts([_fact("papa"), _fact("papa two", user="u2")], None)
         await fact_store.record_access([f.id, f.id])

@@ -33,6 +33,7 @@ from memlane.models import (
     EventType,
     Fact,
     FactFilter,
+    FactScope,
     FormationCursor,
     HistoryEntry,
     Job,
@@ -241,8 +242,10 @@ class FactStore(Protocol):
         cursor: str | None = None,
         include_invalid: bool = False,
         filter: FactFilter | None = None,
+        only: FactScope | None = None,
     ) -> Page:
-        """Facts newest first, paginated by an opaque cursor (``filter`` applied in the query)."""
+        """Facts newest first, paginated by an opaque cursor (``filter`` applied in the query;
+        ``only``: just the scope's partitions of that kind, as ``scope.partition_filter(only)``)."""
         ...
 
     async def update_fact(

@@ -28,6 +28,7 @@ from memlane.errors import (
 from memlane.models import (
     ConsolidatedMemory,
     Fact,
+    FactScope,
     HistoryEntry,
     Page,
     Reflection,
@@ -752,11 +753,12 @@ class SqliteFactStore:
         cursor: str | None = None,
         include_invalid: bool = False,
         filter: FactFilter | None = None,
+        only: FactScope | None = None,
     ) -> Page:
         if limit < 1 or limit > 10_000:
             raise InvalidInputError("limit must be between 1 and 10000")
         before = _parse_cursor(cursor)
-        pf = scope.partition_filter()
+        pf = scope.partition_filter(only)
         flt = (filter or FactFilter()).in_session(scope.session_id)
 
         def op(c: sqlite3.Connection) -> Page:
