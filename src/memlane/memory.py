@@ -647,12 +647,21 @@ class AsyncMemory:
         return done
 
     @_opening
-    async def update(self, fact_id: str, text: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
-        """Replace a fact's text (version + 1; the old text stays in history)."""
+    async def update(
+        self,
+        fact_id: str,
+        text: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> Fact:
+        """Replace a fact's text (version + 1; the old text stays in history). ``session_id``
+        names the room of a room memory."""
         fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
-        user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
+        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         text = _clean_text(text, "text")
-        scope = self._scope(user_id, agent_id)
+        scope = self._scope(user_id, agent_id, session_id)
         current = await self.facts.get_fact(fact_id, scope)
         if current is not None and current.kind in ("document", "fragment"):
             raise InvalidInputError(
@@ -664,9 +673,10 @@ class AsyncMemory:
         except EmbedderError:
             vectors = None
             self._pending_embeddings = True
-        return await self.facts.update_fact(
+        updated = await self.facts.update_fact(
             fact_id, scope, text, vectors[0] if vectors is not None else None, actor="api"
         )
+        return redact_contributor(updated, user_id)
 
     @_opening
     async def delete(
@@ -789,12 +799,12 @@ class AsyncMemory:
 
     @_opening
     async def history(
-        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None
+        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
     ) -> builtins.list[HistoryEntry]:
-        """Every change to a fact, oldest first."""
+        """Every change to a fact, oldest first (``session_id`` names the room of a room memory)."""
         fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
-        user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
-        return await self.facts.history(fact_id, self._scope(user_id, agent_id))
+        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
+        return await self.facts.history(fact_id, self._scope(user_id, agent_id, session_id))
 
     async def check(self) -> CheckReport:
         """Check the storage for damage: SQLite's integrity check (every page and index) and

@@ -268,9 +268,19 @@ class Memory:
             )
         )  # fmt: skip
 
-    def update(self, fact_id: str, text: str, *, user_id: str | None = None, agent_id: str | None = None) -> Fact:
+    def update(
+        self,
+        fact_id: str,
+        text: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> Fact:
         """See :meth:`AsyncMemory.update`."""
-        return self._portal.call(self._async.update(fact_id, text, user_id=user_id, agent_id=agent_id))
+        return self._portal.call(
+            self._async.update(fact_id, text, user_id=user_id, agent_id=agent_id, session_id=session_id)
+        )
 
     def delete(
         self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
@@ -279,10 +289,12 @@ class Memory:
         return self._portal.call(self._async.delete(fact_id, user_id=user_id, agent_id=agent_id, session_id=session_id))
 
     def history(
-        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None
+        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
     ) -> builtins.list[HistoryEntry]:
         """See :meth:`AsyncMemory.history`."""
-        return self._portal.call(self._async.history(fact_id, user_id=user_id, agent_id=agent_id))
+        return self._portal.call(
+            self._async.history(fact_id, user_id=user_id, agent_id=agent_id, session_id=session_id)
+        )
 
     def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase", sessions: bool = True) -> int:
         """See :meth:`AsyncMemory.forget`."""
