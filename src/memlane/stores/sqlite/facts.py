@@ -961,7 +961,7 @@ class SqliteFactStore:
         only among ``fact_ids`` when given. A document's text is its opening
         (``DOCUMENT_THRESHOLD_CHARS``): its vector only marks it embedded, its fragments are searched."""
         text = f"CASE WHEN kind = 'document' THEN substr(content, 1, {DOCUMENT_THRESHOLD_CHARS}) ELSE content END"
-        where = "embedding IS NULL AND invalid_at IS NULL"
+        where = "embedding IS NULL AND invalid_at IS NULL"  # the WHERE of index facts_unembedded (0006)
 
         def op(c: sqlite3.Connection) -> list[tuple[str, str]]:
             if fact_ids is None:

@@ -258,4 +258,11 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
             "CREATE INDEX context_cache_session ON context_cache(session_id)",
         ],
     ),
+    (
+        # The embedding queue's idle scan (SqliteFactStore.missing_embeddings: valid facts without
+        # a vector, oldest first) reads this partial index, which holds only those facts, instead
+        # of scanning every fact. Its WHERE is the query's, so the planner may use it.
+        "0006_unembedded_index",
+        ["CREATE INDEX facts_unembedded ON facts(rowid) WHERE embedding IS NULL AND invalid_at IS NULL"],
+    ),
 ]
