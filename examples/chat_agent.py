@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from memlane import AsyncMemory, Event, EventType, FormationConfig
+from memlane import AsyncMemory, ConfigError, Event, EventType, FormationConfig, MemlaneError
 from memlane.agent.commands import handle_command
 from memlane.agent.context import assemble_context, replay_messages
 from memlane.agent.tools import MemoryTools, memory_tools
@@ -111,7 +111,14 @@ class OpenAICompatibleResponder:
     """Chat completions with function calling against an OpenAI-compatible endpoint."""
 
     def __init__(self, base_url: str, model: str, api_key: str | None, *, max_tokens: int = 512) -> None:
-        import httpx  # memlane[openai]
+        try:
+            import httpx  # memlane[openai]
+        except ImportError as exc:
+            raise ConfigError(
+                "talking to a chat endpoint needs httpx: pip install 'memlane[openai]' "
+                "(or unset MEMLANE_CHAT_BASE_URL / MEMLANE_CHAT_MODEL to run offline)"
+            ) from exc
+        self._httpx = httpx
 
         self.name = f"openai:{model}"
         self.url = base_url.rstrip("/") + "/chat/completions"
@@ -126,9 +133,15 @@ class OpenAICompatibleResponder:
         body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens}
         if tools:
             body["tools"] = tools
-        response = await self._client.post(self.url, json=body)
+        try:
+            response = await self._client.post(self.url, json=body)
+        except self._httpx.HTTPError as exc:  # refused, DNS, timeout: say where and what to check
+            raise RuntimeError(
+                f"cannot reach the chat endpoint {self.url} ({type(exc).__name__}: {exc or 'no details'}); "
+                "is the server running? check MEMLANE_CHAT_BASE_URL"
+            ) from exc
         if response.status_code >= 400:
-            raise RuntimeError(f"{self.name}: HTTP {response.status_code}: {response.text[:300]}")
+            raise RuntimeError(f"{self.name}: HTTP {response.status_code} from {self.url}: {response.text[:300]}")
         data: dict[str, Any] = response.json()
         message: dict[str, Any] = data["choices"][0]["message"]
         return message
@@ -255,6 +268,10 @@ def _endpoint() -> tuple[str, str, str | None] | None:
     key = os.environ.get("MEMLANE_CHAT_API_KEY") or os.environ.get("OPENAI_API_KEY") or None
     if not base and not model:
         return None
+    if base and not re.match(r"https?://[^/\s]+", base):
+        raise SystemExit(
+            f"MEMLANE_CHAT_BASE_URL must be an http:// or https:// URL such as http://127.0.0.1:8080/v1, got {base!r}"
+        )
     if not base:
         if not key:
             raise SystemExit("MEMLANE_CHAT_MODEL is set without MEMLANE_CHAT_BASE_URL: set OPENAI_API_KEY too")
@@ -262,24 +279,79 @@ def _endpoint() -> tuple[str, str, str | None] | None:
     return base, model or "local", key
 
 
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type: ``kind(text)`` that must be > 0."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+            ) from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0, got {text!r}")
+        return value
+
+    return parse
+
+
+def _non_empty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+ENV_HELP = """environment (none set: offline, no model):
+  MEMLANE_CHAT_BASE_URL  an OpenAI-compatible API root ending in /v1 (Ollama, vLLM, llama.cpp, ...)
+  MEMLANE_CHAT_MODEL     the model name sent to it
+  MEMLANE_CHAT_API_KEY   its bearer key (else OPENAI_API_KEY; local servers need none)
+A model endpoint needs httpx: pip install 'memlane[openai]'."""
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="A chat agent with long-term memory (memlane).")
+    p = argparse.ArgumentParser(
+        description="A chat agent with long-term memory (memlane).",
+        epilog=ENV_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--db", default="chat_agent.db", help="SQLite file (default: %(default)s)")
-    p.add_argument("--user", default=os.environ.get("USER") or "me", help="your user id")
+    p.add_argument(
+        "--user", type=_non_empty, default=os.environ.get("USER") or "me", help="your user id (default: %(default)s)"
+    )
     p.add_argument("--name", default=None, help="your display name (default: the user id)")
     p.add_argument("--agent", default=None, help="agent id (namespace of the agent's memory)")
     p.add_argument("--session", default=None, help="session id (default: <user>:cli)")
-    p.add_argument("--embedder", default="auto", help="memlane embedder (auto, hash, local, openai:..., none)")
+    p.add_argument(
+        "--embedder",
+        default="auto",
+        help="memlane embedder: auto, hash, local, openai:..., none (default: %(default)s)",
+    )
     p.add_argument(
         "--formation",
         choices=("auto", "offline", "chat"),
         default="auto",
-        help="who forms memories: the chat endpoint (auto: when one is set) or the rule-based model",
+        help="who forms memories: the chat endpoint (auto: when one is set) or the rule-based model "
+        "(default: %(default)s)",
     )
-    p.add_argument("--formation-max-tokens", type=int, default=None, help="output cap of each formation call")
-    p.add_argument("--reply-max-tokens", type=int, default=512, help="output cap of each reply")
-    p.add_argument("--idle-minutes", type=float, default=30.0, help="form and clear a session after this much silence")
-    p.add_argument("--budget", type=int, default=1500, help="token budget of the memory context block")
+    p.add_argument(
+        "--formation-max-tokens", type=_positive(int), default=None, help="output cap of each formation call"
+    )
+    p.add_argument(
+        "--reply-max-tokens", type=_positive(int), default=512, help="output cap of each reply (default: %(default)s)"
+    )
+    p.add_argument(
+        "--idle-minutes",
+        type=_positive(float),
+        default=30.0,
+        help="form and clear a session after this much silence (default: %(default)s)",
+    )
+    p.add_argument(
+        "--budget",
+        type=_positive(int),
+        default=1500,
+        help="token budget of the memory context block (default: %(default)s)",
+    )
     return p
 
 
@@ -297,16 +369,20 @@ async def run(args: argparse.Namespace, lines: Any = sys.stdin, out: Any = sys.s
     if args.formation == "chat" and formation_llm is None:
         raise SystemExit("--formation chat needs an endpoint (MEMLANE_CHAT_BASE_URL / MEMLANE_CHAT_MODEL)")
     config = FormationConfig(idle_minutes=args.idle_minutes, max_tokens=args.formation_max_tokens)
-    memory = AsyncMemory(args.db, embedder=args.embedder, formation=config, llm=formation_llm or "offline")
-    agent = ChatAgent(
-        memory,
-        responder,
-        user_id=args.user,
-        session_id=args.session or f"{args.user}:cli",
-        agent_id=args.agent,
-        user_name=args.name,
-        budget_tokens=args.budget,
-    )
+    try:
+        memory = AsyncMemory(args.db, embedder=args.embedder, formation=config, llm=formation_llm or "offline")
+        agent = ChatAgent(
+            memory,
+            responder,
+            user_id=args.user,
+            session_id=args.session or f"{args.user}:cli",
+            agent_id=args.agent,
+            user_name=args.name,
+            budget_tokens=args.budget,
+        )
+    except BaseException:
+        await responder.aclose()
+        raise
     interactive = hasattr(lines, "isatty") and lines.isatty()
     try:
         await agent.start()
@@ -334,7 +410,15 @@ async def run(args: argparse.Namespace, lines: Any = sys.stdin, out: Any = sys.s
 
 
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(run(_parser().parse_args(argv)))
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return asyncio.run(run(args))
+    except MemlaneError as exc:  # a bad --db, --embedder, --user, a missing extra, ...: a message, not a traceback
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":
