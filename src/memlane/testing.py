@@ -1304,6 +1304,24 @@ class JobStoreContract:
         assert await job_store.get_cursor("app", "solo") is None
         assert await job_store.get_cursor("app", "group") is not None
 
+    async def test_purge_user_keeping_cursors(self, job_store: JobStore) -> None:
+        """``cursors=False`` (``forget(sessions=False)``: the user's sessions stay): the user's jobs go,
+        the formation cursors of their sessions stay as they were, so turns already formed are not
+        formed again."""
+        mine = await job_store.enqueue("infer", "k1", {}, user_id="sam")
+        theirs = await job_store.enqueue("infer", "k2", {}, user_id="ann")
+        await job_store.touch("app", "solo", user_ids=["sam"], agent_id=None, tier=None, messages=5, tokens=4)
+        await job_store.advance("app", "solo", last_event_id="e3", formed=3)
+        await job_store.touch("app", "group", user_ids=["sam", "ann"], agent_id=None, tier=None, messages=1, tokens=1)
+        assert await job_store.purge_user("sam", cursors=False) >= 1
+        assert await job_store.get(mine.id) is None and await job_store.get(theirs.id) is not None
+        solo = await job_store.get_cursor("app", "solo")
+        assert solo is not None and (solo.last_event_id, solo.formed_events) == ("e3", 3)
+        assert solo.user_ids == ["sam"]
+        assert await job_store.get_cursor("app", "group") is not None
+        await job_store.purge_user("sam")  # the default still removes them
+        assert await job_store.get_cursor("app", "solo") is None
+
 
 # --------------------------------------------------------------------------- context cache contract
 
