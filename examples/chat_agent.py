@@ -50,7 +50,7 @@ from typing import Any, Protocol
 from memlane import AsyncMemory, ConfigError, Event, EventType, FormationConfig, MemlaneError
 from memlane.agent.commands import handle_command
 from memlane.agent.context import assemble_context, replay_messages
-from memlane.agent.tools import MemoryTools, memory_tools
+from memlane.agent.tools import MemoryTools, memory_tools, tool_result_json
 from memlane.providers.llm.openai import DEFAULT_BASE_URL, OpenAIChat
 
 PERSONA = (
@@ -158,7 +158,7 @@ class OpenAICompatibleResponder:
             for call in calls:
                 function = call.get("function") or {}
                 result = await run_tool(str(function.get("name")), function.get("arguments") or "{}")
-                content = json.dumps(result, ensure_ascii=False)[:TOOL_RESULT_CHARS]
+                content = tool_result_json(result)[:TOOL_RESULT_CHARS]  # memory text cannot form a tag or token
                 messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": content})
         message = await self._complete(messages, None)  # out of rounds: answer with what it has
         return str(message.get("content") or "").strip() or "(no answer)"

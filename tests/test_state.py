@@ -372,7 +372,9 @@ async def test_profile_is_escaped_and_can_be_plain_text(mem: AsyncMemory) -> Non
     assert state.text.count("</USER_PROFILE>") == 1 and state.text.endswith("</USER_PROFILE>")
     assert "&lt;/USER_PROFILE&gt;" in state.text
     plain = await composer(mem, ProfileProvider(format="text")).compose_state(StateMessage("hi", user_id="mallory"))
-    assert plain.text.startswith("About the user:\n") and "<USER_PROFILE>" in plain.text  # plain: as stored
+    assert plain.text.startswith("About the user:\n- ")  # plain text: escaped bullets all the same
+    assert "<" not in plain.text and "&lt;USER_PROFILE&gt;" in plain.text
+    assert "<USER_PROFILE>" in plain.data["profile"]["profile"]  # the data keeps the profile as stored
 
 
 async def test_cross_user_state_never_contains_another_users_memory(mem: AsyncMemory) -> None:

@@ -15,7 +15,10 @@ the facts stay keyword-searchable meanwhile.
 
 The texts are read from the store when a batch is embedded, not kept in the queue: a fact
 deleted or forgotten while queued is skipped (its text never reaches the embedder), and the
-queue holds ids only.
+queue holds ids only. A fact updated, deleted or forgotten while its batch is at the embedder
+does not get that vector: before writing, the batch re-reads which facts still wait with the
+text it embedded (a change landing between that read and the write, one database round trip,
+is the remaining window).
 """
 
 from __future__ import annotations
@@ -206,7 +209,13 @@ class EmbeddingQueue:
             if vectors is None:  # no embedder
                 self._idle = True
                 return False
-            await self.facts.set_embeddings([fid for fid, _ in rows], vectors)
+            # The embedder may have taken a while: a fact updated meanwhile (with its own new
+            # vector), deleted or forgotten must not get the old text's vector. Only the facts
+            # still waiting with the very text embedded get theirs.
+            waiting = dict(await self.facts.missing_embeddings(limit=len(rows), fact_ids=[fid for fid, _ in rows]))
+            keep = [i for i, (fid, text) in enumerate(rows) if waiting.get(fid) == text]
+            if keep:
+                await self.facts.set_embeddings([rows[i][0] for i in keep], vectors[keep])
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the embedder or the store failed: keep everything, retry

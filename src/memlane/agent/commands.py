@@ -13,6 +13,7 @@ anything else returns None and the turn proceeds normally.
 
 A command is a message whose first word is ``/name`` (letters, digits, ``_`` and ``-``,
 optionally ``@botname`` as Telegram sends it); ``/usr/bin`` or ``//`` are ordinary text.
+Whitespace and zero-width characters (a BOM, a zero-width space) around it are ignored.
 Every command acts on the identity the app passes (``user_id``, ``agent_id``,
 ``session_id``, ``app``): one user can never list, erase or reset another's memory.
 """
@@ -56,7 +57,14 @@ LIST_LIMIT: Final = 50
 #: Longest memory line ``/memory`` shows (characters; longer ones are clipped).
 LINE_CHARS: Final = 300
 
-_COMMAND = re.compile(r"\A\s*/([A-Za-z][A-Za-z0-9_-]*)(?:@[A-Za-z0-9_]+)?(?=\s|\Z)(.*)\Z", re.DOTALL)
+#: Invisible characters a client may put around a command (zero-width space / joiners, word
+#: joiner, BOM): ignored like whitespace, so ``"\ufeff/forget"`` is still handled out of band
+#: instead of reaching the model and memory formation.
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff"
+_EDGES = re.compile(rf"\A[\s{_INVISIBLE}]+|[\s{_INVISIBLE}]+\Z")
+_COMMAND = re.compile(
+    rf"\A[\s{_INVISIBLE}]*/([A-Za-z][A-Za-z0-9_-]*)(?:@[A-Za-z0-9_]+)?(?=[\s{_INVISIBLE}]|\Z)(.*)\Z", re.DOTALL
+)
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,7 @@ def parse_command(text: str) -> tuple[str, str] | None:
     if m is None:
         return None
     name = m.group(1).lower()
-    return ALIASES.get(name, name), m.group(2).strip()
+    return ALIASES.get(name, name), _EDGES.sub("", m.group(2))
 
 
 def is_command(text: str) -> bool:

@@ -24,9 +24,9 @@ reflection is one line (its line breaks become spaces) so it cannot pose as anot
 
 **Budget.** With ``budget_tokens`` the sections are packed by priority (profile, user blob,
 agent blob, session blob, session reflections, user reflections, agent reflections, facts),
-whole items first; the first item that does not fit is cut at a word boundary (marked ``…``)
-and everything after it in that section is dropped. The same memory and budget give the
-same text, and the text (tags included) never exceeds the budget.
+whole items first; the first item that does not fit is cut at a word boundary (marked ``…``;
+inside a word longer than 40 characters) and everything after it in that section is dropped.
+The same memory and budget give the same text, and the text (tags included) never exceeds the budget.
 
 **Cache.** An assembled context is kept (persisted, in the store's ``context_cache`` when the
 backend has one) for 5 minutes and reused while the memory it was built from is unchanged:
@@ -204,18 +204,44 @@ def _render(sections: Sequence[_Section], *, kept: bool) -> str:
     return "<MemoryContext>\n" + "\n".join(body) + "\n</MemoryContext>"
 
 
+#: A cut falls back inside a word only when the word boundary before it is further back than
+#: this (a 10,000-character "word" is cut, not dropped with the rest of its section).
+MAX_WORD_CUT = 40
+
+
+def _clip(item: str, length: int) -> str:
+    return item[:length].rstrip() + " …"
+
+
 def _cut(item: str, fits: Callable[[str], bool]) -> str | None:
-    """The longest word-boundary prefix of ``item`` (plus ``…``) that ``fits``, or None."""
-    words = item.split(" ")
-    lo, hi, best = 1, len(words) - 1, None
+    """The longest prefix of ``item`` (plus ``…``) that ``fits``, cut at a word boundary unless
+    the word it falls in is longer than :data:`MAX_WORD_CUT`; None when nothing fits."""
+    lo, hi, best = 1, len(item) - 1, 0
     while lo <= hi:  # fits() is monotone in the prefix length
         mid = (lo + hi) // 2
-        candidate = " ".join(words[:mid]).rstrip() + " …"
-        if fits(candidate):
-            best, lo = candidate, mid + 1
+        if fits(_clip(item, mid)):
+            best, lo = mid, mid + 1
         else:
             hi = mid - 1
-    return best
+    if best == 0:
+        return None
+    space = item.rfind(" ", 0, best + 1)
+    if space > 0 and best - space <= MAX_WORD_CUT and fits(_clip(item, space)):
+        return _clip(item, space)
+    return _clip(item, best)
+
+
+def _checked_counter(count_tokens: Callable[[str], int]) -> Callable[[str], int]:
+    """``count_tokens`` refusing a result that is not a token count (a negative or fractional
+    count would let the text overrun the budget; a string would fail deep in the packing)."""
+
+    def count(text: str) -> int:
+        n = count_tokens(text)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidInputError(f"count_tokens must return a whole number >= 0, got {inputs.show(n)}")
+        return n
+
+    return count
 
 
 def pack(parts: _Parts, budget_tokens: int | None, count_tokens: Callable[[str], int] = estimate_tokens) -> str:
@@ -413,7 +439,7 @@ async def assemble_context(
         if entry is not None and entry.stamp == stamp and timedelta(0) <= now - entry.built_at < CONTEXT_TTL:
             return entry.text
     parts = await _gather(memory, scope, keys, now=now, profile=profile, fifo_limit=facts_limit)
-    text = pack(parts, budget_tokens, count_tokens or estimate_tokens)
+    text = pack(parts, budget_tokens, _checked_counter(count_tokens) if count_tokens else estimate_tokens)
     if count_tokens is None:
         # The stamp read before gathering: a write racing with the gather makes the entry stale
         # at once (its stamp no longer matches), never wrongly fresh.

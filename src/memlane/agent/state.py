@@ -309,8 +309,10 @@ class TimeProvider(Provider):
 
 class ProfileProvider(Provider):
     """``profile``: :meth:`AsyncMemory.profile` for the message's user (Gaia's session-start
-    bullets), in a ``<USER_PROFILE>`` block (``format="xml"``, markup in the profile escaped)
-    or as plain text (``format="text"``). Nothing without a user or a profile."""
+    bullets), in a ``<USER_PROFILE>`` block (``format="xml"``) or after ``About the user:``
+    (``format="text"``). Either way each profile line is one escaped bullet (as in the
+    ``<MemoryContext>`` block), also in ``values["user_profile"]``; ``data["profile"]`` keeps
+    the profile as stored. Nothing without a user or a profile."""
 
     def __init__(self, *, position: int = -10, format: Literal["xml", "text"] = "xml") -> None:
         inputs.choice(format, "format", ("xml", "text"))
@@ -323,11 +325,14 @@ class ProfileProvider(Provider):
         profile = await ctx.memory.profile(message.user_id, agent_id=message.agent_id)
         if not profile:
             return ProviderResult()
-        if self.format == "xml":
-            text = f"<USER_PROFILE>\n{escape_memory_text(profile)}\n</USER_PROFILE>"
-        else:
-            text = f"About the user:\n{profile}"
-        return ProviderResult(text=text, values={"user_profile": profile}, data={"profile": profile})
+        # one escaped bullet per profile line (as in the <MemoryContext> block): a profile line can
+        # neither close a tag nor start a line that poses as a turn or another section
+        lines = [escape_memory_text(line, one_line=True).lstrip("-• ") for line in profile.splitlines()]
+        bullets = "\n".join(f"- {line}" for line in lines if line)
+        if not bullets:
+            return ProviderResult()
+        text = f"<USER_PROFILE>\n{bullets}\n</USER_PROFILE>" if self.format == "xml" else f"About the user:\n{bullets}"
+        return ProviderResult(text=text, values={"user_profile": bullets}, data={"profile": profile})
 
 
 class MemoryContextProvider(Provider):
@@ -374,7 +379,8 @@ async def _owned_session(memory: AsyncMemory, message: StateMessage) -> Session 
 
 class RecentMessagesProvider(Provider):
     """``recent_messages``: the last ``limit`` conversational events of the message's session
-    (user and agent turns, delegations), oldest first, as ``role: text`` lines.
+    (user and agent turns, delegations), oldest first, as ``role: text`` lines (the text
+    escaped like memory text, continuation lines indented).
 
     The session must be the message user's: a session with participants that do not include
     ``message.user_id`` raises :class:`~memlane.errors.ScopeError` (reported in
@@ -401,14 +407,17 @@ class RecentMessagesProvider(Provider):
 def _speaker(event: Event) -> str:
     role = event.role
     if role == "user":
-        return event.author if event.author not in ("", "user") else "user"
-    return "assistant" if role == "assistant" else event.author or role
+        name = event.author if event.author not in ("", "user") else "user"
+    else:
+        name = "assistant" if role == "assistant" else event.author or role
+    return escape_memory_text(name, one_line=True) or role
 
 
 def _one_entry(text: str) -> str:
-    """A message's text as one entry of the transcript: continuation lines are indented, so
-    a message cannot start a line that looks like another speaker's turn."""
-    return "\n  ".join(line.rstrip() for line in text.strip().splitlines())
+    """A message's text as one entry of the transcript: escaped as memory text (no tag, special
+    token or bidi control) and continuation lines indented, so a message cannot start a line
+    that looks like another speaker's turn."""
+    return "\n  ".join(escape_memory_text(text).splitlines())
 
 
 def builtin_providers() -> list[Provider]:

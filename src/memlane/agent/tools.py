@@ -31,6 +31,7 @@ from typing import Any, Final, Literal, get_args
 
 from memlane import inputs
 from memlane.agent._binding import Binding, Identity, MemoryLike
+from memlane.agent.context import escape_memory_text
 from memlane.errors import ConfigError, InvalidInputError, UsageError
 from memlane.models import Fact, Hit, utcnow
 from memlane.retrieval.hybrid import MAX_QUERIES
@@ -49,6 +50,7 @@ __all__ = [
     "age",
     "memory_tools",
     "provision",
+    "tool_result_json",
 ]
 
 ToolName = Literal["search_facts", "load_memory", "remember"]
@@ -193,9 +195,40 @@ def _when(fact: Fact) -> datetime:
 
 
 def _one_line(text: str, limit: int) -> str:
-    """A memory as one line (it cannot open a new line or section of the prompt), clipped."""
+    """A memory as one line of prompt text, clipped: escaped as in the ``<MemoryContext>``
+    block (markup and look-alikes become entities, invisible controls go), so it can neither
+    start a new line (a fake role turn or section) nor open or close a tag of the prompt."""
     line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+    line = line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+    return escape_memory_text(line, one_line=True)
+
+
+#: Characters a tool result's JSON text spells as ``\uXXXX`` escapes: markup (and look-alikes),
+#: line/paragraph separators, NEL and bidi controls. JSON strings may escape any character, so
+#: the data is unchanged for a JSON reader; only the raw text can no longer form a tag, a
+#: chat-template special token (``<|im_end|>``) or a reordered line.
+_JSON_ESCAPES: Final = str.maketrans(
+    {c: f"\\u{ord(c):04x}" for c in "<>&\x85\u2028\u2029\uff1c\uff1e\u2039\u203a\ufe64\ufe65"}
+    | {chr(c): f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+)
+
+
+def tool_result_json(result: Any) -> str:
+    """A tool result as the JSON text to give the model (the ``content`` of a ``tool`` message):
+    ``json.dumps`` with markup characters escaped, so memory text inside it cannot pose as a
+    tag or special token of the prompt; ``json.loads`` gives back exactly ``result``."""
+    return json.dumps(result, ensure_ascii=False).translate(_JSON_ESCAPES)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` hook refusing duplicate keys (a guard reading the first ``fact`` and the
+    dispatcher storing the last would disagree)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
 
 
 class _UnknownToolError(InvalidInputError):
@@ -458,8 +491,8 @@ class MemoryTools:
             args: Any = {}
         elif isinstance(arguments, str | bytes | bytearray):
             try:
-                args = json.loads(arguments)
-            except ValueError as exc:
+                args = json.loads(arguments, object_pairs_hook=_unique_keys)
+            except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
                 raise InvalidInputError(f"{tool}: the arguments are not valid JSON ({exc})") from None
         else:
             args = arguments
