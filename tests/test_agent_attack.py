@@ -332,3 +332,28 @@ async def _visibility(path: Path, writes: list[tuple[str, str | None, str]]) -> 
                 assert listed is not None
                 mine = {d["content"] for d in listed.data["memories"]}
                 assert mine == {t for t, w in written.items() if w[0] == user}  # /memory: all of mine only
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+async def test_concurrent_users_never_see_each_others_memory(mem: AsyncMemory) -> None:
+    """Eight users remember, assemble their context, preload and compose state at the same time
+    (one engine, one context cache, one state composer): each sees only their own secret."""
+    users = [f"user{i}" for i in range(8)]
+    composer = StateComposer(mem, cache_size=4)  # a small LRU: entries are evicted mid-run
+
+    async def turn(user: str, round_: int) -> None:
+        tools = MemoryTools(mem, user_id=user, agent_id="chat")
+        await tools.remember(f"{user} secret round{round_} zebra")
+        context = await mem.context(user_id=user, agent_id="chat", profile=False)
+        preload = await tools.preload_memory("zebra secret", "")
+        state = await composer.compose_state(StateMessage("zebra", user_id=user, agent_id="chat", id="same-id"))
+        found = (await tools.search_facts(["zebra secret"], top_k=50))["results"]
+        for text in (context, preload, state.text, " ".join(r["content"] for r in found)):
+            others = {u for u in users if u != user and re.search(rf"\b{u} secret", text)}
+            assert not others, (user, others, text)
+        assert f"{user} secret round{round_}" in context
+
+    for round_ in range(3):
+        await asyncio.gather(*(turn(u, round_) for u in users))
