@@ -249,6 +249,24 @@ async def test_queue_never_writes_a_stale_vector_over_a_changed_fact(tmp_path: P
             assert row is None or row.embedding is None
 
 
+async def test_close_while_a_batch_is_at_the_embedder_loses_nothing(tmp_path: Path) -> None:
+    emb = Recording(gated=True)  # never released: the batch is in flight when the memory closes
+    m = await AsyncMemory(tmp_path / "q.db", embedder=emb, sessions="null").open()
+    await m.add([{"role": "user", "content": f"queued note {i}"} for i in range(10)], user_id="u", embed="normal")
+    await asyncio.wait_for(emb.started.wait(), 10)
+    queue = m._embed_queue
+    assert queue is not None and queue._task is not None
+    task = queue._task
+    await m.close()
+    assert task.done()  # no worker left running on the loop
+    again = Recording()
+    async with AsyncMemory(tmp_path / "q.db", embedder=again, sessions="null") as m2:
+        done = await m2.drain_embeddings()
+        assert done["idle"] and done["queued"] == 0
+        assert sorted(t for call in again.calls for t in call) == sorted(f"queued note {i}" for i in range(10))
+        assert len((await m2.list(user_id="u")).items) == 10
+
+
 # --------------------------------------------------------------------------- contacts
 
 
