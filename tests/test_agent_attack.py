@@ -304,7 +304,7 @@ def sync_mem(tmp_path: Path) -> Iterator[Memory]:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(
-        st.tuples(st.sampled_from(USERS), st.sampled_from(AGENTS), st.sampled_from(("tool", "command", "adk"))),
+        st.tuples(st.sampled_from(USERS), st.sampled_from(AGENTS), st.sampled_from(("tool", "command", "adk", "room"))),
         min_size=1,
         max_size=8,
     )
@@ -320,6 +320,10 @@ async def _visibility(path: Path, writes: list[tuple[str, str | None, str]]) -> 
         written: dict[str, tuple[str, str | None]] = {}
         for n, (user, agent, how) in enumerate(writes):
             token = f"marker token{n}"
+            if how == "room":  # an agent's memory of a room: only reads naming the room see it
+                await m.add(token, agent_id=agent or "chat", session_id=f"room-{user}", scope="room")
+                written[token] = ("#room", agent or "chat")  # no reader below names a room
+                continue
             if not user:
                 with pytest.raises(InvalidInputError):  # ScopeError is one
                     MemoryTools(m, user_id=user, agent_id=agent)
@@ -341,7 +345,7 @@ async def _visibility(path: Path, writes: list[tuple[str, str | None, str]]) -> 
             written[token] = (user, agent)
         for user in {u for u in USERS if u}:
             for agent in AGENTS:
-                tools = MemoryTools(m, user_id=user, agent_id=agent)
+                tools = MemoryTools(m, user_id=user, agent_id=agent, session_id=f"room-{user}")
                 seen = {r["content"] for r in (await tools.search_facts(["marker"], top_k=50))["results"]}
                 assert all(_allowed((user, agent), written[t]) for t in seen), (user, agent, seen)
                 expected = {t for t, w in written.items() if _allowed((user, agent), w)}
