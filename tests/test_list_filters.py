@@ -101,3 +101,11 @@ def test_sync_facade_passes_kind_and_filters(tmp_path: Path) -> None:
         assert [f.content for f in m.list(user_id="ann", kind="description").items] == ["Ann is a botanist"]
         assert [f.content for f in m.list(user_id="ann", filters={"source": "chat"}).items] == ["Ann likes orchids"]
         assert m.list(user_id="bob", filters={"source": "chat"}).total == 0
+
+
+def test_adapters_list_through_the_public_api() -> None:
+    """The LangGraph store lists items with ``list(filters=...)``, not the fact store's own method."""
+    import memlane.adapters
+
+    src = Path(memlane.adapters.__file__).parent
+    assert [p.name for p in sorted(src.glob("*.py")) if ".list_facts(" in p.read_text("utf-8")] == []

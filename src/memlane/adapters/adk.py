@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from memlane import inputs
+from memlane._binding import Binding
 from memlane.errors import ConfigError, InvalidInputError, NotFoundError, ScopeError
 from memlane.memory import AsyncMemory
 from memlane.models import Event, EventType, Fact, Hit, agent_namespace
@@ -105,26 +106,12 @@ class AdkSessionNotFoundError(NotFoundError, SessionNotFoundError):
 # --------------------------------------------------------------------------- engine access
 
 
-class _Engine:
+class _Engine(Binding):
     """One memlane engine, awaited on its own loop (a sync ``Memory``'s thread) or directly."""
 
     def __init__(self, memory: AsyncMemory | Memory, who: str) -> None:
-        if isinstance(memory, Memory):
-            self.engine = memory.engine
-            self._memory: Memory | None = memory
-        elif isinstance(memory, AsyncMemory):
-            self.engine = memory
-            self._memory = None
-        else:
-            raise InvalidInputError(
-                f"{who} needs a memlane AsyncMemory or Memory, got {inputs.show(memory)}: "
-                f"{who}(AsyncMemory('agent.db'))"
-            )
-
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._memory is None:
-            return await coro
-        return await self._memory._portal.call_async(coro)
+        super().__init__(memory, who=f"{who}(memory)")
+        self.engine: AsyncMemory = self.require(who)
 
     async def sessions(self) -> SessionStore:
         await self.run(self.engine.open())

@@ -47,9 +47,8 @@ that memory's event loop runs, as in LangGraph's sync nodes under ``ainvoke``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -71,10 +70,10 @@ from langgraph.store.base import (
 )
 
 from memlane import inputs
-from memlane._portal import LoopThread
-from memlane.errors import ConfigError, InvalidInputError, ScopeError, StorageError, UsageError
+from memlane._binding import Binding
+from memlane.errors import ConfigError, InvalidInputError, ScopeError, StorageError
 from memlane.memory import AsyncMemory
-from memlane.models import Fact, FactFilter, Scope, utcnow
+from memlane.models import Fact, Scope, utcnow
 from memlane.sync import Memory
 
 __all__ = ["AUTHOR", "MemlaneStore", "ScopeFn", "user_scope"]
@@ -92,6 +91,11 @@ AUTHOR = "langgraph"
 RANKED = 100
 #: Facts read per page when scanning a prefix.
 PAGE = 1000
+
+_SYNC_HINT = (
+    "MemlaneStore over an AsyncMemory: use the async methods (aput, aget, asearch, ...) in async code, "
+    "or give MemlaneStore a sync memlane.Memory for sync code"
+)
 
 _NS, _KEY, _VALUE, _CREATED, _INDEXED, _DEPTH = (
     "lg_namespace", "lg_key", "lg_value", "lg_created_at", "lg_indexed", "lg_depth",
@@ -135,13 +139,9 @@ class MemlaneStore(BaseStore):
         agent_id: str | None = None,
         index: IndexConfig | None = None,
     ) -> None:
-        self._portal: LoopThread | None = None
-        if isinstance(memory, Memory):
-            self._engine, self._portal = memory.engine, memory._portal
-        elif isinstance(memory, AsyncMemory):
-            self._engine, self._portal = memory, None
-        else:
-            raise InvalidInputError(f"memory must be a memlane Memory or AsyncMemory, got {inputs.show(memory)}")
+        # Made in async code over an AsyncMemory, the binding remembers that loop for sync calls.
+        self._binding = Binding(memory, sync_hint=_SYNC_HINT)
+        self._engine: AsyncMemory = self._binding.require("MemlaneStore")
         self._depth = inputs.integer(scope_depth, "scope_depth", 1, 1000)
         agent = inputs.optional_id(agent_id, "agent_id")
         if scope is not None and agent is not None:
@@ -159,39 +159,16 @@ class MemlaneStore(BaseStore):
         if not isinstance(fields, list) or not all(isinstance(f, str) and f for f in fields):
             raise ConfigError(f"index['fields'] must be a list of JSON paths, got {inputs.show(fields)}")
         self._fields = list(fields)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        with contextlib.suppress(RuntimeError):  # made in async code: remember the loop for sync calls
-            self._loop = asyncio.get_running_loop()
         self._write_lock: asyncio.Lock | None = None
 
     # ------------------------------------------------------------------ BaseStore
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` (reads see the state before the batch; writes follow, last one per key wins)."""
-        return self._call_sync(self._batch(list(ops)))
+        return self._binding.run_sync(self._batch(list(ops)))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async :meth:`batch`."""
-        ops = list(ops)
-        if self._portal is not None:
-            return await asyncio.to_thread(self._portal.call, self._batch(ops))
-        self._loop = asyncio.get_running_loop()
-        return await self._batch(ops)
-
-    def _call_sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._portal is not None:
-            return self._portal.call(coro)
-        loop = self._loop
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or loop.is_closed() or not loop.is_running() or running is loop:
-            coro.close()
-            raise UsageError(
-                "MemlaneStore over an AsyncMemory: use the async methods (aput, aget, asearch, ...) in async code, "
-                "or give MemlaneStore a sync memlane.Memory for sync code"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return await self._binding.run(self._batch(list(ops)))
 
     # ------------------------------------------------------------------ batch
     async def _batch(self, ops: list[Op]) -> list[Result]:
@@ -232,13 +209,14 @@ class MemlaneStore(BaseStore):
 
     # ------------------------------------------------------------------ reads
     async def _facts(self, scope: Scope, metadata: Mapping[str, Any]) -> list[Fact]:
-        """Every valid item memory under ``scope`` matching ``metadata`` (fragments left out),
-        newest first."""
-        flt = FactFilter(metadata=tuple(sorted(metadata.items())))
+        """Every valid item memory under ``scope`` matching ``metadata`` (fragments left out: they
+        carry their item's metadata, and a filter cannot exclude a kind), newest first."""
         out: list[Fact] = []
         cursor: str | None = None
         while True:
-            page = await self._engine.facts.list_facts(scope, limit=PAGE, cursor=cursor, filter=flt)
+            page = await self._engine.list(
+                user_id=scope.user_id, agent_id=scope.agent_id, limit=PAGE, cursor=cursor, filters=metadata
+            )
             out += [f for f in page.items if f.kind != "fragment" and _KEY in f.metadata]
             cursor = page.next_cursor
             if cursor is None:

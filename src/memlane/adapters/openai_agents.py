@@ -44,7 +44,6 @@ How items map onto memlane (see docs/adapters.md):
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar, cast
@@ -53,7 +52,7 @@ from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
 from memlane import inputs
-from memlane._portal import LoopThread
+from memlane._binding import Binding
 from memlane.errors import InvalidInputError, ScopeError
 from memlane.memory import AsyncMemory
 from memlane.models import Event, EventType, Session
@@ -173,13 +172,8 @@ class MemlaneSession:
         self.agent_id = inputs.optional_id(agent_id, "agent_id")
         self.form = inputs.flag(form, "form")
         self.session_settings = session_settings
-        self._portal: LoopThread | None = None
-        if isinstance(memory, Memory):
-            self._engine, self._portal = memory.engine, memory._portal
-        elif isinstance(memory, AsyncMemory):
-            self._engine = memory
-        else:
-            raise InvalidInputError(f"memory must be a memlane Memory or AsyncMemory, got {inputs.show(memory)}")
+        self._binding = Binding(memory)
+        self._engine: AsyncMemory = self._binding.require("MemlaneSession")
 
     # ------------------------------------------------------------------ Session protocol
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -205,9 +199,7 @@ class MemlaneSession:
 
     # ------------------------------------------------------------------ on the engine's loop
     async def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._portal is None:
-            return await coro
-        return await asyncio.to_thread(self._portal.call, coro)
+        return await self._binding.run(coro)
 
     async def _session(self, *, create: bool) -> Session | None:
         """The session with its events, checked to be this user's (created when asked)."""
