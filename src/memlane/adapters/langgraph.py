@@ -52,29 +52,33 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
-from langgraph.store.base import (
-    BaseStore,
-    GetOp,
-    IndexConfig,
-    Item,
-    ListNamespacesOp,
-    MatchCondition,
-    Op,
-    PutOp,
-    Result,
-    SearchItem,
-    SearchOp,
-    get_text_at_path,
-    tokenize_path,
-    validate_op_namespace,
-)
-
 from memlane import inputs
 from memlane._binding import Binding
+from memlane.adapters import missing_extra
 from memlane.errors import ConfigError, InvalidInputError, ScopeError, StorageError
 from memlane.memory import AsyncMemory
 from memlane.models import Fact, Scope, utcnow
 from memlane.sync import Memory
+
+try:
+    from langgraph.store.base import (
+        BaseStore,
+        GetOp,
+        IndexConfig,
+        Item,
+        ListNamespacesOp,
+        MatchCondition,
+        Op,
+        PutOp,
+        Result,
+        SearchItem,
+        SearchOp,
+        get_text_at_path,
+        tokenize_path,
+        validate_op_namespace,
+    )
+except ImportError as exc:
+    raise missing_extra("langgraph", "LangGraph (langgraph >= 1.0)", "langgraph", exc) from exc
 
 __all__ = ["AUTHOR", "MemlaneStore", "ScopeFn", "user_scope"]
 

@@ -48,15 +48,19 @@ import json
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar, cast
 
-from agents.items import TResponseInputItem
-from agents.memory.session_settings import SessionSettings, resolve_session_limit
-
 from memlane import inputs
 from memlane._binding import Binding
+from memlane.adapters import missing_extra
 from memlane.errors import InvalidInputError, ScopeError
 from memlane.memory import AsyncMemory
 from memlane.models import Event, EventType, Session
 from memlane.sync import Memory
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings, resolve_session_limit
+except ImportError as exc:
+    raise missing_extra("openai_agents", "the OpenAI Agents SDK (openai-agents >= 0.24)", "openai-agents", exc) from exc
 
 __all__ = ["ITEM_KEY", "MemlaneSession", "event_type_of", "item_to_event"]
 
