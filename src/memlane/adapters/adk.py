@@ -40,7 +40,9 @@ from typing import Any, TypeVar
 
 from memlane import inputs
 from memlane._binding import Binding
-from memlane.errors import ConfigError, InvalidInputError, NotFoundError, ScopeError
+from memlane.adapters import missing_extra
+from memlane.agent.context import escape_memory_text
+from memlane.errors import InvalidInputError, NotFoundError, ScopeError
 from memlane.memory import AsyncMemory
 from memlane.models import Event, EventType, Fact, Hit, agent_namespace
 from memlane.models import Session as MemlaneSession
@@ -58,8 +60,8 @@ try:
     from google.adk.sessions.session import Session as AdkSession
     from google.adk.sessions.state import State
     from google.genai import types
-except ImportError as exc:  # pragma: no cover - the extra is installed wherever the tests run
-    raise ConfigError("memlane.adapters.adk needs Google ADK: pip install 'memlane[adk]' (google-adk >= 2.13)") from exc
+except ImportError as exc:
+    raise missing_extra("adk", "Google ADK (google-adk >= 2.13)", "adk", exc) from exc
 
 __all__ = [
     "ADK_EVENT_KEY",
@@ -288,15 +290,22 @@ class MemlaneMemoryService(BaseMemoryService):
     Args:
         memory: the memlane memory (:class:`AsyncMemory`, or a sync :class:`Memory`).
         top_k: most memories one ``search_memory`` returns (1..100).
+        escape: return each memory's text and author as one line of prompt-safe text, escaped
+            as in memlane's ``<MemoryContext>`` block (``&``, ``<``, ``>`` and look-alikes as
+            entities, line breaks as spaces, invisible controls removed). ADK's
+            ``preload_memory`` pastes them as ``author: text`` lines between
+            ``<PAST_CONVERSATIONS>`` tags, so a stored memory could otherwise close that tag or
+            start a line posing as a turn. ``False`` returns the text as stored.
 
     Scoping: ``(app_name, user_id)`` reads the user's memories under the app's namespace plus
     the app's shared memories (from group sessions); app ``"default"`` is memlane's un-namespaced
     user memory, and never shows what the user stored under another app.
     """
 
-    def __init__(self, memory: AsyncMemory | Memory, *, top_k: int = DEFAULT_TOP_K) -> None:
+    def __init__(self, memory: AsyncMemory | Memory, *, top_k: int = DEFAULT_TOP_K, escape: bool = True) -> None:
         self._engine = _Engine(memory, "MemlaneMemoryService")
         self.top_k = inputs.integer(top_k, "top_k", 1, 100)
+        self.escape = inputs.flag(escape, "escape")
 
     @property
     def memory(self) -> AsyncMemory:
@@ -436,7 +445,7 @@ class MemlaneMemoryService(BaseMemoryService):
         top_k = self.top_k if ns is not None else _WIDE_TOP_K
         result = await self._engine.run(self.memory.search(query, user_id=user_id, agent_id=ns, top_k=top_k))
         hits = result.hits if ns is not None else [h for h in result.hits if h.fact.agent_id is None]
-        return SearchMemoryResponse(memories=[_entry(h) for h in hits[: self.top_k]])
+        return SearchMemoryResponse(memories=[_entry(h, self.escape) for h in hits[: self.top_k]])
 
     async def delete_memory(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
         """Delete one of the user's own memories under this app by the ``MemoryEntry.id``
@@ -461,18 +470,24 @@ class MemlaneMemoryService(BaseMemoryService):
         await self._engine.run(self.memory.delete(memory_id, user_id=user_id, agent_id=ns))
 
 
-def _entry(hit: Hit) -> MemoryEntry:
+def _entry(hit: Hit, escape: bool) -> MemoryEntry:
     fact: Fact = hit.fact
     meta = dict(fact.metadata)
     role = meta.pop("adk_role", None)
     if role not in ("user", "model"):
         role = "user" if fact.author in (None, "user") else "model"
     author = fact.author or meta.pop("author", None)
+    author = author if isinstance(author, str) else None
+    content = fact.content
+    if escape:
+        content = escape_memory_text(content, one_line=True)
+        if author is not None:
+            author = escape_memory_text(author, one_line=True) or None
     when = fact.occurred_at or fact.formed_at
     return MemoryEntry(
         id=fact.id,
-        content=types.Content(role=role, parts=[types.Part(text=fact.content)]),
-        author=author if isinstance(author, str) else None,
+        content=types.Content(role=role, parts=[types.Part(text=content)]),
+        author=author,
         timestamp=when.isoformat(),
         custom_metadata=meta,
     )
