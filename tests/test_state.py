@@ -424,3 +424,15 @@ def test_sync_composer_over_memlane_memory(tmp_path: Path) -> None:
             sc.compose_state(msg, only=["nope"])
         with pytest.raises(InvalidInputError):
             SyncStateComposer(m.engine)  # type: ignore[arg-type]
+
+
+async def test_forget_empties_the_state_cache(mem: AsyncMemory) -> None:
+    await mem.add("Alice's locker code is 9071", user_id="alice")
+    c = StateComposer(mem)
+    message = StateMessage("what is my locker code?", user_id="alice")
+    assert "9071" in (await c.compose_state(message)).text
+    assert "9071" in (await c.compose_state(message)).text  # cached
+    await mem.forget("alice")
+    assert mem.erasures == 1
+    # The same message composed again is not served from the cache: the forgotten words are gone.
+    assert "9071" not in (await c.compose_state(message)).text

@@ -189,6 +189,13 @@ class AsyncMemory:
         self._open_lock: asyncio.Lock | None = None
         self._opened = False
         self._closed = False
+        self._erasures = 0
+
+    @property
+    def erasures(self) -> int:
+        """How many ``forget`` calls this engine has run: in-process caches built from memory
+        (e.g. :class:`memlane.agent.state.StateComposer`) drop what they hold when it moves."""
+        return self._erasures
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for attributes :meth:`open` sets (stores, models): a clear error, not AttributeError.
@@ -739,7 +746,9 @@ class AsyncMemory:
         # Cached contexts hold memory text (agent blobs included): all go, not only the user's.
         removed += await self.contexts.drop_contexts()
         # last: the fact store's purge ends by scrubbing the file (FTS merge, WAL truncate)
-        return removed + await self.facts.purge_user(user_id, shared=shared)
+        removed += await self.facts.purge_user(user_id, shared=shared)
+        self._erasures += 1
+        return removed
 
     # ------------------------------------------------------------------ reads
     @_opening

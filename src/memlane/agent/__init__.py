@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         StateMessage,
         SyncStateComposer,
     )
-    from memlane.agent.tools import MemoryTools, memory_tools, provision
+    from memlane.agent.tools import MemoryTools, memory_tools, provision, tool_result_json
 
 # Imported on first use: the engine (memlane.memory) imports memlane.agent.context, and the
 # other modules import the engine, so eager imports here would be circular.
@@ -56,6 +56,7 @@ _EXPORTS = {
     "MemoryTools": "tools",
     "memory_tools": "tools",
     "provision": "tools",
+    "tool_result_json": "tools",
 }
 
 __all__ = [
@@ -81,6 +82,7 @@ __all__ = [
     "replay_window",
     "resolve_contact",
     "resolve_contact_sync",
+    "tool_result_json",
 ]
 
 

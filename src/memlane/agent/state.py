@@ -465,6 +465,7 @@ class StateComposer:
         self.timeout = timeout
         self._providers: dict[str, Provider] = {}
         self._cache: OrderedDict[_CacheKey, State] = OrderedDict()
+        self._erasures = memory.erasures
         for provider in [*(builtin_providers() if inputs.flag(builtins, "builtins") else []), *providers]:
             self.register(provider)
 
@@ -604,6 +605,9 @@ class StateComposer:
         assert when is not None
         names = tuple(p.name for p in selected)
         key: _CacheKey = (message.id, message.user_id, message.agent_id, message.session_id, message.app, names)
+        if self._erasures != self.memory.erasures:  # a user was forgotten: cached states may hold their words
+            self.clear_cache()
+            self._erasures = self.memory.erasures
         if not skip_cache and key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key].copy()
