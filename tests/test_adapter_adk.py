@@ -757,3 +757,29 @@ def test_docs_adk_snippet_runs_twice(tmp_path: Path) -> None:
         )
         assert out.returncode == 0, out.stderr
         assert out.stdout.splitlines() == expected
+
+
+async def test_session_service_form_true_runs_memlane_formation(db_path: Path) -> None:
+    async with AsyncMemory(db_path, embedder="hash:64", llm="offline") as memory:
+        for form in (False, True):
+            sid = f"s-{form}"
+            agent = LlmAgent(name="concierge", model=ScriptedModel(replies=[text("Noted.", role="model")]))
+            runner = Runner(
+                app_name=APP,
+                agent=agent,
+                session_service=MemlaneSessionService(memory, form=form),
+                memory_service=MemlaneMemoryService(memory),
+            )
+            await runner.session_service.create_session(app_name=APP, user_id="alice", session_id=sid)
+            await run_turn(runner, "alice", sid, "My sister Maya lives in Porto and I work as a nurse.")
+        # Only the form=True session's events went through the engine's triggers: its formation
+        # cursor counts them, the other session has none.
+        assert await memory.jobs.get_cursor(APP, "s-True") is not None
+        assert await memory.jobs.get_cursor(APP, "s-False") is None
+        await memory.form("s-True", app=APP)
+        hits = await MemlaneMemoryService(memory).search_memory(app_name=APP, user_id="bob", query="Maya Porto")
+        assert hits.memories == []  # formed into alice's memory only
+        found = await MemlaneMemoryService(memory).search_memory(app_name=APP, user_id="alice", query="Maya Porto")
+        assert any("Porto" in (m.content.parts or [])[0].text for m in found.memories)  # type: ignore[operator]
+        with pytest.raises(InvalidInputError):
+            MemlaneSessionService(memory, form="yes")  # type: ignore[arg-type]

@@ -500,18 +500,23 @@ class MemlaneSessionService(BaseSessionService):
     """ADK's ``BaseSessionService`` over memlane's session store (``memory.sessions``): with the
     default ``sqlite`` store, ADK sessions are durable in memlane's database file.
 
-    Events are written to the store directly, so memlane's own formation triggers and idle
-    timer (form, then clear) do not run on ADK sessions: ingest with the memory service's
-    ``add_session_to_memory`` (ADK's explicit model), or call ``memory.form(session_id,
-    app=app_name)`` yourself.
+    By default (``form=False``) events are written to the store directly, so memlane's own
+    formation triggers and idle timer do not run on ADK sessions: ingest with the memory
+    service's ``add_session_to_memory`` (ADK's explicit model), or call ``memory.form(session_id,
+    app=app_name)`` yourself. With ``form=True`` events go through ``memory.add_event``: after
+    an agent reply, 45 messages or 1500 weighted tokens queue a formation job, and a session
+    silent for 30 minutes is formed (then cleared, unless ``FormationConfig(clear_on_idle=False)``).
+    Formed facts land in the user's memory under the app (``agent_namespace(app_name)``), where
+    :class:`MemlaneMemoryService` searches.
 
     A session belongs to one ``(app_name, user_id)``: another user's ``get_session`` of the same
     id finds nothing and their ``delete_session`` deletes nothing. Session ids are unique per
     app (memlane's store), so a second user cannot reuse an id another user holds in that app.
     """
 
-    def __init__(self, memory: AsyncMemory | Memory) -> None:
+    def __init__(self, memory: AsyncMemory | Memory, *, form: bool = False) -> None:
         self._engine = _Engine(memory, "MemlaneSessionService")
+        self.form = inputs.flag(form, "form")
 
     @property
     def memory(self) -> AsyncMemory:
@@ -718,7 +723,10 @@ class MemlaneSessionService(BaseSessionService):
         app, user, _own = _split_state(_event_delta(trimmed))
         app, user = _json_state(app, "app state delta"), _json_state(user, "user state delta")
         stored = from_adk_event(trimmed)
-        await self._call(store.add_event(session_id, stored, app=app_name))
+        if self.form:  # through the engine: formation triggers and the idle timer run
+            await self._call(self.memory.add_event(session_id, stored, app=app_name))
+        else:
+            await self._call(store.add_event(session_id, stored, app=app_name))
         await self._write_state(store, app_name, user_id, app, user)
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
