@@ -321,3 +321,20 @@ async def test_a_failed_run_stores_nothing(mem: AsyncMemory) -> None:
     with pytest.raises(RuntimeError, match="model down"):
         await run_with_memory(Agent(FunctionModel(broken)), "hello", mem, "s", user_id="u")
     assert await mem.sessions.get_events("s") == []
+
+
+def test_run_with_memory_sync_over_the_sync_facade(tmp_path: Path) -> None:
+    from memlane import Memory
+    from memlane.adapters.pydantic_ai import run_with_memory_sync
+
+    second = Recorder("You are Ada.")
+    with Memory(tmp_path / "sync.db", embedder="hash") as m:
+        first = run_with_memory_sync(Agent(FunctionModel(Recorder("Hi Ada."))), "I am Ada.", m, "s", user_id="ada")
+        assert first.output == "Hi Ada."
+        run_with_memory_sync(Agent(FunctionModel(second)), "Who am I?", m, "s", user_id="ada")
+        assert parts(second.seen[0])[:2] == [("request", "user-prompt", "I am Ada."), ("response", "text", "Hi Ada.")]
+        assert len(m.sessions.get_events("s")) == 4
+        with pytest.raises(ScopeError):
+            run_with_memory_sync(Agent(FunctionModel(Recorder())), "hi", m, "s", user_id="bob")
+    with pytest.raises(InvalidInputError):
+        run_with_memory_sync(Agent(FunctionModel(Recorder())), "hi", object(), "s")  # type: ignore[arg-type]

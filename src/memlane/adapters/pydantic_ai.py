@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from pydantic_ai.run import AgentRunResult
 
     from memlane.memory import AsyncMemory
+    from memlane.sync import Memory
 
 __all__ = [
     "CONTEXT_LIMIT",
@@ -86,6 +87,7 @@ __all__ = [
     "load_history",
     "messages_to_events",
     "run_with_memory",
+    "run_with_memory_sync",
     "save_messages",
 ]
 
@@ -420,3 +422,36 @@ async def run_with_memory(
         agent_name=agent.name or "assistant",
     )  # fmt: skip
     return result
+
+
+def run_with_memory_sync(
+    agent: AbstractAgent[Any, OutputT],
+    prompt: str,
+    memory: Memory,
+    session_id: str,
+    *,
+    app: str = "default",
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    context_limit: int | None = CONTEXT_LIMIT,
+    **run_kwargs: Any,
+) -> AgentRunResult[OutputT]:
+    """Blocking :func:`run_with_memory` for the sync :class:`memlane.Memory`: the turn (the
+    agent's model calls included) runs on the memory's own loop thread.
+
+    Raises:
+        InvalidInputError: ``memory`` is not a ``memlane.Memory`` (async code: use
+            :func:`run_with_memory` with an ``AsyncMemory``).
+    """
+    from memlane.sync import Memory
+
+    if not isinstance(memory, Memory):
+        raise InvalidInputError(
+            f"memory must be a memlane.Memory, got {inputs.show(memory)} (async code: use run_with_memory)"
+        )
+    return memory.run(
+        run_with_memory(
+            agent, prompt, memory.engine, session_id, app=app, user_id=user_id, agent_id=agent_id,
+            context_limit=context_limit, **run_kwargs,
+        )
+    )  # fmt: skip
