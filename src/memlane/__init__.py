@@ -10,6 +10,7 @@ always-in-context reflections, embedded on SQLite and offline by default.
 """
 
 from memlane.errors import (
+    AuthenticationError,
     ConfigError,
     ConflictError,
     CorruptDatabaseError,
@@ -24,7 +25,10 @@ from memlane.errors import (
     NotFoundError,
     NotSupportedError,
     OutputParseError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
     ProviderError,
+    RateLimitedError,
     ScopeError,
     StorageError,
     UsageError,
@@ -55,6 +59,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncMemory",
+    "AuthenticationError",
     "CheckReport",
     "ConfigError",
     "ConflictError",
@@ -81,7 +86,10 @@ __all__ = [
     "NotSupportedError",
     "OutputParseError",
     "Page",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
     "ProviderError",
+    "RateLimitedError",
     "Reflection",
     "RetrievalConfig",
     "Scope",

@@ -18,8 +18,12 @@
     │   ├── EmbedderError          an embedding call failed
     │   └── LLMError               a chat-completion call failed
     │       └── OutputParseError   the model's output was not the JSON asked for (after one retry)
-    └── FormationError             a memory-formation job failed; it stays queued for retry
-        └── FormationTimeoutError  waited too long for a formation job (it is kept)
+    ├── FormationError             a memory-formation job failed; it stays queued for retry
+    │   └── FormationTimeoutError  waited too long for a formation job (it is kept)
+    ├── AuthenticationError        (service, HTTP 401) no API key, or an unknown/revoked one
+    ├── PermissionDeniedError      (service, HTTP 403) the key may not do this (tenant, user, read-only)
+    ├── RateLimitedError           (service, HTTP 429) too many requests for this key (retry_after)
+    └── PayloadTooLargeError       (service, HTTP 413) the request body is over the size limit
 
 Every message says how to fix the problem.
 """
@@ -136,3 +140,41 @@ class FormationTimeoutError(FormationError):
         super().__init__(message)
         self.job_id = job_id
         self.status = status
+
+
+class AuthenticationError(MemlaneError):
+    """HTTP 401: the request carries no API key, or an unknown or revoked one.
+
+    Send ``Authorization: Bearer <key>`` (or ``X-API-Key: <key>``) with a key from
+    ``memlane keys create``.
+    """
+
+
+class PermissionDeniedError(MemlaneError):
+    """HTTP 403: the key is valid but may not do this: a read-only key writing, a user-bound key
+    naming another user or writing agent-shared memory."""
+
+
+class RateLimitedError(MemlaneError):
+    """HTTP 429: this key sent more requests than its per-minute limit allows.
+
+    Attributes:
+        retry_after: seconds to wait before the next request may succeed (the ``Retry-After``
+            header's value, a whole number >= 1).
+    """
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PayloadTooLargeError(MemlaneError):
+    """HTTP 413: the request body is larger than the server's limit; nothing was read or changed.
+
+    Attributes:
+        limit: the largest body the server accepts, in bytes.
+    """
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
