@@ -1,0 +1,100 @@
+"""The memlane HTTP API: :func:`create_app` builds the FastAPI application.
+
+Run it with ``memlane serve`` (uvicorn, one process), or mount it yourself::
+
+    from memlane.service.app import create_app
+    app = create_app()          # settings from the environment / defaults
+
+The app keeps one engine per tenant (:class:`~memlane.service.hub.MemoryHub`), opened on a
+tenant's first request and closed when the app shuts down (lifespan). Routes live in
+:mod:`memlane.service.routes`; each module exposes ``router`` and is listed in :data:`ROUTERS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+
+from memlane import __version__
+from memlane.memory import AsyncMemory
+from memlane.service.errors import install_error_handlers
+from memlane.service.hub import MemoryHub
+
+__all__ = ["ROUTERS", "create_app", "memory_enabled"]
+
+#: Route modules under :mod:`memlane.service.routes`, included in this order (each exposes
+#: ``router``). To add an area: create ``routes/<name>.py`` with ``router = APIRouter(...)``
+#: and append ``"<name>"`` here (one line).
+ROUTERS: list[str] = [
+    "health",
+    "kaos",
+    "adk",
+    "sessions",
+    "jobs",
+]
+
+
+def memory_enabled(settings: Any) -> bool:
+    """False when the settings turn memory off (``memory.enabled: false`` / ``MEMORY_ENABLED=false``)."""
+    block = getattr(settings, "memory", None)
+    return bool(getattr(block, "enabled", True))
+
+
+def _default_hub(settings: Any) -> MemoryHub:
+    from_settings = getattr(MemoryHub, "from_settings", None)
+    if from_settings is not None and settings is not None:
+        hub: MemoryHub = from_settings(settings)
+        return hub
+    from memlane.config import Settings
+
+    env = settings if isinstance(settings, Settings) else Settings()
+
+    def factory(location: str) -> AsyncMemory:
+        return AsyncMemory(location, embedder=env.embedder, llm=env.llm, sessions="sqlite")
+
+    return MemoryHub(factory, env.db, Path(env.db).parent / "tenants")
+
+
+def create_app(settings: Any = None, *, hub: MemoryHub | None = None, keys: Any = None) -> FastAPI:
+    """The memlane HTTP API.
+
+    Args:
+        settings: the service settings (None: read from the environment / defaults).
+        hub: the tenants' engines (default: built from ``settings``). The app closes it on
+            shutdown.
+        keys: the API key store (None: no keys, every request is the ``default`` tenant; the
+            server then listens on loopback only).
+    """
+    the_hub = hub if hub is not None else _default_hub(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        opener = getattr(the_hub, "open", None)
+        if opener is not None:
+            await opener()
+        try:
+            yield
+        finally:
+            await the_hub.aclose()
+
+    app = FastAPI(
+        title="memlane",
+        version=__version__,
+        description="memlane's HTTP API: sessions and events, long-term memory, search, context, "
+        "formation jobs; KAOS memory endpoints and the adk-rs ingest endpoint.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.hub = the_hub
+    app.state.keys = keys
+    install_error_handlers(app)
+    for name in ROUTERS:
+        module = importlib.import_module(f"memlane.service.routes.{name}")
+        router: APIRouter = module.router
+        app.include_router(router)
+    return app

@@ -1,0 +1,63 @@
+"""FastAPI dependencies shared by the routes: who is calling, and their tenant's engine.
+
+* :func:`principal` — the caller (:func:`memlane.service.auth.current_principal`).
+* :func:`engine` — the calling tenant's open :class:`~memlane.memory.AsyncMemory`
+  (``await hub.get(principal.tenant)``); a route never names a tenant itself.
+* :func:`authorize` — the one rule for user ids and writes (re-exported from auth).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from memlane.errors import UsageError
+from memlane.memory import AsyncMemory
+from memlane.service import auth
+from memlane.service.auth import Principal
+
+__all__ = ["Caller", "Engine", "authorize", "engine", "hub_of", "principal", "settings_of"]
+
+
+async def principal(request: Request) -> Principal:
+    """The caller of this request (the key's principal; ``tenant="default"`` on a key-less server)."""
+    current = getattr(auth, "current_principal", None)
+    if current is not None:
+        result: Principal = await current(request)
+        return result
+    return Principal(tenant="default")  # H-AUTH's dependency not there yet: the key-less server's caller
+
+
+def authorize(p: Principal, *, user_id: str | None, write: bool, scope: str = "user") -> str | None:
+    """The effective user id of a request for ``p`` (raises PermissionDeniedError when not allowed)."""
+    rule = getattr(auth, "authorize", None)
+    if rule is not None:
+        effective: str | None = rule(p, user_id=user_id, write=write, scope=scope)
+        return effective
+    return user_id if user_id is not None else p.user_id
+
+
+def hub_of(request: Request) -> Any:
+    """The app's :class:`~memlane.service.hub.MemoryHub`."""
+    hub = getattr(request.app.state, "hub", None)
+    if hub is None:
+        raise UsageError("the memlane service is not started (no memory hub)")
+    return hub
+
+
+def settings_of(request: Request) -> Any:
+    """The settings the app was created with (None: defaults)."""
+    return getattr(request.app.state, "settings", None)
+
+
+Caller = Annotated[Principal, Depends(principal)]
+
+
+async def engine(request: Request, caller: Caller) -> AsyncMemory:
+    """The calling tenant's engine."""
+    memory: AsyncMemory = await hub_of(request).get(caller.tenant)
+    return memory
+
+
+Engine = Annotated[AsyncMemory, Depends(engine)]

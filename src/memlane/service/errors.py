@@ -1,0 +1,195 @@
+"""memlane's error tree as HTTP answers: one JSON shape, stable codes, status by error class.
+
+Every error answer is ``{"error": {"code": "<stable_snake_case>", "message": "...", ...}}``.
+The table :data:`ERROR_TABLE` maps the error classes (by name, walking the exception's MRO so
+a subclass added later inherits its parent's answer) to a status and a code:
+
+====================  ======  =========================
+error class           status  code
+====================  ======  =========================
+AuthenticationError   401     ``unauthenticated``
+PermissionDeniedError 403     ``forbidden``
+NotFoundError         404     ``not_found``
+ConflictError         409     ``conflict``
+PayloadTooLargeError  413     ``payload_too_large``
+RateLimitedError      429     ``rate_limited`` (+ ``Retry-After``)
+ScopeError            400     ``invalid_scope``
+DimensionMismatch...  400     ``dimension_mismatch``
+InvalidInputError     400     ``invalid_input``
+MissingExtraError     400     ``missing_extra``
+ConfigError           400     ``config_error``
+NotSupportedError     400     ``not_supported``
+UsageError            400     ``usage_error``
+CorruptDatabaseError  503     ``corrupt_database``
+StorageError          503     ``storage_unavailable``
+EmbedderError         503     ``embedder_unavailable``
+LLMError              503     ``llm_unavailable``
+ProviderError         503     ``provider_unavailable``
+FormationTimeoutError 503     ``formation_timeout``
+FormationError        503     ``formation_failed``
+====================  ======  =========================
+
+Request-shape errors found by FastAPI (a missing field, a wrong type) are 422
+``validation_error`` with ``details``; a pydantic ``ValidationError`` raised while building a
+model from request data is the same 422. HTTP errors raised by the framework (unknown route
+404, wrong method 405) keep their status with codes ``not_found`` / ``method_not_allowed`` /
+``http_<status>``. Anything else is logged with its traceback and answered 500
+``internal_error`` without details (bad input never gets there).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from memlane.errors import MemlaneError
+
+__all__ = ["ERROR_TABLE", "error_body", "error_response", "install_error_handlers", "status_and_code"]
+
+log = logging.getLogger("memlane.service")
+
+#: Error class name -> (HTTP status, stable code). The first class in the exception's MRO found here wins.
+ERROR_TABLE: dict[str, tuple[int, str]] = {
+    "AuthenticationError": (401, "unauthenticated"),
+    "PermissionDeniedError": (403, "forbidden"),
+    "NotFoundError": (404, "not_found"),
+    "ConflictError": (409, "conflict"),
+    "PayloadTooLargeError": (413, "payload_too_large"),
+    "RateLimitedError": (429, "rate_limited"),
+    "ScopeError": (400, "invalid_scope"),
+    "DimensionMismatchError": (400, "dimension_mismatch"),
+    "InvalidInputError": (400, "invalid_input"),
+    "MissingExtraError": (400, "missing_extra"),
+    "ConfigError": (400, "config_error"),
+    "NotSupportedError": (400, "not_supported"),
+    "UsageError": (400, "usage_error"),
+    "CorruptDatabaseError": (503, "corrupt_database"),
+    "StorageError": (503, "storage_unavailable"),
+    "EmbedderError": (503, "embedder_unavailable"),
+    "LLMError": (503, "llm_unavailable"),
+    "ProviderError": (503, "provider_unavailable"),
+    "FormationTimeoutError": (503, "formation_timeout"),
+    "FormationError": (503, "formation_failed"),
+}
+
+#: Codes for framework HTTP errors (unknown route, wrong method, ...).
+HTTP_CODES: dict[int, str] = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+}
+
+#: Extra attributes an error may carry that go into the JSON body as they are.
+_EXTRA_ATTRS = ("job_id", "status", "expected", "got", "retryable", "status_code", "limit")
+
+
+def status_and_code(exc: BaseException) -> tuple[int, str]:
+    """The HTTP status and stable code of a memlane error (500 ``internal_error`` otherwise)."""
+    for cls in type(exc).__mro__:
+        hit = ERROR_TABLE.get(cls.__name__)
+        if hit is not None and issubclass(cls, MemlaneError):
+            return hit
+    return 500, "internal_error"
+
+
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """``{"error": {"code", "message", **extra}}``."""
+    return {"error": {"code": code, "message": message, **jsonable_encoder(extra)}}
+
+
+def error_response(
+    status: int, code: str, message: str, *, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    """A JSON error answer in the one shape."""
+    return JSONResponse(error_body(code, message, **extra), status_code=status, headers=headers)
+
+
+def _retry_after(exc: BaseException) -> str | None:
+    value = getattr(exc, "retry_after", None)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return str(max(1, math.ceil(value)))
+
+
+async def _memlane_error(request: Request, exc: Exception) -> JSONResponse:
+    status, code = status_and_code(exc)
+    extra: dict[str, Any] = {}
+    for attr in _EXTRA_ATTRS:
+        value = getattr(exc, attr, None)
+        if value is not None and (attr != "status" or isinstance(value, str)):
+            extra["job_status" if attr == "status" else attr] = value
+    headers: dict[str, str] | None = None
+    retry_after = _retry_after(exc)
+    if retry_after is not None:
+        headers = {"Retry-After": retry_after}
+        extra["retry_after"] = int(retry_after)
+    if status >= 500:
+        log.warning("memlane service: %s %s -> %d %s: %s", request.method, request.url.path, status, code, exc)
+    message = str(exc) or type(exc).__name__
+    if status == 500:
+        log.error("memlane service: unexpected %s on %s %s", type(exc).__name__, request.method, request.url.path,
+                  exc_info=exc)  # fmt: skip
+        message = "internal error (logged on the server)"
+        extra = {}
+    return error_response(status, code, message, headers=headers, **extra)
+
+
+def _validation_details(errors: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for err in errors:
+        loc = [str(part) for part in err.get("loc", ())]
+        out.append({"loc": loc, "msg": str(err.get("msg", "")), "type": str(err.get("type", ""))})
+    return out
+
+
+def _validation_message(details: list[dict[str, Any]]) -> str:
+    if not details:
+        return "the request is not valid"
+    first = details[0]
+    where = ".".join(first["loc"]) or "request"
+    more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
+async def _request_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError | ValidationError)
+    details = _validation_details(exc.errors())
+    return error_response(422, "validation_error", _validation_message(details), details=details)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    headers = dict(exc.headers) if exc.headers else None
+    return error_response(exc.status_code, code, message, headers=headers)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.error("memlane service: unexpected %s on %s %s", type(exc).__name__, request.method, request.url.path,
+              exc_info=exc)  # fmt: skip
+    return error_response(500, "internal_error", "internal error (logged on the server)")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers on ``app``."""
+    app.add_exception_handler(MemlaneError, _memlane_error)
+    app.add_exception_handler(RequestValidationError, _request_validation_error)
+    app.add_exception_handler(ValidationError, _request_validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)

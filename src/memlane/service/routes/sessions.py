@@ -1,0 +1,7 @@
+"""(in progress)"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter()
