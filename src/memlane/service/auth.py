@@ -1,14 +1,48 @@
 """Who is calling: API keys bound to a tenant, optionally to a user and to read-only.
 
-Skeleton (issue 9): the :class:`Principal` shape and the :func:`authorize` rule the routes
-use. The key store, hashing, the FastAPI dependency and rate limits land with the auth work.
+* :class:`Principal` — the caller of one request.
+* :func:`current_principal` — the FastAPI dependency: the key from ``Authorization: Bearer
+  <key>`` or ``X-API-Key: <key>``, checked against the app's :class:`KeyStore`
+  (``app.state.keys``), then the key's rate limit (``app.state.rate_limiter``).
+* :func:`authorize` — the one rule for user ids and writes every route applies.
+* :func:`install_auth` — what ``create_app`` calls: the key store, the limits, the body-size
+  middleware.
+
+Rules (DESIGN9): the tenant comes only from the key. No keys configured at all (no key was
+ever created) → every request is ``Principal(tenant="default")`` and the server binds to
+loopback only. Keys configured → a request without a key, or with an unknown or revoked one,
+is refused (401 with ``WWW-Authenticate: Bearer``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Principal"]
+import anyio.to_thread
+from starlette.requests import HTTPConnection
+
+from memlane.errors import AuthenticationError, PermissionDeniedError
+from memlane.models import SCOPE_ALIASES
+from memlane.service.hub import DEFAULT_TENANT
+from memlane.service.keys import ApiKey, KeyStore, NewKey, default_keys_path
+from memlane.service.limits import BodySizeLimit, Limits, RateLimiter
+
+__all__ = [
+    "WWW_AUTHENTICATE",
+    "ApiKey",
+    "KeyStore",
+    "NewKey",
+    "Principal",
+    "authorize",
+    "current_principal",
+    "default_keys_path",
+    "install_auth",
+    "presented_key",
+]
+
+#: The ``WWW-Authenticate`` header value sent with every 401.
+WWW_AUTHENTICATE = 'Bearer realm="memlane"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,3 +60,117 @@ class Principal:
     user_id: str | None = None
     read_only: bool = False
     key_id: str | None = None
+
+    @classmethod
+    def of(cls, key: ApiKey) -> Principal:
+        """The principal a verified key acts as."""
+        return cls(tenant=key.tenant, user_id=key.user_id, read_only=key.read_only, key_id=key.id)
+
+
+def presented_key(conn: HTTPConnection) -> str | None:
+    """The API key a request carries: ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``
+    (None: neither header).
+
+    Raises:
+        AuthenticationError: an ``Authorization`` header of another scheme, an empty key, or
+            both headers with different keys.
+    """
+    bearer: str | None = None
+    header = conn.headers.get("authorization")
+    if header is not None:
+        scheme, _, value = header.strip().partition(" ")
+        if scheme.lower() != "bearer":
+            raise AuthenticationError("use 'Authorization: Bearer <key>' (or 'X-API-Key: <key>')")
+        bearer = value.strip()
+        if not bearer:
+            raise AuthenticationError("the Authorization header carries no key: 'Authorization: Bearer <key>'")
+    api_key = conn.headers.get("x-api-key")
+    if api_key is not None:
+        api_key = api_key.strip()
+        if not api_key:
+            raise AuthenticationError("the X-API-Key header is empty")
+        if bearer is not None and bearer != api_key:
+            raise AuthenticationError("Authorization and X-API-Key carry different keys; send one")
+    return bearer if bearer is not None else api_key
+
+
+async def current_principal(request: HTTPConnection) -> Principal:
+    """FastAPI dependency: the caller of this request.
+
+    Uses ``request.app.state.keys`` (a :class:`KeyStore`, or None: no keys) and
+    ``request.app.state.rate_limiter`` (a :class:`RateLimiter`, or None: no limit).
+
+    Raises:
+        AuthenticationError: keys are configured and the request has none, or an unknown,
+            malformed or revoked one (401).
+        RateLimitedError: the key used up its requests per minute (429, ``retry_after``).
+    """
+    state = request.app.state
+    keys: KeyStore | None = getattr(state, "keys", None)
+    presented = presented_key(request)
+    if keys is None or not await anyio.to_thread.run_sync(keys.configured):
+        # No keys at all: the server is loopback-only and everyone is the default tenant. A key
+        # sent anyway is ignored (there is nothing to check it against).
+        return Principal(tenant=DEFAULT_TENANT)
+    if presented is None:
+        raise AuthenticationError(
+            "this server requires an API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>' "
+            "(create one with: memlane keys create --tenant APP)"
+        )
+    key = await anyio.to_thread.run_sync(keys.verify, presented)
+    if key is None:
+        raise AuthenticationError("the API key is not valid (unknown, malformed or revoked)")
+    limiter: RateLimiter | None = getattr(state, "rate_limiter", None)
+    if limiter is not None:
+        limiter.check(key.id)
+    return Principal.of(key)
+
+
+def authorize(p: Principal, *, user_id: str | None, write: bool, scope: str = "user") -> str | None:
+    """The one rule for user ids and writes. Returns the user id the request acts for.
+
+    * A read-only key never writes.
+    * A user-bound key acts for its user only: a request naming another ``user_id`` is refused,
+      one naming none acts for the key's user; it never writes agent-shared memory
+      (``scope="agent"``, alias ``shared``). Reading agent-shared memory is allowed.
+    * A key bound to no user (or the key-less server) acts for whichever user the request names
+      (None stays None: the route decides whether it needs one).
+
+    Args:
+        p: the caller.
+        user_id: the user the request names (None: none named).
+        write: the request changes something.
+        scope: the scope written (``user``, ``agent``, ``room`` or an alias); only checked when
+            ``write``.
+
+    Raises:
+        PermissionDeniedError: not allowed (403).
+    """
+    if write and p.read_only:
+        raise PermissionDeniedError(f"API key {p.key_id} is read-only: it cannot change anything")
+    if p.user_id is None:
+        return user_id
+    if user_id is not None and user_id != p.user_id:
+        raise PermissionDeniedError(f"API key {p.key_id} acts for one user only; it cannot act for another user")
+    if write and SCOPE_ALIASES.get(scope, scope) == "agent":
+        raise PermissionDeniedError(
+            f"API key {p.key_id} is bound to a user: it cannot write agent-shared memory (scope='agent')"
+        )
+    return p.user_id
+
+
+def install_auth(app: Any, *, keys: KeyStore | None, limits: Limits | None = None) -> None:
+    """Wire auth and limits into a FastAPI ``app``: ``app.state.keys``, ``app.state.limits``,
+    ``app.state.rate_limiter`` and the :class:`BodySizeLimit` middleware. Call before the app
+    starts serving.
+
+    Args:
+        keys: the key store (None: no keys, every request is the default tenant).
+        limits: body size, page size and rate limits (None: :class:`Limits` defaults).
+    """
+    limits = limits if limits is not None else Limits()
+    app.state.keys = keys
+    app.state.limits = limits
+    app.state.rate_limiter = RateLimiter(limits.rate_per_minute, limits.rate_burst) if limits.rate_per_minute else None
+    if limits.max_body_bytes:
+        app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)

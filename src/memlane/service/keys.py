@@ -1,0 +1,290 @@
+"""API keys for the memlane service, stored hashed in a SQLite file of their own.
+
+A key is ``ml_<key id>_<secret>``: the key id is public (``memlane keys list`` shows it, the
+server logs it), the secret is 32 random bytes shown once by ``memlane keys create`` and never
+stored. The file keeps ``sha256(key)`` only; a presented key is looked up by its id and its
+hash compared in constant time. (A plain hash suits a 256-bit random secret: there is nothing
+to brute-force; password hashes such as scrypt exist for low-entropy human passwords.)
+
+Each key is bound to a tenant (the app: one store of its own), optionally to one user and to
+read-only. Revoking a key keeps its row (``revoked_at``), so the id is never reused and a
+revoked key stays refused.
+
+The keys file is tenant-independent: by default ``<data dir>/keys.db`` (``$MEMLANE_KEYS``, or
+the settings' ``server.keys``). This module needs only the standard library, so the CLI can
+manage keys without the ``server`` extra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import secrets
+import sqlite3
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from memlane import inputs
+from memlane.errors import InvalidInputError, NotFoundError, StorageError
+
+__all__ = ["ApiKey", "KeyStore", "NewKey", "default_keys_path"]
+
+#: Prefix of every memlane API key.
+KEY_PREFIX = "ml"
+#: Longest key name accepted (characters).
+MAX_NAME_CHARS = 200
+#: ``last_used_at`` is written at most this often per key (a write per request would cost more
+#: than the request).
+LAST_USED_EVERY = timedelta(seconds=60)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS api_keys (
+    id            TEXT PRIMARY KEY,
+    hash          TEXT NOT NULL,
+    tenant        TEXT NOT NULL,
+    user_id       TEXT,
+    read_only     INTEGER NOT NULL DEFAULT 0,
+    name          TEXT,
+    created_at    TEXT NOT NULL,
+    last_used_at  TEXT,
+    revoked_at    TEXT
+);
+"""
+_COLUMNS = "id, hash, tenant, user_id, read_only, name, created_at, last_used_at, revoked_at"
+
+
+def default_keys_path() -> str:
+    """``$MEMLANE_KEYS`` if set, else ``<data dir>/keys.db`` (next to the default store)."""
+    from memlane.config import default_data_dir
+
+    return os.environ.get("MEMLANE_KEYS") or str(default_data_dir() / "keys.db")
+
+
+def _hash(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _time(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """One key's public record (never its secret or hash).
+
+    Attributes:
+        id: the public key id (the ``<id>`` in ``ml_<id>_<secret>``).
+        tenant: the app the key is bound to.
+        user_id: the one user it may act for (None: any user of the tenant).
+        read_only: the key may not write.
+        name: a label for people.
+        created_at, last_used_at, revoked_at: UTC times (last_used_at is updated at most once a
+            minute; revoked_at None while the key is live).
+    """
+
+    id: str
+    tenant: str
+    user_id: str | None
+    read_only: bool
+    name: str | None
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+    @property
+    def revoked(self) -> bool:
+        """True once the key has been revoked."""
+        return self.revoked_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    """A key just created: :attr:`secret` is the whole key to hand out; it is not stored and
+    cannot be shown again."""
+
+    key: ApiKey
+    secret: str
+
+    def __repr__(self) -> str:  # keep the secret out of logs and tracebacks
+        return f"NewKey(key={self.key!r}, secret='ml_{self.key.id}_***')"
+
+
+class KeyStore:
+    """The API keys of a memlane server, in the SQLite file ``path`` (created if missing,
+    readable by its owner only).
+
+    Safe to share between threads; several processes may use one file (the CLI creating or
+    revoking keys while a server runs): every check sees the file's latest committed state.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fresh = not self.path.exists()
+            self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            if fresh and os.name == "posix":
+                with contextlib.suppress(OSError):
+                    os.chmod(self.path, 0o600)
+            self._conn.execute("PRAGMA busy_timeout = 5000")
+            self._conn.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"cannot open the API keys file {str(self.path)!r}: {exc}") from exc
+        self._lock = threading.Lock()
+        self._closed = False
+        self._configured = False  # once a key exists it always does (rows are never deleted)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    def __enter__(self) -> KeyStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._closed:
+                raise StorageError("the API keys file is closed")
+            try:
+                yield self._conn
+            except sqlite3.DatabaseError as exc:
+                raise StorageError(f"the API keys file {str(self.path)!r} failed: {exc}") from exc
+
+    # ----------------------------------------------------------------- keys
+
+    def create(
+        self, tenant: str, *, user_id: str | None = None, read_only: bool = False, name: str | None = None
+    ) -> NewKey:
+        """Create a key bound to ``tenant`` (and to ``user_id`` / read-only when given).
+
+        Returns:
+            the new key; its :attr:`NewKey.secret` is shown once and never stored.
+
+        Raises:
+            ScopeError: ``tenant`` or ``user_id`` is blank, too long or not a string.
+            InvalidInputError: ``name`` is not a string or longer than 200 characters.
+        """
+        tenant = inputs.identifier(tenant, "tenant")
+        user_id = inputs.optional_id(user_id, "user_id")
+        read_only = inputs.flag(read_only, "read_only")
+        if name is not None:
+            if not isinstance(name, str):
+                raise InvalidInputError(f"name must be a string, got {inputs.show(name)}")
+            if len(name) > MAX_NAME_CHARS:
+                raise InvalidInputError(f"name has {len(name)} characters; the limit is {MAX_NAME_CHARS}")
+        key_id = secrets.token_hex(8)
+        secret = f"{KEY_PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
+        created = _now()
+        with self._db() as db:
+            db.execute(
+                f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
+                (key_id, _hash(secret), tenant, user_id, int(read_only), name, created.isoformat()),
+            )
+        record = ApiKey(key_id, tenant, user_id, read_only, name, created, None, None)
+        return NewKey(record, secret)
+
+    def list(self, *, tenant: str | None = None, include_revoked: bool = True) -> list[ApiKey]:
+        """Every key (oldest first), optionally of one tenant and without the revoked ones."""
+        sql = f"SELECT {_COLUMNS} FROM api_keys"
+        where: list[str] = []
+        args: list[object] = []
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(inputs.identifier(tenant, "tenant"))
+        if not include_revoked:
+            where.append("revoked_at IS NULL")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with self._db() as db:
+            rows = db.execute(sql + " ORDER BY created_at, id", args).fetchall()
+        return [self._record(row) for row in rows]
+
+    def get(self, key_id: str) -> ApiKey:
+        """The key ``key_id``.
+
+        Raises:
+            NotFoundError: no such key.
+        """
+        key_id = inputs.identifier(key_id, "key_id", error=InvalidInputError)
+        with self._db() as db:
+            row = db.execute(f"SELECT {_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no API key {key_id!r} (see memlane keys list)")
+        return self._record(row)
+
+    def revoke(self, key_id: str) -> ApiKey:
+        """Revoke ``key_id``: every later request with it is refused (401). Revoking a revoked
+        key is a no-op.
+
+        Raises:
+            NotFoundError: no such key.
+        """
+        key_id = inputs.identifier(key_id, "key_id", error=InvalidInputError)
+        with self._db() as db:
+            db.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (_now().isoformat(), key_id)
+            )
+        return self.get(key_id)
+
+    def configured(self) -> bool:
+        """True when any key was ever created (even if all are revoked now): the server then
+        requires a key on every request."""
+        if not self._configured:
+            with self._db() as db:
+                self._configured = db.execute("SELECT 1 FROM api_keys LIMIT 1").fetchone() is not None
+        return self._configured
+
+    def verify(self, presented: str) -> ApiKey | None:
+        """The live key ``presented`` is, or None (malformed, unknown, wrong secret, revoked).
+
+        The hash is compared in constant time; ``last_used_at`` is refreshed at most once a
+        minute.
+        """
+        parts = presented.split("_", 2)
+        if len(parts) != 3 or parts[0] != KEY_PREFIX or not parts[1] or len(presented) > 200:
+            return None
+        digest = _hash(presented)
+        with self._db() as db:
+            row = db.execute(f"SELECT {_COLUMNS} FROM api_keys WHERE id = ?", (parts[1],)).fetchone()
+            if row is None or not hmac.compare_digest(str(row[1]), digest):
+                return None
+            record = self._record(row)
+            if record.revoked:
+                return None
+            now = _now()
+            if record.last_used_at is None or now - record.last_used_at >= LAST_USED_EVERY:
+                with contextlib.suppress(sqlite3.OperationalError):  # busy: try again next time
+                    db.execute("UPDATE api_keys SET last_used_at = ? WHERE id = ?", (now.isoformat(), record.id))
+        return record
+
+    @staticmethod
+    def _record(row: tuple[object, ...]) -> ApiKey:
+        key_id, _digest, tenant, user_id, read_only, name, created, used, revoked = row
+        return ApiKey(
+            id=str(key_id),
+            tenant=str(tenant),
+            user_id=None if user_id is None else str(user_id),
+            read_only=bool(read_only),
+            name=None if name is None else str(name),
+            created_at=datetime.fromisoformat(str(created)),
+            last_used_at=_time(None if used is None else str(used)),
+            revoked_at=_time(None if revoked is None else str(revoked)),
+        )

@@ -1,0 +1,250 @@
+"""Service limits: request body size (413), page sizes, and a rate limit per API key (429).
+
+* :class:`Limits` — the numbers (from the settings' ``server:`` block, or defaults).
+* :class:`BodySizeLimit` — a pure ASGI middleware: a ``Content-Length`` over the limit is
+  refused before anything is read; a body without one (chunked) is counted as it streams and
+  refused as soon as it passes the limit, so a huge body is never held in memory.
+* :class:`RateLimiter` — a token bucket per key id: ``rate_per_minute`` requests a minute on
+  average, bursts up to ``rate_burst``; over it, :class:`~memlane.errors.RateLimitedError`
+  with ``retry_after`` (the ``Retry-After`` header).
+* :func:`page_size` — the page size a listing route uses: the caller's ``limit`` checked
+  against the cap, or the route's default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memlane import inputs
+from memlane.errors import ConfigError, RateLimitedError
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_PAGE_SIZE",
+    "DEFAULT_RATE_PER_MINUTE",
+    "BodySizeLimit",
+    "Limits",
+    "RateLimiter",
+    "page_size",
+]
+
+#: Largest request body accepted by default: 10 MiB.
+DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+#: Largest page a listing returns by default.
+DEFAULT_MAX_PAGE_SIZE = 1000
+#: Requests a minute per API key by default.
+DEFAULT_RATE_PER_MINUTE = 600
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The service's limits.
+
+    Attributes:
+        max_body_bytes: largest request body in bytes (0: no limit).
+        max_page_size: largest ``limit`` a listing accepts.
+        default_page_size: the page size when a listing is given no ``limit``.
+        rate_per_minute: requests a minute per API key (0: no rate limit). Requests on a
+            key-less (loopback-only) server are not rate limited.
+        rate_burst: requests a key may send at once before the rate applies (None: one
+            minute's worth, ``rate_per_minute``).
+    """
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_page_size: int = DEFAULT_MAX_PAGE_SIZE
+    default_page_size: int = 50
+    rate_per_minute: int = DEFAULT_RATE_PER_MINUTE
+    rate_burst: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_page_size", "default_page_size", "rate_per_minute"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"server limit {name} must be a whole number >= 0, got {value!r}")
+        if self.max_page_size < 1 or not 1 <= self.default_page_size <= self.max_page_size:
+            raise ConfigError(
+                f"server limits: need 1 <= default_page_size ({self.default_page_size}) <= "
+                f"max_page_size ({self.max_page_size})"
+            )
+        burst = self.rate_burst
+        if burst is not None and (isinstance(burst, bool) or not isinstance(burst, int) or burst < 1):
+            raise ConfigError(f"server limit rate_burst must be a whole number >= 1, got {burst!r}")
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Limits:
+        """The limits in ``settings.server`` (any attribute missing or None keeps its default)."""
+        server = getattr(settings, "server", None)
+        values: dict[str, Any] = {}
+        for name in ("max_body_bytes", "max_page_size", "default_page_size", "rate_per_minute", "rate_burst"):
+            value = getattr(server, name, None)
+            if value is not None:
+                values[name] = value
+        return cls(**values)
+
+
+def page_size(conn: HTTPConnection | Limits | None, limit: int | None, *, default: int | None = None) -> int:
+    """The page size of a listing: ``limit`` when given (1..the cap), else ``default`` (or the
+    configured default page size), never above the cap.
+
+    Args:
+        conn: the request (its ``app.state.limits`` are used), or the :class:`Limits` directly
+            (None: the defaults).
+        limit: the caller's ``limit`` (None: not given).
+        default: the route's own default page size.
+
+    Raises:
+        InvalidInputError: ``limit`` is not a whole number from 1 to the cap (400).
+    """
+    limits = conn if isinstance(conn, Limits) else getattr(getattr(conn, "app", None), "state", None)
+    if not isinstance(limits, Limits):
+        limits = getattr(limits, "limits", None)
+    if not isinstance(limits, Limits):
+        limits = Limits()
+    if limit is None:
+        return min(default if default is not None else limits.default_page_size, limits.max_page_size)
+    return inputs.integer(limit, "limit", 1, limits.max_page_size)
+
+
+class RateLimiter:
+    """A token bucket per key id: ``per_minute`` requests a minute, bursts up to ``burst``.
+
+    Args:
+        per_minute: the sustained rate (>= 1).
+        burst: the bucket's size (None: ``per_minute``).
+        clock: seconds, monotonic (tests pass a fake clock).
+    """
+
+    def __init__(
+        self, per_minute: int, burst: int | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if per_minute < 1:
+            raise ConfigError(f"rate_per_minute must be >= 1, got {per_minute}")
+        self.per_minute = per_minute
+        self.burst = float(burst if burst is not None else per_minute)
+        self._rate = per_minute / 60.0  # tokens a second
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
+        self._lock = threading.Lock()
+
+    def check(self, key: str) -> None:
+        """Take one request from ``key``'s bucket.
+
+        Raises:
+            RateLimitedError: the bucket is empty; ``retry_after`` is the whole seconds until
+                it holds a request again.
+        """
+        with self._lock:
+            now = self._clock()
+            tokens, at = self._buckets.get(key, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - at) * self._rate)
+            if tokens < 1.0:
+                self._buckets[key] = (tokens, now)
+                wait = max(1, math.ceil((1.0 - tokens) / self._rate))
+                raise RateLimitedError(
+                    f"rate limit: {self.per_minute} requests a minute for this API key; retry in {wait} s",
+                    retry_after=wait,
+                )
+            self._buckets[key] = (tokens - 1.0, now)
+            if len(self._buckets) > 10_000:
+                self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        full = [k for k, (tokens, at) in self._buckets.items() if tokens + (now - at) * self._rate >= self.burst]
+        for k in full:
+            del self._buckets[k]
+
+
+class _BodyTooLarge(Exception):
+    """Raised from the wrapped ``receive`` when the streamed body passes the limit."""
+
+
+class BodySizeLimit:
+    """ASGI middleware: refuse request bodies over ``max_bytes`` with 413
+    ``{"error": {"code": "payload_too_large", ...}}``.
+
+    A ``Content-Length`` over the limit is answered before the body is read. Otherwise the body
+    is counted as the app reads it; past the limit the read fails, whatever the app was
+    answering is dropped and the 413 goes out instead (nothing the app did with a partial body
+    is acknowledged; routes read the whole body before acting).
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.max_bytes:
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    length = int(value)
+                except ValueError:
+                    length = -1  # the server rejects a bad Content-Length itself
+                if length > self.max_bytes:
+                    await self._refuse(send)
+                    return
+        received = 0
+        exceeded = False
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, exceeded
+            if exceeded:
+                raise _BodyTooLarge
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    exceeded = True
+                    raise _BodyTooLarge
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if exceeded and not started:
+                return  # the app's answer to a cut-off body is replaced by the 413
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            if not exceeded or started:
+                raise
+        if exceeded and not started:
+            await self._refuse(send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps(
+            {
+                "error": {
+                    "code": "payload_too_large",
+                    "message": f"the request body is larger than this server's limit of {self.max_bytes} bytes",
+                    "limit": self.max_bytes,
+                }
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
