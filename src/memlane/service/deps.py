@@ -12,12 +12,13 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from memlane.errors import UsageError
+from memlane.errors import NotFoundError, PermissionDeniedError, UsageError
 from memlane.memory import AsyncMemory
+from memlane.models import Session
 from memlane.service import auth
 from memlane.service.auth import Principal
 
-__all__ = ["Caller", "Engine", "authorize", "engine", "hub_of", "principal", "settings_of"]
+__all__ = ["Caller", "Engine", "authorize", "check_session", "engine", "hub_of", "principal", "settings_of"]
 
 
 async def principal(request: Request) -> Principal:
@@ -35,7 +36,24 @@ def authorize(p: Principal, *, user_id: str | None, write: bool, scope: str = "u
     if rule is not None:
         effective: str | None = rule(p, user_id=user_id, write=write, scope=scope)
         return effective
+    # H-AUTH's rule not there yet: the same decisions, minimal messages.
+    if write and p.read_only:
+        raise PermissionDeniedError("this API key is read-only")
+    if p.user_id is not None and user_id is not None and user_id != p.user_id:
+        raise PermissionDeniedError(f"this API key acts for user {p.user_id!r} only, not {user_id!r}")
+    if p.user_id is not None and write and scope == "agent":
+        raise PermissionDeniedError("a user-bound API key may not write agent-shared memory")
     return user_id if user_id is not None else p.user_id
+
+
+def check_session(p: Principal, session: Session | None, session_id: str, app: str, *, write: bool) -> Session:
+    """``session`` when the caller may read it (and write it, with ``write``): it exists and, for
+    a user-bound key, the key's user takes part in it. Otherwise NotFoundError (another user's
+    session is not found, its existence is not revealed) or PermissionDeniedError (read-only)."""
+    authorize(p, user_id=None, write=write)
+    if session is None or (p.user_id is not None and p.user_id not in session.user_ids):
+        raise NotFoundError(f"no session {session_id!r} in app {app!r}")
+    return session
 
 
 def hub_of(request: Request) -> Any:

@@ -1,7 +1,119 @@
-"""(in progress)"""
+"""``/v1/jobs``: formation jobs (queued by form/end/reset, ``add(infer=True)``, triggers).
+
+A user-bound key sees only its own jobs: those owned by its user, and formation jobs of
+sessions its user takes part in.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
-router = APIRouter()
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+
+from memlane.errors import NotFoundError
+from memlane.memory import AsyncMemory
+from memlane.models import Job
+from memlane.service.auth import Principal
+from memlane.service.deps import Caller, Engine, authorize
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+MAX_PAGE = 1000
+
+
+class JobOut(BaseModel):
+    """A formation job's status (its checkpoint state and input are not shown)."""
+
+    id: str
+    kind: Literal["form", "infer"]
+    status: Literal["queued", "running", "done", "failed"]
+    user_id: str | None
+    app: str | None
+    session_id: str | None
+    attempts: int
+    max_attempts: int
+    last_error: str | None
+    result: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    next_run_at: datetime
+
+    @classmethod
+    def of(cls, job: Job) -> JobOut:
+        app, session_id = job.payload.get("app"), job.payload.get("session_id")
+        return cls(
+            id=job.id, kind=job.kind, status=job.status, user_id=job.user_id,
+            app=app if isinstance(app, str) else None, session_id=session_id if isinstance(session_id, str) else None,
+            attempts=job.attempts, max_attempts=job.max_attempts, last_error=job.last_error, result=_without_vectors(job.result),
+            created_at=job.created_at, updated_at=job.updated_at, next_run_at=job.next_run_at,
+        )  # fmt: skip
+
+
+def _without_vectors(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The job's result with the facts' embeddings left out (large, and not for clients)."""
+    if result is None:
+        return None
+    out = dict(result)
+    changes = out.get("changes")
+    if isinstance(changes, list):
+        out["changes"] = [
+            {**c, "fact": {k: v for k, v in c["fact"].items() if k != "embedding"}}
+            if isinstance(c, dict) and isinstance(c.get("fact"), dict)
+            else c
+            for c in changes
+        ]
+    return out
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+    total: int
+
+
+async def _visible(memory: AsyncMemory, caller: Principal, job: Job) -> bool:
+    if caller.user_id is None or job.user_id == caller.user_id:
+        return True
+    app, session_id = job.payload.get("app"), job.payload.get("session_id")
+    if job.kind != "form" or not isinstance(app, str) or not isinstance(session_id, str):
+        return False
+    session = await memory.sessions.get_session(session_id, app=app)
+    return session is not None and caller.user_id in session.user_ids
+
+
+async def _job(memory: AsyncMemory, caller: Principal, job_id: str) -> Job:
+    job = await memory.get_job(job_id)
+    if not await _visible(memory, caller, job):
+        raise NotFoundError(f"no formation job {job_id!r}")
+    return job
+
+
+@router.get("", operation_id="list_jobs")
+async def list_jobs(
+    memory: Engine,
+    caller: Caller,
+    status: Literal["queued", "running", "done", "failed"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+) -> JobList:
+    """Formation jobs, newest first."""
+    authorize(caller, user_id=None, write=False)
+    scan = limit if caller.user_id is None else min(10_000, limit * 20)
+    jobs = [j for j in await memory.list_jobs(status=status, limit=scan) if await _visible(memory, caller, j)]
+    out = [JobOut.of(j) for j in jobs[:limit]]
+    return JobList(jobs=out, total=len(out))
+
+
+@router.get("/{job_id}", operation_id="get_job")
+async def get_job(job_id: str, memory: Engine, caller: Caller) -> JobOut:
+    """A job's status, attempts, last error and result."""
+    authorize(caller, user_id=None, write=False)
+    return JobOut.of(await _job(memory, caller, job_id))
+
+
+@router.post("/{job_id}/retry", operation_id="retry_job")
+async def retry_job(job_id: str, memory: Engine, caller: Caller) -> JobOut:
+    """Queue a failed job again with a fresh set of attempts."""
+    authorize(caller, user_id=None, write=True)
+    await _job(memory, caller, job_id)
+    return JobOut.of(await memory.retry_job(job_id))

@@ -1,7 +1,92 @@
-"""(in progress)"""
+"""KAOS's memory endpoints, always on: ``GET /memory/events`` and ``GET /memory/sessions``.
+
+Same shapes as KAOS's agent server: ``{"agent", "events": [{event_id, timestamp, event_type,
+content, metadata}], "total"}`` and ``{"agent", "sessions": [<session id>, ...], "total"}``.
+``agent`` is the app the sessions belong to (query parameter ``app``, default ``default``).
+With memory turned off in the settings (``MEMORY_ENABLED=false``) both answer empty lists, as
+KAOS's NullMemory does. A user-bound key sees only the sessions its user takes part in.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from datetime import datetime
+from typing import Annotated, Any
 
-router = APIRouter()
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel
+
+from memlane.models import Event, Session
+from memlane.service.app import memory_enabled
+from memlane.service.deps import Caller, Engine, authorize, check_session, settings_of
+
+router = APIRouter(prefix="/memory", tags=["kaos"])
+
+#: Default and largest number of events ``/memory/events`` returns.
+DEFAULT_EVENTS = 100
+MAX_EVENTS = 1000
+
+
+class KaosEvent(BaseModel):
+    """A KAOS ``MemoryEvent.to_dict()``."""
+
+    event_id: str
+    timestamp: datetime
+    event_type: str
+    content: Any
+    metadata: dict[str, Any]
+
+    @classmethod
+    def of(cls, event: Event) -> KaosEvent:
+        return cls(event_id=event.id, timestamp=event.timestamp, event_type=event.type.value, content=event.content,
+                   metadata=event.metadata)  # fmt: skip
+
+
+class KaosEvents(BaseModel):
+    agent: str
+    events: list[KaosEvent]
+    total: int
+
+
+class KaosSessions(BaseModel):
+    agent: str
+    sessions: list[str]
+    total: int
+
+
+async def _sessions(memory: Engine, caller: Caller, app: str) -> list[Session]:
+    user = authorize(caller, user_id=None, write=False)
+    return await memory.sessions.list_sessions(app=app, user_id=user)
+
+
+@router.get("/events", operation_id="kaos_memory_events")
+async def memory_events(
+    request: Request,
+    memory: Engine,
+    caller: Caller,
+    session_id: str | None = None,
+    limit: Annotated[int, Query(ge=0, le=MAX_EVENTS, description="the newest N events")] = DEFAULT_EVENTS,
+    app: str = "default",
+) -> KaosEvents:
+    """Events of one session (``session_id``), or of every session of the app, oldest first."""
+    if not memory_enabled(settings_of(request)):
+        return KaosEvents(agent=app, events=[], total=0)
+    if session_id is not None:
+        check_session(caller, await memory.sessions.get_session(session_id, app=app), session_id, app, write=False)
+        events = await memory.sessions.get_events(session_id, limit=limit, app=app)
+    else:
+        events = []
+        for session in await _sessions(memory, caller, app):
+            events += await memory.sessions.get_events(session.id, limit=limit, app=app)
+        events.sort(key=lambda e: e.timestamp)
+        events = events[len(events) - limit :] if limit else []
+    out = [KaosEvent.of(e) for e in events]
+    return KaosEvents(agent=app, events=out, total=len(out))
+
+
+@router.get("/sessions", operation_id="kaos_memory_sessions")
+async def memory_sessions(request: Request, memory: Engine, caller: Caller, app: str = "default") -> KaosSessions:
+    """The app's session ids, newest activity first."""
+    if not memory_enabled(settings_of(request)):
+        return KaosSessions(agent=app, sessions=[], total=0)
+    ids = [s.id for s in await _sessions(memory, caller, app)]
+    return KaosSessions(agent=app, sessions=ids, total=len(ids))

@@ -1,7 +1,188 @@
-"""(in progress)"""
+"""``/v1/sessions``: sessions and their events; formation on demand (202 + a job).
+
+A session belongs to an ``app`` (query parameter, default ``default``) inside the caller's
+tenant. A user-bound key sees, and writes to, only the sessions its user takes part in
+(another user's session is answered 404, as if it did not exist).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from datetime import datetime
+from typing import Annotated, Any
 
-router = APIRouter()
+from fastapi import APIRouter, Query, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from memlane.formation.runner import FormationResult
+from memlane.models import Event, EventType, Job, Session
+from memlane.service.deps import Caller, Engine, authorize, check_session
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+App = Annotated[str, Query(description="the application the session belongs to (inside your tenant)")]
+
+#: Largest page of events or sessions one request returns.
+MAX_PAGE = 1000
+
+
+class SessionCreate(BaseModel):
+    """A new session."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    app: str = "default"
+    session_id: str | None = Field(default=None, description="omit for a generated id")
+    user_ids: list[str] = Field(default_factory=list, description="participants; several = a group session")
+    agent_id: str | None = None
+    channel: str | None = None
+    state: dict[str, Any] | None = None
+
+
+class SessionList(BaseModel):
+    sessions: list[Session]
+    total: int
+
+
+class EventCreate(BaseModel):
+    """One event to append (KAOS event types)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: EventType = EventType.USER_MESSAGE
+    content: Any = None
+    author: str = "user"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    timestamp: datetime | None = Field(default=None, description="default: now (UTC)")
+    id: str | None = Field(default=None, description="default: a generated id")
+
+
+class EventList(BaseModel):
+    events: list[Event]
+    total: int
+
+
+class JobAccepted(BaseModel):
+    """202: the work runs in the background; poll ``status_url``."""
+
+    job_id: str
+    status: str
+    status_url: str
+
+
+def accepted(job: Job, response: Response) -> JobAccepted:
+    """The 202 answer for a queued job (also sets ``Location``)."""
+    url = f"/v1/jobs/{job.id}"
+    response.status_code = 202
+    response.headers["Location"] = url
+    return JobAccepted(job_id=job.id, status=job.status, status_url=url)
+
+
+@router.post("", status_code=201, operation_id="create_session")
+async def create_session(body: SessionCreate, memory: Engine, caller: Caller) -> Session:
+    """Create a session. With a user-bound key the participants default to (and must be) its user."""
+    users = list(body.user_ids)
+    if not users:
+        own = authorize(caller, user_id=None, write=True)
+        users = [own] if own is not None else []
+    for user in users:
+        authorize(caller, user_id=user, write=True)
+    return await memory.sessions.create_session(
+        app=body.app, user_ids=users, agent_id=body.agent_id, channel=body.channel, session_id=body.session_id,
+        state=body.state,
+    )  # fmt: skip
+
+
+@router.get("", operation_id="list_sessions")
+async def list_sessions(
+    memory: Engine, caller: Caller, app: App = "default", user_id: str | None = None
+) -> SessionList:
+    """Sessions of ``app`` (of one user with ``user_id``), newest activity first, without events."""
+    user = authorize(caller, user_id=user_id, write=False)
+    found = await memory.sessions.list_sessions(app=app, user_id=user)
+    return SessionList(sessions=found, total=len(found))
+
+
+@router.get("/{session_id}", operation_id="get_session")
+async def get_session(session_id: str, memory: Engine, caller: Caller, app: App = "default") -> Session:
+    """A session with its events."""
+    found = await memory.sessions.get_session(session_id, app=app)
+    return check_session(caller, found, session_id, app, write=False)
+
+
+@router.delete("/{session_id}", status_code=204, operation_id="delete_session")
+async def delete_session(session_id: str, memory: Engine, caller: Caller, app: App = "default") -> Response:
+    """Delete a session and its events (memories formed from it stay)."""
+    found = await memory.sessions.get_session(session_id, app=app)
+    check_session(caller, found, session_id, app, write=True)
+    await memory.sessions.delete_session(session_id, app=app)
+    return Response(status_code=204)
+
+
+@router.post("/{session_id}/events", status_code=201, operation_id="add_event")
+async def add_event(
+    session_id: str,
+    body: EventCreate,
+    memory: Engine,
+    caller: Caller,
+    app: App = "default",
+    tier: Annotated[int | None, Query(ge=0, description="the user's tier (premium model at or above it)")] = None,
+) -> Event:
+    """Append an event; the formation triggers run (a formation job may be queued)."""
+    found = await memory.sessions.get_session(session_id, app=app)
+    check_session(caller, found, session_id, app, write=True)
+    fields: dict[str, Any] = {"type": body.type, "content": body.content, "author": body.author,
+                              "metadata": body.metadata}  # fmt: skip
+    if body.timestamp is not None:
+        fields["timestamp"] = body.timestamp
+    if body.id is not None:
+        fields["id"] = body.id
+    return await memory.add_event(session_id, Event(**fields), app=app, tier=tier)
+
+
+@router.get("/{session_id}/events", operation_id="list_events")
+async def list_events(
+    session_id: str,
+    memory: Engine,
+    caller: Caller,
+    app: App = "default",
+    event_types: Annotated[list[EventType] | None, Query(description="only these types (repeat the parameter)")] = None,
+    limit: Annotated[int | None, Query(ge=0, le=MAX_PAGE, description="the newest N")] = None,
+) -> EventList:
+    """The session's events, oldest first."""
+    found = await memory.sessions.get_session(session_id, app=app)
+    check_session(caller, found, session_id, app, write=False)
+    events = await memory.sessions.get_events(session_id, event_types=event_types, limit=limit, app=app)
+    return EventList(events=events, total=len(events))
+
+
+async def _queue(memory: Engine, caller: Caller, session_id: str, app: str, what: str) -> Job:
+    found = await memory.sessions.get_session(session_id, app=app)
+    check_session(caller, found, session_id, app, write=True)
+    method = {"form": memory.form, "end": memory.end_session, "reset": memory.reset_session}[what]
+    job = await method(session_id, app=app, wait=False)
+    assert not isinstance(job, FormationResult)
+    return job
+
+
+@router.post("/{session_id}/form", status_code=202, operation_id="form_session")
+async def form_session(
+    session_id: str, memory: Engine, caller: Caller, response: Response, app: App = "default"
+) -> JobAccepted:
+    """Form the session's not-yet-formed messages into memory (a background job)."""
+    return accepted(await _queue(memory, caller, session_id, app, "form"), response)
+
+
+@router.post("/{session_id}/end", status_code=202, operation_id="end_session")
+async def end_session(
+    session_id: str, memory: Engine, caller: Caller, response: Response, app: App = "default"
+) -> JobAccepted:
+    """Session end: a final formation, then consolidation (a background job). The session is kept."""
+    return accepted(await _queue(memory, caller, session_id, app, "end"), response)
+
+
+@router.post("/{session_id}/reset", status_code=202, operation_id="reset_session")
+async def reset_session(
+    session_id: str, memory: Engine, caller: Caller, response: Response, app: App = "default"
+) -> JobAccepted:
+    """``/reset``: form the conversation into memory, then delete the session (a background job)."""
+    return accepted(await _queue(memory, caller, session_id, app, "reset"), response)
