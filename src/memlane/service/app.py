@@ -22,8 +22,10 @@ from fastapi import APIRouter, FastAPI
 
 from memlane import __version__
 from memlane.memory import AsyncMemory
+from memlane.service.auth import install_auth
 from memlane.service.errors import install_error_handlers
 from memlane.service.hub import MemoryHub
+from memlane.service.limits import Limits
 
 __all__ = ["ROUTERS", "create_app", "memory_enabled"]
 
@@ -93,6 +95,7 @@ def create_app(settings: Any = None, *, hub: MemoryHub | None = None, keys: Any 
     app.state.hub = the_hub
     app.state.keys = keys
     install_error_handlers(app)
+    install_auth(app, keys=keys, limits=Limits.from_settings(settings))  # keys, rate limit, body size
     for name in ROUTERS:
         module = importlib.import_module(f"memlane.service.routes.{name}")
         router: APIRouter = module.router

@@ -138,6 +138,8 @@ async def _memlane_error(request: Request, exc: Exception) -> JSONResponse:
     if retry_after is not None:
         headers = {"Retry-After": retry_after}
         extra["retry_after"] = int(retry_after)
+    if status == 401:  # RFC 9110: a 401 names the scheme to use
+        headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="memlane"'}
     if status >= 500:
         log.warning("memlane service: %s %s -> %d %s: %s", request.method, request.url.path, status, code, exc)
     message = str(exc) or type(exc).__name__

@@ -10,8 +10,8 @@ Each key is bound to a tenant (the app: one store of its own), optionally to one
 read-only. Revoking a key keeps its row (``revoked_at``), so the id is never reused and a
 revoked key stays refused.
 
-The keys file is tenant-independent: by default ``<data dir>/keys.db`` (``$MEMLANE_KEYS``, or
-the settings' ``server.keys``). This module needs only the standard library, so the CLI can
+The keys file is tenant-independent: the settings' ``server.keys_file`` (``$MEMLANE_KEYS_FILE``),
+by default ``<data dir>/keys.db``. This module needs only the standard library, so the CLI can
 manage keys without the ``server`` extra.
 """
 
@@ -59,10 +59,11 @@ _COLUMNS = "id, hash, tenant, user_id, read_only, name, created_at, last_used_at
 
 
 def default_keys_path() -> str:
-    """``$MEMLANE_KEYS`` if set, else ``<data dir>/keys.db`` (next to the default store)."""
+    """``$MEMLANE_KEYS_FILE`` if set, else ``<data dir>/keys.db`` (next to the default store).
+    The server and the CLI use the settings' ``server.keys_file``, whose default this is."""
     from memlane.config import default_data_dir
 
-    return os.environ.get("MEMLANE_KEYS") or str(default_data_dir() / "keys.db")
+    return os.environ.get("MEMLANE_KEYS_FILE") or str(default_data_dir() / "keys.db")
 
 
 def _hash(key: str) -> str:

@@ -37,12 +37,23 @@ __all__ = [
     "page_size",
 ]
 
-#: Largest request body accepted by default: 10 MiB.
-DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
-#: Largest page a listing returns by default.
-DEFAULT_MAX_PAGE_SIZE = 1000
-#: Requests a minute per API key by default.
+#: Largest request body accepted by default: 1 MiB (settings ``server.max_body_bytes``).
+DEFAULT_MAX_BODY_BYTES = 1_048_576
+#: Largest page a listing returns by default (settings ``server.max_page_size``).
+DEFAULT_MAX_PAGE_SIZE = 100
+#: The page size of a listing given no ``limit`` (and no route default).
+DEFAULT_PAGE_SIZE = 50
+#: Requests a minute per API key by default (settings ``server.rate_limit``).
 DEFAULT_RATE_PER_MINUTE = 600
+
+#: ``settings.server`` attribute -> :class:`Limits` field.
+_SETTING_NAMES = {
+    "max_body_bytes": "max_body_bytes",
+    "max_page_size": "max_page_size",
+    "default_page_size": "default_page_size",
+    "rate_limit": "rate_per_minute",
+    "rate_burst": "rate_burst",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +72,7 @@ class Limits:
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_page_size: int = DEFAULT_MAX_PAGE_SIZE
-    default_page_size: int = 50
+    default_page_size: int = DEFAULT_PAGE_SIZE
     rate_per_minute: int = DEFAULT_RATE_PER_MINUTE
     rate_burst: int | None = None
 
@@ -81,13 +92,17 @@ class Limits:
 
     @classmethod
     def from_settings(cls, settings: Any) -> Limits:
-        """The limits in ``settings.server`` (any attribute missing or None keeps its default)."""
+        """The limits in ``settings.server`` (:class:`memlane.config.ServerSettings`:
+        ``max_body_bytes``, ``max_page_size``, ``rate_limit`` (requests a minute per key) and, if
+        present, ``default_page_size`` and ``rate_burst``); a missing or None one keeps its default."""
         server = getattr(settings, "server", None)
         values: dict[str, Any] = {}
-        for name in ("max_body_bytes", "max_page_size", "default_page_size", "rate_per_minute", "rate_burst"):
-            value = getattr(server, name, None)
+        for setting, name in _SETTING_NAMES.items():
+            value = getattr(server, setting, None)
             if value is not None:
                 values[name] = value
+        if "default_page_size" not in values and "max_page_size" in values:
+            values["default_page_size"] = min(DEFAULT_PAGE_SIZE, values["max_page_size"])
         return cls(**values)
 
 
