@@ -70,6 +70,7 @@ from memlane.models import (
     ScopeName,
     SearchResult,
     content_hash,
+    utcnow,
 )
 from memlane.providers.embed.base import Embedder, Matrix, check_matrix
 from memlane.providers.llm.base import LLM, UsageMeter
@@ -92,6 +93,7 @@ from memlane.stores.base import (
     ReflectionStore,
     SessionStore,
     StoreStats,
+    UserExportable,
 )
 
 log = logging.getLogger("memlane")
@@ -749,6 +751,58 @@ class AsyncMemory:
         removed += await self.facts.purge_user(user_id, shared=shared)
         self._erasures += 1
         return removed
+
+    @_opening
+    async def export_user(self, user_id: str) -> dict[str, Any]:
+        """Everything memlane holds about ``user_id``, as JSON data (a data-subject export):
+        what :meth:`forget` erases, plus references to the agent's shared memories formed from
+        the user's words.
+
+        Sections: ``facts`` (every fact holding the user's id, in every partition, valid and
+        invalid, each with its ``history``), ``shared_changes`` (the user's changes to facts that
+        are not theirs: what they said, not what was there), ``reflections`` and
+        ``consolidated`` (keyed by the user), ``shared`` (``{kind, id, scope, agent_id}``
+        references to agent memories formed from the user's words; their text holds other
+        users' words too), ``sessions`` (the sessions the user takes part in, with events; a
+        group session with the user's own events only), ``jobs`` (their formation jobs: input
+        and status) and ``formation_cursors``. ``not_included`` says what is left out and why
+        (caches and indexes derived from the exported rows); ``not_exported`` names a store
+        that cannot export (a custom store without ``export_user``).
+        """
+        user_id = inputs.identifier(user_id, "user_id")
+        out: dict[str, Any] = {
+            "format": "memlane.user-export/1",
+            "user_id": user_id,
+            "exported_at": utcnow().isoformat(),
+            "facts": [],
+            "shared_changes": [],
+            "reflections": [],
+            "consolidated": [],
+            "shared": [],
+            "sessions": [],
+            "jobs": [],
+            "formation_cursors": [],
+        }
+        not_exported: builtins.list[str] = []
+        seen: set[int] = set()
+        stores = (("facts", self.facts), ("reflections", self.reflection_store), ("jobs", self.jobs),
+                  ("sessions", self.sessions))  # fmt: skip
+        for name, store in stores:
+            if id(store) in seen:
+                continue
+            seen.add(id(store))
+            if isinstance(store, UserExportable):
+                out.update(await store.export_user(user_id))
+            else:
+                not_exported.append(f"{name}: {type(store).__name__} has no export_user")
+        out["not_included"] = {
+            "embeddings": "derived: vectors computed from the exported texts",
+            "keyword_index": "derived: the full-text index of the exported facts",
+            "context_cache": "derived: cached <MemoryContext> assemblies of exported memory (5 minutes)",
+            "job_checkpoints_and_results": "derived: step outputs of formation jobs, which may quote other users",
+        }
+        out["not_exported"] = not_exported
+        return out
 
     # ------------------------------------------------------------------ reads
     @_opening

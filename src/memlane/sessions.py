@@ -243,3 +243,24 @@ def check_limit(limit: int | None) -> int | None:
     """``get_events``' ``limit``: None (all) or a non-negative int."""
     _check_limit("limit", limit)
     return limit
+
+
+# --------------------------------------------------------------------------- export
+
+
+def is_own_event(event: Event, user_id: str) -> bool:
+    """The user's own event of a group session: its author or ``metadata["user_id"]`` is the
+    user (what ``forget`` erases from a group session)."""
+    return event.author == user_id or event.metadata.get("user_id") == user_id
+
+
+def export_session(session: Session, user_id: str) -> dict[str, Any]:
+    """A session as ``export_user`` returns it (JSON data): a session of the user alone whole
+    (state and every event); a group session with only the user's own events, without its
+    state and the other participants' ids (theirs, not the user's)."""
+    group = session.user_ids != [user_id]
+    events = [e for e in session.events if not group or is_own_event(e, user_id)]
+    out = session.model_dump(mode="json", exclude={"events", "state", "user_ids"} if group else {"events"})
+    out["group"] = group
+    out["events"] = [e.model_dump(mode="json") for e in events]
+    return out

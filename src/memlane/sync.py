@@ -300,6 +300,10 @@ class Memory:
         """See :meth:`AsyncMemory.forget`."""
         return self._portal.call(self._async.forget(user_id, shared=shared, sessions=sessions))
 
+    def export_user(self, user_id: str) -> dict[str, Any]:
+        """See :meth:`AsyncMemory.export_user`."""
+        return self._portal.call(self._async.export_user(user_id))
+
     def check(self) -> CheckReport:
         """See :meth:`AsyncMemory.check`."""
         return self._portal.call(self._async.check())

@@ -58,6 +58,7 @@ __all__ = [
     "ReflectionStore",
     "SessionStore",
     "StoreStats",
+    "UserExportable",
     "Vector",
 ]
 
@@ -453,6 +454,17 @@ class Checkable(Protocol):
 
     async def check(self) -> list[str]:
         """Integrity problems found (empty when healthy). Reads only."""
+        ...
+
+
+@runtime_checkable
+class UserExportable(Protocol):
+    """An optional capability of any store: what it holds about one user, as JSON data, for
+    ``AsyncMemory.export_user`` (sections such as ``{"facts": [...]}``; stores sharing one file
+    each export their own). The engine reports a store without it as not exported."""
+
+    async def export_user(self, user_id: str) -> dict[str, Any]:
+        """The store's sections of the user's export."""
         ...
 
 

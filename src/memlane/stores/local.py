@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import count, islice
 from types import TracebackType
+from typing import Any
 
 from memlane.errors import InvalidInputError, NotFoundError
 from memlane.models import Event, EventType, Session, utcnow
@@ -31,6 +32,7 @@ from memlane.sessions import (
     check_session_id,
     check_user_ids,
     event_type_filter,
+    export_session,
     new_session,
     prepare_event,
 )
@@ -160,6 +162,13 @@ class LocalMemory:
             entry.events.clear()
             entry.events.extend(kept)
         return n
+
+    async def export_user(self, user_id: str) -> dict[str, Any]:
+        """The sessions the user takes part in, with events (a group session: the user's own
+        events only; see :func:`memlane.sessions.export_session`)."""
+        check_user_ids([user_id])
+        found = sorted((k, e) for k, e in self._sessions.items() if user_id in e.session.user_ids)
+        return {"sessions": [export_session(self._export(e), user_id) for _, e in found]}
 
     # ------------------------------------------------------------------ events
     async def add_event(self, session_id: str, event: Event, *, app: str = "default") -> Event:

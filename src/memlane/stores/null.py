@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Any
 
 from memlane.models import Event, EventType, Session, new_id
 
@@ -69,6 +70,10 @@ class NullMemory:
     async def delete_user_sessions(self, user_id: str) -> int:
         """Always 0 (nothing is stored)."""
         return 0
+
+    async def export_user(self, user_id: str) -> dict[str, Any]:
+        """No sessions (nothing is stored)."""
+        return {"sessions": []}
 
     async def add_event(self, session_id: str, event: Event, *, app: str = "default") -> Event:
         """Returns ``event`` unchanged; nothing is stored and no session is required."""

@@ -53,6 +53,7 @@ from memlane.stores.base import (
     StoreStats,
     Vector,
 )
+from memlane.stores.sqlite import export as export_
 from memlane.stores.sqlite.db import BUSY_TIMEOUT_MS, Database
 from memlane.stores.sqlite.fts import fts_or_query, partition_token
 from memlane.stores.sqlite.vector import VectorIndex
@@ -1222,6 +1223,11 @@ class SqliteFactStore:
             return st
 
         return await self._db.run(op)
+
+    async def export_user(self, user_id: str) -> dict[str, Any]:
+        """The user's facts (with history), reflections and blobs, and references to the shared
+        memories formed from their words (see :mod:`memlane.stores.sqlite.export`)."""
+        return await self._db.run(lambda c: export_.facts_part(c, user_id))
 
     async def close(self) -> None:
         with self._cache_lock:

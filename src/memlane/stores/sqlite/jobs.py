@@ -17,6 +17,7 @@ from typing import Any
 
 from memlane.errors import NotFoundError
 from memlane.models import FormationCursor, Job, as_utc, new_id, utcnow
+from memlane.stores.sqlite import export as export_
 from memlane.stores.sqlite.db import Database
 
 _JOB_COLS = (
@@ -359,6 +360,10 @@ class SqliteJobStore:
 
         return await self._db.run(op)
 
+    async def export_user(self, user_id: str) -> dict[str, Any]:
+        """The user's jobs and their sessions' formation cursors (see :mod:`memlane.stores.sqlite.export`)."""
+        return await self._db.run(lambda c: export_.jobs_part(c, user_id))
+
     async def purge_user(self, user_id: str, *, cursors: bool = True) -> int:
         """Delete the user's jobs and (``cursors=True``) the cursors of sessions they took part in alone.
         ``cursors=False`` keeps the cursors, for a purge that keeps the user's sessions.
@@ -373,6 +378,17 @@ class SqliteJobStore:
                 n = c.execute("DELETE FROM jobs WHERE user_id=?", (user_id,)).rowcount
                 if cursors:
                     n += c.execute("DELETE FROM formation_cursors WHERE user_ids=?", (json.dumps([user_id]),)).rowcount
+                    # a group session's cursor stays, without the user (as the session's participants)
+                    for app, sid, users in c.execute(
+                        "SELECT app, session_id, user_ids FROM formation_cursors"
+                        " WHERE EXISTS (SELECT 1 FROM json_each(formation_cursors.user_ids) WHERE value=?)",
+                        (user_id,),
+                    ).fetchall():
+                        kept = [u for u in json.loads(users) if u != user_id]
+                        c.execute(
+                            "UPDATE formation_cursors SET user_ids=? WHERE app=? AND session_id=?",
+                            (json.dumps(kept), app, sid),
+                        )
                 c.execute("UPDATE jobs SET state='{}' WHERE status<>'running' AND state<>'{}'")
                 for job_id, text in c.execute(
                     "SELECT id, result FROM jobs WHERE status='done' AND result IS NOT NULL"

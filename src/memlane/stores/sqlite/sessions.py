@@ -33,6 +33,7 @@ from memlane.sessions import (
     check_session_id,
     check_user_ids,
     event_type_filter,
+    export_session,
     new_session,
     prepare_event,
     to_utc,
@@ -247,6 +248,20 @@ class SqliteSessionStore:
                 return n
 
         return await self._run(fn)
+
+    async def export_user(self, user_id: str) -> dict[str, Any]:
+        """The sessions the user takes part in, with events (a group session: the user's own
+        events only; see :mod:`memlane.stores.sqlite.export`)."""
+        check_user_ids([user_id])
+
+        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            keys = conn.execute(
+                "SELECT app, session_id FROM session_users WHERE user_id = ? ORDER BY app, session_id", (user_id,)
+            ).fetchall()
+            found = (self._read_session(conn, app, sid) for app, sid in keys)
+            return [export_session(s, user_id) for s in found if s is not None]
+
+        return {"sessions": await self._run(fn)}
 
     # ------------------------------------------------------------------ events
     async def add_event(self, session_id: str, event: Event, *, app: str = "default") -> Event:
