@@ -69,8 +69,9 @@ def create_app(settings: Any = None, *, hub: MemoryHub | None = None, keys: Any 
         settings: the service settings (None: read from the environment / defaults).
         hub: the tenants' engines (default: built from ``settings``). The app closes it on
             shutdown.
-        keys: the API key store (None: no keys, every request is the ``default`` tenant; the
-            server then listens on loopback only).
+        keys: the API key store (:class:`~memlane.service.keys.KeyStore`; None, or a store
+            without keys: every request is the ``default`` tenant and ``memlane serve`` listens
+            on loopback only). Limits (body size, page size, rate) come from ``settings.server``.
     """
     the_hub = hub if hub is not None else _default_hub(settings)
 
@@ -93,7 +94,6 @@ def create_app(settings: Any = None, *, hub: MemoryHub | None = None, keys: Any 
     )
     app.state.settings = settings
     app.state.hub = the_hub
-    app.state.keys = keys
     install_error_handlers(app)
     install_auth(app, keys=keys, limits=Limits.from_settings(settings))  # keys, rate limit, body size
     for name in ROUTERS:

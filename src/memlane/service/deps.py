@@ -12,38 +12,25 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from memlane.errors import NotFoundError, PermissionDeniedError, UsageError
+from memlane.errors import NotFoundError, UsageError
 from memlane.memory import AsyncMemory
 from memlane.models import Session
 from memlane.service import auth
 from memlane.service.auth import Principal
+from memlane.service.limits import page_size
 
-__all__ = ["Caller", "Engine", "authorize", "check_session", "engine", "hub_of", "principal", "settings_of"]
+__all__ = ["Caller", "Engine", "authorize", "check_session", "engine", "hub_of", "page", "principal", "settings_of"]
 
 
-async def principal(request: Request) -> Principal:
+async def principal(caller: Annotated[Principal, Depends(auth.current_principal)]) -> Principal:
     """The caller of this request (the key's principal; ``tenant="default"`` on a key-less server)."""
-    current = getattr(auth, "current_principal", None)
-    if current is not None:
-        result: Principal = await current(request)
-        return result
-    return Principal(tenant="default")  # H-AUTH's dependency not there yet: the key-less server's caller
+    return caller
 
 
 def authorize(p: Principal, *, user_id: str | None, write: bool, scope: str = "user") -> str | None:
-    """The effective user id of a request for ``p`` (raises PermissionDeniedError when not allowed)."""
-    rule = getattr(auth, "authorize", None)
-    if rule is not None:
-        effective: str | None = rule(p, user_id=user_id, write=write, scope=scope)
-        return effective
-    # H-AUTH's rule not there yet: the same decisions, minimal messages.
-    if write and p.read_only:
-        raise PermissionDeniedError("this API key is read-only")
-    if p.user_id is not None and user_id is not None and user_id != p.user_id:
-        raise PermissionDeniedError(f"this API key acts for user {p.user_id!r} only, not {user_id!r}")
-    if p.user_id is not None and write and scope == "agent":
-        raise PermissionDeniedError("a user-bound API key may not write agent-shared memory")
-    return user_id if user_id is not None else p.user_id
+    """The effective user id of a request for ``p`` (:func:`memlane.service.auth.authorize`:
+    raises PermissionDeniedError when not allowed)."""
+    return auth.authorize(p, user_id=user_id, write=write, scope=scope)
 
 
 def check_session(p: Principal, session: Session | None, session_id: str, app: str, *, write: bool) -> Session:
@@ -54,6 +41,11 @@ def check_session(p: Principal, session: Session | None, session_id: str, app: s
     if session is None or (p.user_id is not None and p.user_id not in session.user_ids):
         raise NotFoundError(f"no session {session_id!r} in app {app!r}")
     return session
+
+
+def page(request: Request, limit: int | None, *, default: int | None = None) -> int:
+    """A listing's page size: ``limit`` (1..the server's cap) or the default (:func:`limits.page_size`)."""
+    return page_size(request, limit, default=default)
 
 
 def hub_of(request: Request) -> Any:

@@ -51,6 +51,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memlane.errors import MemlaneError
+from memlane.service.auth import WWW_AUTHENTICATE
 
 __all__ = ["ERROR_TABLE", "error_body", "error_response", "install_error_handlers", "status_and_code"]
 
@@ -139,7 +140,7 @@ async def _memlane_error(request: Request, exc: Exception) -> JSONResponse:
         headers = {"Retry-After": retry_after}
         extra["retry_after"] = int(retry_after)
     if status == 401:  # RFC 9110: a 401 names the scheme to use
-        headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="memlane"'}
+        headers = {**(headers or {}), "WWW-Authenticate": WWW_AUTHENTICATE}
     if status >= 500:
         log.warning("memlane service: %s %s -> %d %s: %s", request.method, request.url.path, status, code, exc)
     message = str(exc) or type(exc).__name__

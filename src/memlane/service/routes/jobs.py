@@ -9,18 +9,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
 from memlane.errors import NotFoundError
 from memlane.memory import AsyncMemory
 from memlane.models import Job
 from memlane.service.auth import Principal
-from memlane.service.deps import Caller, Engine, authorize
+from memlane.service.deps import Caller, Engine, authorize, page
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-
-MAX_PAGE = 1000
 
 
 class JobOut(BaseModel):
@@ -94,10 +92,14 @@ async def _job(memory: AsyncMemory, caller: Principal, job_id: str) -> Job:
 async def list_jobs(
     memory: Engine,
     caller: Caller,
+    request: Request,
     status: Literal["queued", "running", "done", "failed"] | None = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    limit: Annotated[
+        int | None, Query(description="at most this many (default 50; cap: the server's page size)")
+    ] = None,
 ) -> JobList:
     """Formation jobs, newest first."""
+    limit = page(request, limit)
     authorize(caller, user_id=None, write=False)
     scan = limit if caller.user_id is None else min(10_000, limit * 20)
     jobs = [j for j in await memory.list_jobs(status=status, limit=scan) if await _visible(memory, caller, j)]

@@ -17,13 +17,12 @@ from pydantic import BaseModel
 
 from memlane.models import Event, Session
 from memlane.service.app import memory_enabled
-from memlane.service.deps import Caller, Engine, authorize, check_session, settings_of
+from memlane.service.deps import Caller, Engine, authorize, check_session, page, settings_of
 
 router = APIRouter(prefix="/memory", tags=["kaos"])
 
-#: Default and largest number of events ``/memory/events`` returns.
+#: How many events ``/memory/events`` returns by default (clamped to the server's page size).
 DEFAULT_EVENTS = 100
-MAX_EVENTS = 1000
 
 
 class KaosEvent(BaseModel):
@@ -64,10 +63,13 @@ async def memory_events(
     memory: Engine,
     caller: Caller,
     session_id: str | None = None,
-    limit: Annotated[int, Query(ge=0, le=MAX_EVENTS, description="the newest N events")] = DEFAULT_EVENTS,
+    limit: Annotated[
+        int | None, Query(description="the newest N events (default 100; cap: the server's page size)")
+    ] = None,
     app: str = "default",
 ) -> KaosEvents:
     """Events of one session (``session_id``), or of every session of the app, oldest first."""
+    limit = page(request, limit, default=DEFAULT_EVENTS)
     if not memory_enabled(settings_of(request)):
         return KaosEvents(agent=app, events=[], total=0)
     if session_id is not None:
@@ -78,7 +80,7 @@ async def memory_events(
         for session in await _sessions(memory, caller, app):
             events += await memory.sessions.get_events(session.id, limit=limit, app=app)
         events.sort(key=lambda e: e.timestamp)
-        events = events[len(events) - limit :] if limit else []
+        events = events[-limit:]
     out = [KaosEvent.of(e) for e in events]
     return KaosEvents(agent=app, events=out, total=len(out))
 

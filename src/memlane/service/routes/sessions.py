@@ -10,19 +10,22 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.formation.runner import FormationResult
 from memlane.models import Event, EventType, Job, Session
-from memlane.service.deps import Caller, Engine, authorize, check_session
+from memlane.service.deps import Caller, Engine, authorize, check_session, page
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 App = Annotated[str, Query(description="the application the session belongs to (inside your tenant)")]
+Limit = Annotated[
+    int | None, Query(description="at most this many, the newest (default and cap: the server's page size)")
+]
 
-#: Largest page of events or sessions one request returns.
-MAX_PAGE = 1000
+#: Asked as the default page: clamped to the server's largest page (``server.max_page_size``).
+WHOLE_PAGE = 1_000_000
 
 
 class SessionCreate(BaseModel):
@@ -94,12 +97,19 @@ async def create_session(body: SessionCreate, memory: Engine, caller: Caller) ->
 
 @router.get("", operation_id="list_sessions")
 async def list_sessions(
-    memory: Engine, caller: Caller, app: App = "default", user_id: str | None = None
+    request: Request,
+    memory: Engine,
+    caller: Caller,
+    app: App = "default",
+    user_id: str | None = None,
+    limit: Limit = None,
 ) -> SessionList:
-    """Sessions of ``app`` (of one user with ``user_id``), newest activity first, without events."""
+    """Sessions of ``app`` (of one user with ``user_id``), newest activity first, without events.
+    ``total`` counts them all; ``sessions`` holds the first ``limit``."""
+    size = page(request, limit, default=WHOLE_PAGE)
     user = authorize(caller, user_id=user_id, write=False)
     found = await memory.sessions.list_sessions(app=app, user_id=user)
-    return SessionList(sessions=found, total=len(found))
+    return SessionList(sessions=found[:size], total=len(found))
 
 
 @router.get("/{session_id}", operation_id="get_session")
@@ -141,17 +151,19 @@ async def add_event(
 
 @router.get("/{session_id}/events", operation_id="list_events")
 async def list_events(
+    request: Request,
     session_id: str,
     memory: Engine,
     caller: Caller,
     app: App = "default",
     event_types: Annotated[list[EventType] | None, Query(description="only these types (repeat the parameter)")] = None,
-    limit: Annotated[int | None, Query(ge=0, le=MAX_PAGE, description="the newest N")] = None,
+    limit: Limit = None,
 ) -> EventList:
-    """The session's events, oldest first."""
+    """The session's events, oldest first (the newest ``limit``)."""
+    size = page(request, limit, default=WHOLE_PAGE)
     found = await memory.sessions.get_session(session_id, app=app)
     check_session(caller, found, session_id, app, write=False)
-    events = await memory.sessions.get_events(session_id, event_types=event_types, limit=limit, app=app)
+    events = await memory.sessions.get_events(session_id, event_types=event_types, limit=size, app=app)
     return EventList(events=events, total=len(events))
 
 
