@@ -15,16 +15,17 @@ from __future__ import annotations
 import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
 from memlane import __version__
+from memlane.config import MemlaneSettings, build_memory, load_settings
 from memlane.memory import AsyncMemory
 from memlane.service.auth import install_auth
-from memlane.service.errors import install_error_handlers
+from memlane.service.errors import ERROR_RESPONSES, install_error_handlers
 from memlane.service.hub import MemoryHub
+from memlane.service.keys import KeyStore
 from memlane.service.limits import Limits
 
 __all__ = ["ROUTERS", "create_app", "memory_enabled"]
@@ -38,6 +39,12 @@ ROUTERS: list[str] = [
     "adk",
     "sessions",
     "jobs",
+    "memories",
+    "search",
+    "documents",
+    "context",
+    "tools",
+    "users",
 ]
 
 
@@ -47,32 +54,33 @@ def memory_enabled(settings: Any) -> bool:
     return bool(getattr(block, "enabled", True))
 
 
-def _default_hub(settings: Any) -> MemoryHub:
+def _default_hub(settings: MemlaneSettings) -> MemoryHub:
     from_settings = getattr(MemoryHub, "from_settings", None)
-    if from_settings is not None and settings is not None:
+    if from_settings is not None:
         hub: MemoryHub = from_settings(settings)
         return hub
-    from memlane.config import Settings
-
-    env = settings if isinstance(settings, Settings) else Settings()
 
     def factory(location: str) -> AsyncMemory:
-        return AsyncMemory(location, embedder=env.embedder, llm=env.llm, sessions="sqlite")
+        return build_memory(settings, location)
 
-    return MemoryHub(factory, env.db, Path(env.db).parent / "tenants")
+    return MemoryHub(factory, settings.memory.store, settings.server.tenants_dir)
 
 
-def create_app(settings: Any = None, *, hub: MemoryHub | None = None, keys: Any = None) -> FastAPI:
+def create_app(
+    settings: MemlaneSettings | None = None, *, hub: MemoryHub | None = None, keys: KeyStore | None = None
+) -> FastAPI:
     """The memlane HTTP API.
 
     Args:
-        settings: the service settings (None: read from the environment / defaults).
+        settings: the service settings (None: :func:`memlane.config.load_settings`, i.e. the
+            environment and ``$MEMLANE_CONFIG``).
         hub: the tenants' engines (default: built from ``settings``). The app closes it on
             shutdown.
         keys: the API key store (:class:`~memlane.service.keys.KeyStore`; None, or a store
             without keys: every request is the ``default`` tenant and ``memlane serve`` listens
             on loopback only). Limits (body size, page size, rate) come from ``settings.server``.
     """
+    settings = settings if settings is not None else load_settings()
     the_hub = hub if hub is not None else _default_hub(settings)
 
     @asynccontextmanager
@@ -99,5 +107,5 @@ def create_app(settings: Any = None, *, hub: MemoryHub | None = None, keys: Any 
     for name in ROUTERS:
         module = importlib.import_module(f"memlane.service.routes.{name}")
         router: APIRouter = module.router
-        app.include_router(router)
+        app.include_router(router, responses=ERROR_RESPONSES)
     return app

@@ -47,13 +47,21 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memlane.errors import MemlaneError
 from memlane.service.auth import WWW_AUTHENTICATE
 
-__all__ = ["ERROR_TABLE", "error_body", "error_response", "install_error_handlers", "status_and_code"]
+__all__ = [
+    "ERROR_RESPONSES",
+    "ERROR_TABLE",
+    "ErrorResponse",
+    "error_body",
+    "error_response",
+    "install_error_handlers",
+    "status_and_code",
+]
 
 log = logging.getLogger("memlane.service")
 
@@ -79,6 +87,40 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "ProviderError": (503, "provider_unavailable"),
     "FormationTimeoutError": (503, "formation_timeout"),
     "FormationError": (503, "formation_failed"),
+}
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a stable snake_case ``code`` and a message saying how to fix it. Some
+    errors add fields (``details`` for 422, ``retry_after`` for 429, ``limit`` for 413, ``job_id``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    """Every error answer: ``{"error": {"code", "message", ...}}``."""
+
+    error: ErrorDetail
+
+
+_ERROR_STATUSES = {
+    400: "bad input (invalid_input, invalid_scope, config_error, ...)",
+    401: "no API key, or an unknown or revoked one (unauthenticated)",
+    403: "the key may not do this (forbidden)",
+    404: "no such object in your scope (not_found)",
+    409: "a concurrent writer changed it first (conflict)",
+    413: "the request body is too large (payload_too_large)",
+    422: "the request does not have the documented shape (validation_error)",
+    429: "too many requests for this key; see Retry-After (rate_limited)",
+    503: "the store or a model provider is unavailable; retry later",
+}
+
+#: The error answers every route documents (``include_router(..., responses=ERROR_RESPONSES)``).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": text} for status, text in _ERROR_STATUSES.items()
 }
 
 #: Codes for framework HTTP errors (unknown route, wrong method, ...).
