@@ -1,0 +1,106 @@
+"""Always-in-context memory over HTTP: ``GET /v1/context`` (the ``<MemoryContext>`` block),
+``GET /v1/profile``, ``GET /v1/stats``, ``GET /v1/consolidation-status``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+
+from memlane.service.deps import Caller, Engine, authorize
+from memlane.service.routes._memory_models import check_room
+
+router = APIRouter(prefix="/v1", tags=["context"])
+
+App = Annotated[str, Query(description="the app of session_id")]
+
+
+class ContextOut(BaseModel):
+    context: str
+
+
+class ProfileOut(BaseModel):
+    user_id: str
+    profile: str | None
+
+
+class StatsOut(BaseModel):
+    facts: int
+    valid_facts: int
+    partitions: int
+    reflections: int
+    consolidated: int
+    sessions: int
+    events: int
+    embedder: str | None
+    dim: int | None
+
+
+class ScopeStatus(BaseModel):
+    buffer_size: int
+    threshold: int
+    needs_consolidation: bool
+    word_limit: int
+    current_word_count: int
+    version: int
+    last_consolidated_at: datetime | None
+
+
+class ConsolidationStatus(BaseModel):
+    scopes: dict[str, ScopeStatus]
+
+
+@router.get("/context", operation_id="memory_context", response_model=ContextOut)
+async def context(
+    memory: Engine,
+    caller: Caller,
+    session_id: str | None = None,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    app: App = "default",
+    budget_tokens: Annotated[int | None, Query(description="cut the block to this many tokens")] = None,
+) -> ContextOut:
+    """The ``<MemoryContext>`` block for a turn (profile, consolidated memory, recent facts)."""
+    user = authorize(caller, user_id=user_id, write=False)
+    await check_room(memory, caller, session_id, app)
+    text = await memory.context(session_id=session_id, user_id=user, agent_id=agent_id, budget_tokens=budget_tokens)
+    return ContextOut(context=text)
+
+
+@router.get("/profile", operation_id="profile", response_model=ProfileOut)
+async def profile(
+    memory: Engine, caller: Caller, user_id: str | None = None, agent_id: str | None = None
+) -> ProfileOut:
+    """The user's profile: their facts distilled into importance-ranked bullets (null: nothing known)."""
+    user = authorize(caller, user_id=user_id, write=False)
+    text = await memory.profile(user, agent_id=agent_id)  # type: ignore[arg-type]  # None: the engine's 400
+    return ProfileOut(user_id=str(user), profile=text)
+
+
+@router.get("/stats", operation_id="stats", response_model=StatsOut)
+async def stats(memory: Engine, caller: Caller, user_id: str | None = None, agent_id: str | None = None) -> StatsOut:
+    """Counts for one user/agent, or for the whole tenant when neither is given."""
+    user = authorize(caller, user_id=user_id, write=False)
+    st = await memory.stats(user_id=user, agent_id=agent_id)
+    return StatsOut(
+        facts=st.facts, valid_facts=st.valid_facts, partitions=st.partitions, reflections=st.reflections,
+        consolidated=st.consolidated, sessions=st.sessions, events=st.events, embedder=st.embedder, dim=st.dim,
+    )  # fmt: skip
+
+
+@router.get("/consolidation-status", operation_id="consolidation_status", response_model=ConsolidationStatus)
+async def consolidation_status(
+    memory: Engine,
+    caller: Caller,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    session_id: str | None = None,
+    app: App = "default",
+) -> ConsolidationStatus:
+    """Per scope (agent / user / session): the reflection buffer, its threshold, the blob's size."""
+    user = authorize(caller, user_id=user_id, write=False)
+    await check_room(memory, caller, session_id, app)
+    status = await memory.get_consolidation_status(user_id=user, agent_id=agent_id, session_id=session_id)
+    return ConsolidationStatus(scopes={k: ScopeStatus.model_validate(v) for k, v in status.items()})

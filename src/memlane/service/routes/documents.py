@@ -1,0 +1,80 @@
+"""``/v1/documents``: long content kept whole, searched by its fragments."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from memlane.service.deps import Caller, Engine, authorize
+from memlane.service.routes._memory_models import FactOut, check_room
+
+router = APIRouter(prefix="/v1", tags=["documents"])
+
+App = Annotated[str, Query(description="the app whose session a user-bound key names with session_id")]
+
+
+class DocumentCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(description="the document (Markdown, code or prose)")
+    title: str | None = None
+    source: str | None = None
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    app: str = Field(default="default", description="the app of session_id (user-bound keys)")
+    scope: Literal["user", "agent", "room", "private", "shared"] = "user"
+    metadata: dict[str, Any] | None = None
+    timestamp: datetime | None = None
+
+
+class FragmentList(BaseModel):
+    fragments: list[FactOut]
+
+
+@router.post("/documents", status_code=201, operation_id="add_document", response_model=FactOut)
+async def add_document(body: DocumentCreate, memory: Engine, caller: Caller) -> FactOut:
+    """Store a document; its fragments (``metadata.fragments`` of them) are what search finds."""
+    user = authorize(caller, user_id=body.user_id, write=True, scope=body.scope)
+    await check_room(memory, caller, body.session_id, body.app)
+    doc = await memory.add_document(
+        body.text, title=body.title, source=body.source, user_id=user, agent_id=body.agent_id,
+        session_id=body.session_id, scope=body.scope, metadata=body.metadata, timestamp=body.timestamp,
+    )  # fmt: skip
+    return FactOut.of(doc)
+
+
+@router.get("/documents/{document_id}/fragments", operation_id="document_fragments", response_model=FragmentList)
+async def fragments(
+    document_id: str,
+    memory: Engine,
+    caller: Caller,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    session_id: str | None = None,
+    app: App = "default",
+) -> FragmentList:
+    """A document's fragments in reading order."""
+    user = authorize(caller, user_id=user_id, write=False)
+    await check_room(memory, caller, session_id, app)
+    found = await memory.fragments(document_id, user_id=user, agent_id=agent_id, session_id=session_id)
+    return FragmentList(fragments=[FactOut.of(f) for f in found])
+
+
+@router.get("/fragments/{fragment_id}/document", operation_id="parent_document", response_model=FactOut)
+async def parent_document(
+    fragment_id: str,
+    memory: Engine,
+    caller: Caller,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    session_id: str | None = None,
+    app: App = "default",
+) -> FactOut:
+    """The document a fragment (a search hit) belongs to."""
+    user = authorize(caller, user_id=user_id, write=False)
+    await check_room(memory, caller, session_id, app)
+    return FactOut.of(await memory.parent_document(fragment_id, user_id=user, agent_id=agent_id, session_id=session_id))

@@ -1,0 +1,58 @@
+"""``POST /v1/search``: hybrid search (keyword + vector, fused), up to 3 queries at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from memlane.models import SearchResult
+from memlane.service.deps import Caller, Engine, authorize
+from memlane.service.routes._memory_models import FactOut, check_room
+
+router = APIRouter(prefix="/v1", tags=["search"])
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str | list[str] = Field(description="a query, or up to 3 queries run concurrently and fused")
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = Field(default=None, description="only memories from this session (or of this room)")
+    app: str = Field(default="default", description="the app of session_id (user-bound keys)")
+    top_k: int = Field(default=10, description="results to return (1..100)")
+    filters: dict[str, Any] | None = Field(default=None, description="exact matches: kind, author, metadata keys")
+    debug: bool = False
+
+
+class HitOut(BaseModel):
+    fact: FactOut
+    score: float
+    keyword_rank: int | None
+    vector_rank: int | None
+    keyword_score: float | None
+    vector_score: float | None
+
+
+class SearchResponse(BaseModel):
+    hits: list[HitOut]
+    debug: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, result: SearchResult) -> SearchResponse:
+        hits = [HitOut(fact=FactOut.of(h.fact), **h.model_dump(exclude={"fact"})) for h in result.hits]
+        return cls(hits=hits, debug=result.debug)
+
+
+@router.post("/search", operation_id="search", response_model=SearchResponse)
+async def search(body: SearchRequest, memory: Engine, caller: Caller) -> SearchResponse:
+    """Search one user's (and the agent's shared) memories; ``debug`` adds stage timings."""
+    user = authorize(caller, user_id=body.user_id, write=False)
+    await check_room(memory, caller, body.session_id, body.app)
+    result = await memory.search(
+        body.query, user_id=user, agent_id=body.agent_id, session_id=body.session_id, top_k=body.top_k,
+        filters=body.filters, debug=body.debug,
+    )  # fmt: skip
+    return SearchResponse.of(result)
