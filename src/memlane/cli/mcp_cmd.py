@@ -1,0 +1,93 @@
+"""``memlane mcp``: serve memlane's memory tools to MCP clients (stdio or streamable HTTP).
+
+stdio (what desktop MCP clients start): one process per user, ``memlane mcp --user alice``.
+Streamable HTTP: ``memlane mcp --transport http [--host H] [--port N]``; with API keys
+(``memlane keys create``) each request's bearer key picks the tenant and the user; without
+keys the server binds loopback only and acts for ``--user``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from memlane.config import MemlaneSettings, formation_config, load_settings, session_backend
+from memlane.errors import UsageError
+
+__all__ = ["DEFAULT_PORT", "add_parser", "cmd_mcp"]
+
+#: Default port of the streamable-HTTP transport (``memlane serve`` has its own).
+DEFAULT_PORT = 8765
+
+
+def _settings(args: argparse.Namespace) -> MemlaneSettings:
+    settings = getattr(args, "settings", None)
+    if isinstance(settings, MemlaneSettings):
+        return settings
+    return load_settings(getattr(args, "config", None))
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from memlane.memory import AsyncMemory
+    from memlane.service import mcp
+    from memlane.service.hub import MemoryHub
+    from memlane.service.keys import KeyStore
+
+    settings = _settings(args)
+
+    def engine(location: str) -> AsyncMemory:
+        return AsyncMemory(
+            location, embedder=args.embedder, sessions=session_backend(settings), llm=args.llm,
+            strong_llm=settings.memory.strong_llm, formation=formation_config(settings),
+        )  # fmt: skip
+
+    hub = MemoryHub(engine, str(args.db), args.tenants_dir or settings.server.tenants_dir)
+    if args.transport == "stdio":
+        if not args.user_id:
+            raise UsageError("memlane mcp --transport stdio acts for one user: give --user USER")
+        asyncio.run(mcp.run_stdio(hub, mcp.fixed_caller(args.user_id, args.agent_id)))
+        return 0
+
+    keys_path = str(args.keys or settings.server.keys_file)
+    keys = KeyStore(keys_path) if Path(keys_path).exists() else None
+    if keys is not None and keys.configured():
+        if args.user_id:
+            raise UsageError(
+                "--user is for a server without API keys; with keys configured each request acts for its key's user"
+            )
+        caller, verifier = mcp.key_caller(args.agent_id), mcp.KeyVerifier(keys)
+    else:
+        if not args.user_id:
+            raise UsageError(
+                "no API keys are configured, so every request acts for one user: give --user USER "
+                "(or create user-bound keys with memlane keys create)"
+            )
+        caller, verifier = mcp.fixed_caller(args.user_id, args.agent_id), None
+    host = args.host or settings.server.host
+    logging.getLogger("memlane.mcp").setLevel(logging.WARNING)
+    asyncio.run(mcp.serve_http(hub, caller, verifier=verifier, host=host, port=args.port, path=args.path))
+    return 0
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``memlane mcp`` to the CLI's sub-command parsers."""
+    s = sub.add_parser(
+        "mcp", parents=[common], help="serve memory tools to MCP clients (stdio or streamable HTTP)",
+        description="Serve memlane's memory tools (search, remember, list, delete, context, profile) over MCP. "
+        "stdio acts for --user; streamable HTTP acts for each request's API key (or for --user on a loopback "
+        "server without keys).",
+    )  # fmt: skip
+    s.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: %(default)s")
+    s.add_argument("-u", "--user", "--user-id", dest="user_id", help="the user whose memory the tools use")
+    s.add_argument("-a", "--agent", "--agent-id", dest="agent_id", help="the agent namespace (optional)")
+    s.add_argument("--host", help="HTTP: interface to bind (default: server.host, 127.0.0.1)")
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP: port (default: %(default)s)")
+    s.add_argument("--path", default="/mcp", help="HTTP: endpoint path (default: %(default)s)")
+    s.add_argument("--keys", metavar="FILE", help="HTTP: API keys file (default: server.keys_file, $MEMLANE_KEYS_FILE)")
+    s.add_argument(
+        "--tenants-dir", default=None, help="HTTP: where each tenant's store lives (default: server.tenants_dir)"
+    )
+    s.set_defaults(fn=cmd_mcp)

@@ -1,0 +1,471 @@
+"""memlane as an MCP server (``memlane mcp``): the tools ``search``, ``remember``, ``list``,
+``delete``, ``context`` and ``profile`` over the official ``mcp`` package's high-level
+:class:`~mcp.server.mcpserver.MCPServer`, on the stdio or the streamable-HTTP transport.
+
+Scope: no tool takes a user, agent or tenant argument (an argument a tool's schema does not
+list is refused as a tool error). Whose memory a call reads and writes is fixed by the server:
+
+* stdio: the user (and agent) given on the command line: one process per user, started by the
+  MCP client (``memlane mcp --user alice``);
+* streamable HTTP with API keys: the caller's ``Authorization: Bearer <key>``, verified through
+  the package's own token-verifier hook (:class:`KeyVerifier`); the key's tenant selects the
+  engine (:class:`~memlane.service.hub.MemoryHub`), the key's user is the user. A key not bound
+  to a user cannot use MCP (there would be no user to scope to); a read-only key cannot
+  ``remember`` or ``delete``. A missing or unknown key is refused with HTTP 401 before any
+  MCP message is read;
+* streamable HTTP without keys: loopback only, the ``default`` tenant and the configured user.
+
+``delete`` deletes only the caller's own memories (not the agent's shared ones, which every
+user of the agent reads). Tool results are JSON (also as ``structuredContent``); the text is
+:func:`~memlane.agent.tools.tool_result_json` (markup escaped, so memory text cannot pose as a
+prompt tag). memlane's input errors, a foreign or unknown id and a refused write come back
+as MCP tool errors (``isError``) with a clear message; nothing is changed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal, cast
+
+import anyio.to_thread
+from pydantic import ConfigDict, Field, create_model
+
+from memlane import __version__, inputs
+from memlane.agent.tools import MAX_FACT_CHARS, MAX_QUERY_CHARS, MAX_TOOL_TOP_K, MemoryTools, age, tool_result_json
+from memlane.errors import (
+    AuthenticationError,
+    ConfigError,
+    InvalidInputError,
+    MemlaneError,
+    MissingExtraError,
+    NotFoundError,
+    PermissionDeniedError,
+)
+from memlane.models import Fact, utcnow
+from memlane.retrieval.hybrid import MAX_QUERIES
+from memlane.service.hub import DEFAULT_TENANT, MemoryHub
+from memlane.service.keys import KeyStore
+
+try:
+    from mcp.server.auth.middleware.auth_context import get_access_token
+    from mcp.server.auth.provider import AccessToken
+    from mcp.server.auth.settings import AuthSettings
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.tools import Tool
+    from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+except ImportError as exc:  # pragma: no cover - the extra is installed in CI
+    raise MissingExtraError("memlane mcp needs the mcp extra: pip install 'memlane[mcp]'") from exc
+
+__all__ = [
+    "DEFAULT_PATH",
+    "TOOL_NAMES",
+    "Caller",
+    "KeyVerifier",
+    "build_server",
+    "check_host",
+    "fixed_caller",
+    "http_app",
+    "key_caller",
+    "run_stdio",
+    "serve_http",
+]
+
+log = logging.getLogger("memlane.mcp")
+
+#: The tools the server advertises, in this order.
+TOOL_NAMES: Final = ("search", "remember", "list", "delete", "context", "profile")
+#: Where the streamable-HTTP endpoint is mounted.
+DEFAULT_PATH: Final = "/mcp"
+#: Largest page ``list`` returns.
+MAX_LIST_LIMIT: Final = 100
+#: Most recent items ``profile`` folds in, and the longest one (characters).
+MAX_PROFILE_ITEMS: Final = 20
+MAX_PROFILE_ITEM_CHARS: Final = 500
+#: Largest ``budget_tokens`` ``context`` takes.
+MAX_CONTEXT_BUDGET: Final = 32_000
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Whose memory one tool call reads and writes (fixed by the server, never by the client)."""
+
+    tenant: str
+    user_id: str
+    agent_id: str | None = None
+    read_only: bool = False
+
+
+CallerResolver = Callable[[], Caller]
+"""Gives the caller of the tool call being served (raises
+:class:`~memlane.errors.AuthenticationError` / :class:`~memlane.errors.PermissionDeniedError`)."""
+
+
+def fixed_caller(user_id: str, agent_id: str | None = None, *, tenant: str = DEFAULT_TENANT) -> CallerResolver:
+    """Every call acts for ``user_id`` (stdio, and HTTP without keys).
+
+    Raises:
+        ScopeError: a missing or malformed id.
+    """
+    caller = Caller(
+        tenant=inputs.identifier(tenant, "tenant"),
+        user_id=inputs.identifier(user_id, "user_id"),
+        agent_id=inputs.optional_id(agent_id, "agent_id"),
+    )
+    return lambda: caller
+
+
+# ---------------------------------------------------------------------------- API keys over HTTP
+class KeyVerifier:
+    """The ``mcp`` package's ``TokenVerifier`` over memlane's API keys
+    (:class:`~memlane.service.keys.KeyStore`): the bearer token is an API key; a live key
+    becomes an ``AccessToken`` whose claims carry the key's tenant, user and read-only flag.
+    The package's bearer middleware answers 401 for a missing, unknown or revoked key, and
+    binds each MCP session to the key that opened it."""
+
+    def __init__(self, keys: KeyStore) -> None:
+        self.keys = keys
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        key = await anyio.to_thread.run_sync(self.keys.verify, token)
+        if key is None:
+            return None
+        return AccessToken(
+            token=key.id,  # not the secret: nothing downstream needs it
+            client_id=key.id,
+            scopes=[],
+            subject=key.user_id,
+            claims={"tenant": key.tenant, "user_id": key.user_id, "read_only": key.read_only, "key_id": key.id},
+        )
+
+
+def key_caller(agent_id: str | None = None) -> CallerResolver:
+    """The caller from the request's verified API key (streamable HTTP with keys).
+
+    Raises (from the resolver):
+        AuthenticationError: no verified key on this request.
+        PermissionDeniedError: the key is not bound to a user.
+    """
+    agent_id = inputs.optional_id(agent_id, "agent_id")
+
+    def resolve() -> Caller:
+        token = get_access_token()
+        claims = token.claims if token is not None else None
+        if not claims or "tenant" not in claims:
+            raise AuthenticationError("this request carries no valid API key")
+        user_id = claims.get("user_id")
+        if not user_id:
+            raise PermissionDeniedError(
+                "this API key is not bound to a user; MCP tools act for one user: use a user-bound key "
+                "(memlane keys create --user USER)"
+            )
+        return Caller(
+            tenant=str(claims["tenant"]), user_id=str(user_id), agent_id=agent_id,
+            read_only=bool(claims.get("read_only", False)),
+        )  # fmt: skip
+
+    return resolve
+
+
+# ---------------------------------------------------------------------------- the tools
+_DESCRIPTIONS: Final[dict[str, str]] = {
+    "search": (
+        "Search the user's long-term memory (everything remembered about this user, plus memories the agent "
+        "shares with all its users). Use it to recall names, numbers, preferences, plans or anything said in "
+        f"earlier conversations. Give 1 to {MAX_QUERIES} differently worded queries; their results are fused. "
+        "Returns the best matches with their id, text, kind, scope and age."
+    ),
+    "remember": (
+        "Store one fact about the user verbatim in long-term memory, for future conversations. Use it when the "
+        "user shares something durable (identity, relationships and contacts, stable preferences, ongoing goals). "
+        "Write one self-contained statement. Returns the new memory's id."
+    ),
+    "list": (
+        "List the user's memories (and the agent's shared ones), newest first, one page at a time. Pass the "
+        "returned next_cursor as cursor for the next page."
+    ),
+    "delete": (
+        "Delete one of the user's own memories by id (from search or list). It leaves search and listings; the "
+        "change is kept in its history. Memories the agent shares with all users cannot be deleted here."
+    ),
+    "context": (
+        "The user's memory context block for the start of a conversation: their profile, consolidated memory, "
+        "recent reflections and recent facts, as one <MemoryContext> text to put in the prompt."
+    ),
+    "profile": (
+        "A short importance-ranked profile of the user (at most 20 bullets) distilled from their memories; "
+        "optionally folding in recent tasks or projects given as items. Returns null when nothing is stored."
+    ),
+}
+
+_READ: Final = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+_ANNOTATIONS: Final[dict[str, ToolAnnotations]] = {
+    "search": _READ,
+    "list": _READ,
+    "context": _READ,
+    "profile": _READ,
+    "remember": ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+    ),
+    "delete": ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False),
+}
+
+Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
+Queries = Annotated[list[Query], Field(min_length=1, max_length=MAX_QUERIES)]
+Kind = Literal["fact", "message", "document", "fragment", "description", "custom"]
+
+
+def _fact_row(fact: Fact) -> dict[str, Any]:
+    when = fact.occurred_at or fact.formed_at
+    return {
+        "id": fact.id, "content": fact.content, "kind": fact.kind, "scope": fact.scope, "author": fact.author,
+        "timestamp": when.isoformat(), "age": age(when, utcnow()),
+    }  # fmt: skip
+
+
+def _result(data: dict[str, Any]) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=tool_result_json(data))], structured_content=data)
+
+
+class _Forbid(ArgModelBase):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _strict(tool: Tool) -> Tool:
+    """Refuse arguments the tool does not declare (a ``user_id`` too), and say so in its schema
+    (``additionalProperties: false``): the package ignores unknown arguments by default."""
+    base = tool.fn_metadata.arg_model
+    strict = cast("type[ArgModelBase]", create_model(base.__name__, __base__=(base, _Forbid), __module__=__name__))
+    tool.fn_metadata.arg_model = strict
+    tool.parameters = strict.model_json_schema(by_alias=True)
+    return tool
+
+
+def build_server(
+    hub: MemoryHub,
+    caller: CallerResolver,
+    *,
+    verifier: KeyVerifier | None = None,
+    url: str = "http://127.0.0.1",
+    name: str = "memlane",
+) -> MCPServer[Any]:
+    """The MCP server: six memory tools, each scoped by ``caller`` and run on ``hub``'s engine of
+    the caller's tenant (see :func:`run_stdio`, :func:`http_app`). With a ``verifier``, its
+    streamable-HTTP app requires a bearer API key (``url``: the server's own address, named as
+    the token issuer in the package's auth settings)."""
+
+    async def scoped(*, write: bool = False) -> tuple[Caller, Any]:
+        try:
+            who = caller()
+            if write and who.read_only:
+                raise PermissionDeniedError("this API key is read-only: it cannot change memory")
+            return who, await hub.get(who.tenant)
+        except MemlaneError as exc:
+            raise ToolError(str(exc)) from exc
+
+    def tools_of(who: Caller, engine: Any) -> MemoryTools:
+        return MemoryTools(engine, user_id=who.user_id, agent_id=who.agent_id, tools=("search_facts", "remember"))
+
+    async def guarded(work: Awaitable[dict[str, Any]]) -> CallToolResult:
+        try:
+            return _result(await work)
+        except (InvalidInputError, NotFoundError, PermissionDeniedError, ConfigError) as exc:
+            raise ToolError(" ".join(str(exc).split())) from exc
+
+    async def search(
+        query: Annotated[
+            Queries | Query,
+            Field(description=f"1 to {MAX_QUERIES} search queries (a single string is one query)"),
+        ],
+        top_k: Annotated[int, Field(ge=1, le=MAX_TOOL_TOP_K, description="How many memories to return")] = 10,
+    ) -> CallToolResult:
+        who, engine = await scoped()
+        args = {"query": query, "top_k": top_k}
+        return await guarded(tools_of(who, engine).call("search_facts", args, raise_errors=True))
+
+    async def remember(
+        fact: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=MAX_FACT_CHARS,
+                description='The fact, as one self-contained statement (e.g. "Alice\'s sister is Ana")',
+            ),
+        ],
+    ) -> CallToolResult:
+        who, engine = await scoped(write=True)
+        return await guarded(tools_of(who, engine).call("remember", {"fact": fact}, raise_errors=True))
+
+    async def list_(
+        limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="Page size")] = 20,
+        cursor: Annotated[str | None, Field(max_length=200, description="next_cursor of the previous page")] = None,
+        kind: Annotated[Kind | None, Field(description="Only memories of this kind")] = None,
+    ) -> CallToolResult:
+        who, engine = await scoped()
+
+        async def work() -> dict[str, Any]:
+            page = await engine.list(user_id=who.user_id, agent_id=who.agent_id, limit=limit, cursor=cursor, kind=kind)
+            return {"count": len(page.items), "total": page.total, "next_cursor": page.next_cursor,
+                    "memories": [_fact_row(f) for f in page.items]}  # fmt: skip
+
+        return await guarded(work())
+
+    async def delete(
+        memory_id: Annotated[str, Field(min_length=1, max_length=200, description="The id of the memory to delete")],
+    ) -> CallToolResult:
+        who, engine = await scoped(write=True)
+
+        async def work() -> dict[str, Any]:
+            try:
+                fact = await engine.get(memory_id, user_id=who.user_id, agent_id=who.agent_id)
+            except NotFoundError:
+                raise NotFoundError(f"no memory {memory_id!r} of this user") from None
+            if fact.invalid_at is not None:
+                raise NotFoundError(f"memory {memory_id!r} is already deleted")
+            if fact.scope != "user" or fact.user_id != who.user_id:
+                raise PermissionDeniedError(
+                    f"memory {memory_id!r} is shared by the agent with all its users; only your own memories "
+                    "can be deleted"
+                )
+            gone = await engine.delete(memory_id, user_id=who.user_id, agent_id=who.agent_id)
+            return {"status": "deleted", "id": gone.id, "content": gone.content}
+
+        return await guarded(work())
+
+    async def context(
+        budget_tokens: Annotated[
+            int | None, Field(ge=1, le=MAX_CONTEXT_BUDGET, description="Token budget of the block (default: none)")
+        ] = None,
+    ) -> CallToolResult:
+        who, engine = await scoped()
+
+        async def work() -> dict[str, Any]:
+            text = await engine.context(user_id=who.user_id, agent_id=who.agent_id, budget_tokens=budget_tokens)
+            return {"context": text}
+
+        return await guarded(work())
+
+    async def profile(
+        items: Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=MAX_PROFILE_ITEM_CHARS)]],
+            Field(max_length=MAX_PROFILE_ITEMS, description="Recent tasks or projects to fold in"),
+        ] = [],  # noqa: B006 - never mutated; pydantic copies defaults
+    ) -> CallToolResult:
+        who, engine = await scoped()
+
+        async def work() -> dict[str, Any]:
+            block = await engine.profile(who.user_id, agent_id=who.agent_id, items=items)
+            return {"profile": block}
+
+        return await guarded(work())
+
+    functions: dict[str, Callable[..., Awaitable[CallToolResult]]] = {
+        "search": search, "remember": remember, "list": list_, "delete": delete, "context": context,
+        "profile": profile,
+    }  # fmt: skip
+    tools = [
+        _strict(
+            Tool.from_function(
+                fn, name=tool_name, description=_DESCRIPTIONS[tool_name], annotations=_ANNOTATIONS[tool_name],
+                structured_output=False,
+            )
+        )
+        for tool_name, fn in functions.items()
+    ]  # fmt: skip
+    return MCPServer(
+        name,
+        instructions="Long-term memory of the current user: search it before answering from memory, remember "
+        "durable facts the user shares.",
+        version=__version__,
+        tools=tools,
+        log_level="WARNING",
+        token_verifier=verifier,
+        auth=AuthSettings(issuer_url=url, resource_server_url=None) if verifier is not None else None,
+    )
+
+
+# ---------------------------------------------------------------------------- transports
+async def run_stdio(hub: MemoryHub, caller: CallerResolver) -> None:
+    """Serve MCP on stdin/stdout until the client closes it; then close the engines."""
+    server = build_server(hub, caller)
+    try:
+        await server.run_stdio_async()
+    finally:
+        await hub.aclose()
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_host(host: str, *, keys: bool) -> None:
+    """Without API keys the HTTP transport serves loopback only.
+
+    Raises:
+        ConfigError: a non-loopback ``host`` and no keys.
+    """
+    if not keys and not _is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve MCP on {host}: no API keys are configured, so the server binds to loopback "
+            "only (127.0.0.1); create keys with `memlane keys create` to serve other hosts"
+        )
+
+
+def http_app(
+    hub: MemoryHub,
+    caller: CallerResolver,
+    *,
+    verifier: KeyVerifier | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    path: str = DEFAULT_PATH,
+) -> Any:
+    """The streamable-HTTP ASGI app (Starlette) at ``path``. With a ``verifier`` every request
+    needs ``Authorization: Bearer <API key>`` (401 otherwise); pass :func:`key_caller` as
+    ``caller`` then. The engines are closed when the app's lifespan ends."""
+    server = build_server(hub, caller, verifier=verifier, url=f"http://{host}:{port}")
+    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    inner_lifespan = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app_: Any) -> AsyncIterator[None]:
+        async with inner_lifespan(app_):
+            try:
+                yield
+            finally:
+                await hub.aclose()
+
+    app.router.lifespan_context = lifespan
+    return app
+
+
+async def serve_http(
+    hub: MemoryHub,
+    caller: CallerResolver,
+    *,
+    verifier: KeyVerifier | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    path: str = DEFAULT_PATH,
+) -> None:
+    """Serve the streamable-HTTP transport with uvicorn until stopped."""
+    import uvicorn
+
+    check_host(host, keys=verifier is not None)
+    if verifier is None:
+        log.warning("no API keys: loopback only")
+    app = http_app(hub, caller, verifier=verifier, host=host, port=port, path=path)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    log.warning("memlane MCP (streamable HTTP) on http://%s:%s%s", host, port, path)
+    await server.serve()
