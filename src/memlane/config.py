@@ -154,6 +154,8 @@ class ServerSettings(BaseModel):
     """Requests per API key per minute (429 with Retry-After above); 0: unlimited."""
     tenants_dir: str = Field(default_factory=lambda: str(default_data_dir() / "tenants"))
     """Where each tenant's own store lives (the ``default`` tenant uses ``memory.store``)."""
+    reload_interval: float = Field(1.0, ge=0)
+    """Seconds between checks of the config file for edits (hot reload); 0: no reload."""
 
 
 Source = str
@@ -255,6 +257,7 @@ ENV_VARS: dict[str, str] = {
     "MEMLANE_MAX_PAGE_SIZE": "server.max_page_size",
     "MEMLANE_RATE_LIMIT": "server.rate_limit",
     "MEMLANE_TENANTS_DIR": "server.tenants_dir",
+    "MEMLANE_RELOAD_INTERVAL": "server.reload_interval",
 }
 _ENV_FOR = {key: name for name, key in ENV_VARS.items()}
 _NULLABLE = frozenset({"memory.strong_llm", "sessions.idle_consolidate_minutes", "sessions.redis_url"})
@@ -527,12 +530,19 @@ def session_backend(settings: MemlaneSettings) -> str | SessionStore:
     return s.backend
 
 
-def build_memory(settings: MemlaneSettings, store: str | os.PathLike[str] | None = None) -> AsyncMemory:
+def build_memory(
+    settings: MemlaneSettings,
+    store: str | os.PathLike[str] | None = None,
+    *,
+    sessions: str | SessionStore | None = None,
+) -> AsyncMemory:
     """An unopened :class:`~memlane.memory.AsyncMemory` configured by ``settings``.
 
     Args:
         store: the long-term store (default ``settings.memory.store``); the service passes
             each tenant's own.
+        sessions: the session store to use instead of the one ``sessions.backend`` names
+            (the service hands one in-process store from reload to reload).
 
     Raises:
         ConfigError: a setting the engine cannot use (e.g. ``redis`` sessions, an unknown
@@ -544,7 +554,7 @@ def build_memory(settings: MemlaneSettings, store: str | os.PathLike[str] | None
     return AsyncMemory(
         store if store is not None else m.store,
         embedder=m.embedder,
-        sessions=session_backend(settings),
+        sessions=sessions if sessions is not None else session_backend(settings),
         formation=formation_config(settings),
         llm=m.llm,
         strong_llm=m.strong_llm,

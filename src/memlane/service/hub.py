@@ -1,4 +1,4 @@
-"""One memlane engine per tenant, for the service (HTTP API, MCP).
+"""One memlane engine per tenant, for the service (HTTP API, MCP), rebuilt on a config reload.
 
 A tenant (the app an API key is bound to) is a unit of hard isolation: each tenant has its
 own store. The ``default`` tenant uses the configured store; another tenant ``t`` uses
@@ -6,24 +6,45 @@ own store. The ``default`` tenant uses the configured store; another tenant ``t`
 one tenant can ever reach another's rows, and purging a tenant's user is the engine's own
 ``forget``.
 
-Skeleton (issue 9): building engines from the settings model and hot reload land with the
-configuration work; the interface the routes use is :meth:`MemoryHub.get`.
+Hot reload (Gaia #60): :meth:`MemoryHub.reload` builds a new *generation* of engines (new
+providers, new formation settings) that serves every request from then on, while requests
+already running finish on the old engines. The old generation is closed once its leases
+(:meth:`MemoryHub.lease`) are all returned and ``drain_seconds`` have passed since the reload
+(the grace period covers callers of :meth:`MemoryHub.get`, which takes no lease). Live
+sessions continue: they live in the store (``sqlite``), or, for the in-process ``local``
+backend, in one session store per tenant that the hub hands from generation to generation.
+:class:`ConfigWatcher` polls the YAML file and reloads when it changes; a bad edit is logged
+and the old configuration stays.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from memlane import inputs
 from memlane.memory import AsyncMemory
 
-__all__ = ["DEFAULT_TENANT", "MemoryHub", "tenant_store"]
+if TYPE_CHECKING:
+    from memlane.config import MemlaneSettings
+    from memlane.stores.local import LocalMemory
+
+__all__ = ["DEFAULT_TENANT", "ConfigWatcher", "MemoryHub", "tenant_store"]
+
+log = logging.getLogger("memlane.service")
 
 #: The tenant of a server without API keys (loopback only).
 DEFAULT_TENANT = "default"
+
+#: Seconds an engine replaced by a reload stays open for callers of :meth:`MemoryHub.get`.
+DRAIN_SECONDS = 30.0
 
 
 def tenant_store(default_store: str, tenants_dir: str | Path, tenant: str) -> str:
@@ -35,40 +56,377 @@ def tenant_store(default_store: str, tenants_dir: str | Path, tenant: str) -> st
     return str(Path(tenants_dir) / f"{quote(tenant, safe='')}.db")
 
 
+class _Retired(Exception):
+    """The generation was closed while a caller was waiting for it; use the current one."""
+
+
+class _Generation:
+    """The engines built from one configuration."""
+
+    def __init__(
+        self,
+        factory: Callable[[str], AsyncMemory],
+        default_store: str,
+        tenants_dir: str | Path,
+        settings: MemlaneSettings | None,
+        number: int,
+    ) -> None:
+        self.factory = factory
+        self.default_store = default_store
+        self.tenants_dir = Path(tenants_dir)
+        self.settings = settings
+        self.number = number
+        self.engines: dict[str, AsyncMemory] = {}
+        self.lock = asyncio.Lock()
+        self.leases = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.closed = False
+        self.retired_at: float | None = None
+
+    async def get(self, tenant: str) -> AsyncMemory:
+        engine = self.engines.get(tenant)
+        if engine is not None:
+            return engine
+        async with self.lock:
+            if self.closed:
+                raise _Retired
+            engine = self.engines.get(tenant)
+            if engine is None:
+                location = tenant_store(self.default_store, self.tenants_dir, tenant)
+                if tenant != DEFAULT_TENANT:
+                    self.tenants_dir.mkdir(parents=True, exist_ok=True)
+                engine = await self.factory(location).open()
+                self.engines[tenant] = engine
+        return engine
+
+    async def close(self) -> None:
+        async with self.lock:
+            self.closed = True
+            engines, self.engines = list(self.engines.values()), {}
+        for engine in engines:
+            try:
+                await engine.close()
+            except Exception:  # one engine failing to close must not keep the others open
+                log.exception("memlane: closing an engine of configuration #%d failed", self.number)
+
+
 class MemoryHub:
-    """Opens (lazily) and keeps one :class:`AsyncMemory` per tenant.
+    """Opens (lazily) and keeps one :class:`AsyncMemory` per tenant; :meth:`reload` swaps in
+    engines built from new settings.
 
     Args:
         factory: builds the (unopened) engine for a store location.
         default_store: the default tenant's store.
         tenants_dir: where other tenants' stores live.
+        settings: the settings the factory was built from (:attr:`settings`), if any.
+        drain_seconds: after a reload, how long replaced engines stay open at least (for
+            callers of :meth:`get`); leased engines stay open until their leases end.
     """
 
-    def __init__(self, factory: Callable[[str], AsyncMemory], default_store: str, tenants_dir: str | Path) -> None:
-        self._factory = factory
-        self.default_store = default_store
-        self.tenants_dir = Path(tenants_dir)
-        self._engines: dict[str, AsyncMemory] = {}
-        self._lock = asyncio.Lock()
+    def __init__(
+        self,
+        factory: Callable[[str], AsyncMemory],
+        default_store: str,
+        tenants_dir: str | Path,
+        *,
+        settings: MemlaneSettings | None = None,
+        drain_seconds: float = DRAIN_SECONDS,
+    ) -> None:
+        self._gen = _Generation(factory, default_store, tenants_dir, settings, 0)
+        self.drain_seconds = drain_seconds
+        self._retiring: dict[_Generation, asyncio.Task[None]] = {}
+        self._reload_lock = asyncio.Lock()
+        self._local_sessions: dict[str, LocalMemory] = {}
+        self.watcher: ConfigWatcher | None = None
+
+    # ------------------------------------------------------------------ settings
+    @classmethod
+    def from_settings(
+        cls,
+        settings: MemlaneSettings,
+        *,
+        watch: bool = True,
+        drain_seconds: float = DRAIN_SECONDS,
+        env: Mapping[str, str] | None = None,
+    ) -> MemoryHub:
+        """A hub whose engines :func:`memlane.config.build_memory` builds from ``settings``.
+
+        Args:
+            watch: also watch ``settings.config_file`` (every ``server.reload_interval``
+                seconds, from :meth:`open`) and reload when it changes.
+            env: the environment the watcher reads with the file (default ``os.environ``).
+
+        Raises:
+            ConfigError: a setting no engine can be built from (e.g. ``redis`` sessions).
+        """
+        local_sessions: dict[str, LocalMemory] = {}
+        factory = _settings_factory(settings, local_sessions)
+        factory(settings.memory.store)  # no I/O: refuses unusable settings now
+        hub = cls(
+            factory, settings.memory.store, settings.server.tenants_dir, settings=settings, drain_seconds=drain_seconds
+        )
+        hub._local_sessions = local_sessions
+        if watch and settings.config_file and settings.server.reload_interval > 0:
+            environ = env if env is not None else getattr(settings, "_env", None)
+            hub.watcher = ConfigWatcher(
+                hub, settings.config_file, interval=settings.server.reload_interval, env=environ
+            )
+        return hub
+
+    @property
+    def settings(self) -> MemlaneSettings | None:
+        """The settings new requests are served with (None: a hub built from a factory)."""
+        return self._gen.settings
+
+    @property
+    def default_store(self) -> str:
+        return self._gen.default_store
+
+    @property
+    def tenants_dir(self) -> Path:
+        return self._gen.tenants_dir
+
+    @property
+    def generation(self) -> int:
+        """How many reloads have taken effect (0: the first configuration)."""
+        return self._gen.number
+
+    # ------------------------------------------------------------------ engines
+    async def open(self) -> None:
+        """Start the config watcher, if any (the app's lifespan calls this)."""
+        if self.watcher is not None:
+            self.watcher.start()
 
     async def get(self, tenant: str) -> AsyncMemory:
-        """The open engine of ``tenant`` (opened on first use)."""
+        """The open engine of ``tenant`` in the current configuration (opened on first use)."""
         tenant = inputs.identifier(tenant, "tenant")
-        engine = self._engines.get(tenant)
-        if engine is not None:
-            return engine
-        async with self._lock:
-            engine = self._engines.get(tenant)
-            if engine is None:
-                location = tenant_store(self.default_store, self.tenants_dir, tenant)
-                if tenant != DEFAULT_TENANT:
-                    self.tenants_dir.mkdir(parents=True, exist_ok=True)
-                engine = await self._factory(location).open()
-                self._engines[tenant] = engine
-        return engine
+        while True:
+            gen = self._gen
+            try:
+                return await gen.get(tenant)
+            except _Retired:
+                if gen is self._gen:  # the hub itself is closed
+                    from memlane.errors import UsageError
+
+                    raise UsageError("the memory hub is closed") from None
+
+    @contextlib.asynccontextmanager
+    async def lease(self, tenant: str) -> AsyncIterator[AsyncMemory]:
+        """``async with hub.lease(tenant) as memory``: the tenant's current engine, kept open
+        until the block ends even when a reload replaces it meanwhile (one request's work)."""
+        tenant = inputs.identifier(tenant, "tenant")
+        while True:
+            gen = self._gen
+            gen.leases += 1
+            gen.idle.clear()
+            try:
+                engine = await gen.get(tenant)
+            except _Retired:
+                self._release(gen)
+                if gen is self._gen:
+                    from memlane.errors import UsageError
+
+                    raise UsageError("the memory hub is closed") from None
+                continue
+            except BaseException:
+                self._release(gen)
+                raise
+            break
+        try:
+            yield engine
+        finally:
+            self._release(gen)
+
+    @staticmethod
+    def _release(gen: _Generation) -> None:
+        gen.leases -= 1
+        if gen.leases == 0:
+            gen.idle.set()
+
+    async def reload(self, settings: MemlaneSettings) -> None:
+        """Serve new requests with engines built from ``settings`` (new providers, formation
+        settings, tenants dir); requests in flight finish on the old engines, which are closed
+        once drained. The tenants open now are opened on the new settings first: if that fails
+        (a bad provider name, a missing extra), nothing changes and the error is raised.
+
+        Raises:
+            ConfigError: the new settings cannot build an engine; the old ones stay.
+        """
+        async with self._reload_lock:
+            old = self._gen
+            new = _Generation(
+                _settings_factory(settings, self._local_sessions),
+                settings.memory.store,
+                settings.server.tenants_dir,
+                settings,
+                old.number + 1,
+            )
+            try:
+                new.factory(settings.memory.store)  # no I/O: refuses unusable settings
+                for tenant in list(old.engines):
+                    await new.get(tenant)
+            except BaseException:
+                await new.close()
+                raise
+            if old.settings is not None:
+                before, after = old.settings.server, settings.server
+                if (before.host, before.port) != (after.host, after.port):
+                    log.warning("memlane: server.host / server.port changes take effect when the server restarts")
+            self._gen = new
+            old.retired_at = time.monotonic()
+            self._retiring[old] = asyncio.create_task(self._retire(old))
+        log.info("memlane: configuration #%d in use for new requests", new.number)
+
+    async def _retire(self, gen: _Generation) -> None:
+        try:
+            await gen.idle.wait()
+            assert gen.retired_at is not None
+            left = self.drain_seconds - (time.monotonic() - gen.retired_at)
+            if left > 0:
+                await asyncio.sleep(left)
+            await gen.idle.wait()  # a lease taken just before the reload may still be running
+            await gen.close()
+        finally:
+            self._retiring.pop(gen, None)
+
+    async def drained(self) -> None:
+        """Wait until every engine replaced by a reload is closed."""
+        while self._retiring:
+            await asyncio.gather(*self._retiring.values(), return_exceptions=True)
 
     async def aclose(self) -> None:
-        """Close every engine."""
-        engines, self._engines = list(self._engines.values()), {}
-        for engine in engines:
-            await engine.close()
+        """Stop the watcher and close every engine, replaced ones included (at once)."""
+        if self.watcher is not None:
+            await self.watcher.stop()
+        retiring = list(self._retiring.items())
+        for _gen, task in retiring:
+            task.cancel()
+        for gen, task in retiring:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await gen.close()
+        self._retiring.clear()
+        await self._gen.close()
+
+
+def _settings_factory(
+    settings: MemlaneSettings, local_sessions: dict[str, LocalMemory]
+) -> Callable[[str], AsyncMemory]:
+    """Engines for ``settings``; with the in-process ``local`` session backend, one session
+    store per store location, shared by every generation (sessions outlive a reload)."""
+    from memlane.config import build_memory
+    from memlane.stores.local import LocalMemory
+
+    s = settings.sessions
+
+    def factory(location: str) -> AsyncMemory:
+        if s.backend != "local":
+            return build_memory(settings, location)
+        store = local_sessions.get(location)
+        if store is None:
+            store = local_sessions[location] = LocalMemory(s.max_sessions, s.max_session_events)
+        else:  # new limits apply from now on (existing sessions keep their event bound)
+            store.max_sessions, store.max_session_events = s.max_sessions, s.max_session_events
+        return build_memory(settings, location, sessions=store)
+
+    return factory
+
+
+class ConfigWatcher:
+    """Polls a YAML config file and reloads ``hub`` when it changes.
+
+    The file is checked every ``interval`` seconds (its mtime, size and inode); a change is
+    read with :func:`memlane.config.load_settings` (the environment still wins) and handed to
+    :meth:`MemoryHub.reload`. A bad edit (YAML error, unknown key, a secret, a provider that
+    cannot be built) is logged, counted in :attr:`failures`, kept in :attr:`last_error`, and
+    the configuration in use stays; the next edit is tried again.
+    """
+
+    def __init__(
+        self,
+        hub: MemoryHub,
+        path: str | os.PathLike[str],
+        *,
+        interval: float = 1.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        if not interval > 0:
+            from memlane.errors import ConfigError
+
+            raise ConfigError(f"the config watcher's interval must be > 0 seconds, got {interval!r}")
+        self.hub = hub
+        self.path = Path(path)
+        self.interval = interval
+        self.env = env
+        self.reloads = 0
+        self.failures = 0
+        self.last_error: str | None = None
+        self._stamp = self._stat()
+        self._task: asyncio.Task[None] | None = None
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    async def check(self) -> bool:
+        """Look at the file once; reload when it changed. True when a reload took effect."""
+        stamp = await asyncio.to_thread(self._stat)
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        if stamp is None:
+            self._failed(f"config file {self.path} is gone")
+            return False
+        from memlane.config import load_settings
+
+        try:
+            settings = await asyncio.to_thread(load_settings, self.path, env=self.env)
+            await self.hub.reload(settings)
+        except Exception as exc:  # any bad edit: keep serving with what works
+            self._failed(" ".join(str(exc).split()) or type(exc).__name__)
+            return False
+        self.reloads += 1
+        self.last_error = None
+        log.info("memlane: reloaded the configuration from %s", self.path)
+        return True
+
+    def _failed(self, why: str) -> None:
+        self.failures += 1
+        self.last_error = why
+        log.error("memlane: config reload failed, keeping the current configuration: %s", why)
+
+    async def run(self) -> None:
+        """Check every :attr:`interval` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.check()
+
+    def start(self) -> None:
+        """Run :meth:`run` on a task of the running loop (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self.run(), name="memlane-config-watcher")
+
+    async def stop(self) -> None:
+        """Stop watching (idempotent)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def __repr__(self) -> str:
+        return f"ConfigWatcher({str(self.path)!r}, interval={self.interval})"
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """``{"path", "reloads", "failures", "last_error"}`` (for a status route)."""
+        return {
+            "path": str(self.path),
+            "reloads": self.reloads,
+            "failures": self.failures,
+            "last_error": self.last_error,
+        }
