@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from memlane.service.openapi import REGENERATE, schema, schema_text  # noqa: E402
-from service_server import make_hub, serve  # noqa: E402
+from memlane.service.openapi import REGENERATE, schema, schema_text
+from service_server import make_hub, serve
 
 COMMITTED = Path(__file__).resolve().parent.parent / "docs" / "openapi.json"
 

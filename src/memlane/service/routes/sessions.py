@@ -7,12 +7,14 @@ tenant. A user-bound key sees, and writes to, only the sessions its user takes p
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from memlane import inputs
 from memlane.formation.runner import FormationResult
 from memlane.models import Event, EventType, Job, Session
 from memlane.service.deps import Caller, Engine, authorize, check_session, page
@@ -28,6 +30,19 @@ Limit = Annotated[
 WHOLE_PAGE = 1_000_000
 
 
+def strict_json(value: Any) -> Any:
+    """``value`` when it is standard JSON (no NaN / Infinity, which Python's parser accepts but
+    JSON does not and a reply could not carry back); else a 422."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError as exc:
+        raise ValueError("numbers must be finite (NaN and Infinity are not JSON)") from exc
+    return value
+
+
+StrictJson = Annotated[Any, AfterValidator(strict_json)]
+
+
 class SessionCreate(BaseModel):
     """A new session."""
 
@@ -38,7 +53,7 @@ class SessionCreate(BaseModel):
     user_ids: list[str] = Field(default_factory=list, description="participants; several = a group session")
     agent_id: str | None = None
     channel: str | None = None
-    state: dict[str, Any] | None = None
+    state: Annotated[dict[str, Any] | None, AfterValidator(strict_json)] = None
 
 
 class SessionList(BaseModel):
@@ -52,9 +67,9 @@ class EventCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: EventType = EventType.USER_MESSAGE
-    content: Any = None
+    content: StrictJson = None
     author: str = "user"
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Annotated[dict[str, Any], AfterValidator(strict_json)] = Field(default_factory=dict)
     timestamp: datetime | None = Field(default=None, description="default: now (UTC)")
     id: str | None = Field(default=None, description="default: a generated id")
 
@@ -83,14 +98,16 @@ def accepted(job: Job, response: Response) -> JobAccepted:
 @router.post("", status_code=201, operation_id="create_session")
 async def create_session(body: SessionCreate, memory: Engine, caller: Caller) -> Session:
     """Create a session. With a user-bound key the participants default to (and must be) its user."""
-    users = list(body.user_ids)
+    app = inputs.identifier(body.app, "app")
+    session_id = inputs.optional_id(body.session_id, "session_id")
+    users = [inputs.identifier(u, "user_ids[]") for u in body.user_ids]
     if not users:
         own = authorize(caller, user_id=None, write=True)
         users = [own] if own is not None else []
     for user in users:
         authorize(caller, user_id=user, write=True)
     return await memory.sessions.create_session(
-        app=body.app, user_ids=users, agent_id=body.agent_id, channel=body.channel, session_id=body.session_id,
+        app=app, user_ids=users, agent_id=body.agent_id, channel=body.channel, session_id=session_id,
         state=body.state,
     )  # fmt: skip
 
