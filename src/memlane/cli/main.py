@@ -20,8 +20,13 @@ from typing import Any, Literal
 
 from memlane import __version__
 from memlane.cli import importers
+from memlane.cli.config_cmd import add_parser as add_config_parser
+from memlane.cli.config_cmd import config_argument
+from memlane.cli.keys_cmd import add_parser as add_keys_parser
+from memlane.cli.mcp_cmd import add_parser as add_mcp_parser
 from memlane.cli.progress import Progress
-from memlane.config import Settings
+from memlane.cli.serve_cmd import add_parser as add_serve_parser
+from memlane.config import MemlaneSettings, formation_config, load_settings
 from memlane.errors import CorruptDatabaseError, InvalidInputError, MemlaneError, NotFoundError, UsageError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.runner import FormationResult
@@ -45,7 +50,8 @@ def _open(args: argparse.Namespace) -> Memory:
     # Jobs run in the foreground here (a CLI process is short-lived); the idle timer and the
     # message triggers are the long-running app's business, so they are off: commands form
     # explicitly (`form`, `import --form`), pending sessions are picked up by `memlane sweep`.
-    formation = FormationConfig(background=False, idle_minutes=None, auto_ingest=False)
+    settings: MemlaneSettings = getattr(args, "settings", None) or load_settings(getattr(args, "config", None))
+    formation = formation_config(settings, background=False, idle_minutes=None, auto_ingest=False)
     return Memory(
         args.db, embedder=args.embedder, sessions="sqlite", llm=getattr(args, "llm", None), formation=formation
     )
@@ -415,7 +421,7 @@ def _positive(kind: type[int] | type[float]) -> Any:
     return parse
 
 
-def _global_options(p: argparse.ArgumentParser, settings: Settings, *, defaults: bool) -> None:
+def _global_options(p: argparse.ArgumentParser, settings: MemlaneSettings, *, defaults: bool) -> None:
     """The options every command takes. They are accepted before the command (``memlane --db x
     search``) and after it; the sub-commands' copies default to SUPPRESS so they do not
     overwrite a value given before the command."""
@@ -426,23 +432,32 @@ def _global_options(p: argparse.ArgumentParser, settings: Settings, *, defaults:
     def esc(text: str) -> str:
         return text.replace("%", "%%")
 
-    p.add_argument("--db", default=d(settings.db), help=f"database file (default: $MEMLANE_DB or {esc(settings.db)})")
+    m = settings.memory
     p.add_argument(
-        "--embedder", default=d(settings.embedder),
-        help="auto | local | local:/path | hash | openai:MODEL | gemini:MODEL | none "
-        f"(default: {esc(settings.embedder)})",
+        "--config", metavar="FILE", default=d(settings.config_file),
+        help="YAML config file with memory:, sessions:, server: blocks (default: $MEMLANE_CONFIG; "
+        "see memlane config show)",
     )  # fmt: skip
     p.add_argument(
-        "--llm", default=d(settings.llm),
+        "--db", default=d(m.store), help=f"database file (default: $MEMLANE_DB, memory.store or {esc(m.store)})"
+    )
+    p.add_argument(
+        "--embedder", default=d(m.embedder),
+        help="auto | local | local:/path | hash | openai:MODEL | gemini:MODEL | none "
+        f"(default: {esc(m.embedder)})",
+    )  # fmt: skip
+    p.add_argument(
+        "--llm", default=d(m.llm),
         help="formation model: offline | openai:MODEL | ollama:MODEL | anthropic:MODEL | gemini:MODEL "
-        f"(default: $MEMLANE_LLM or {esc(str(settings.llm))})",
+        f"(default: $MEMLANE_LLM, memory.llm or {esc(str(m.llm))})",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", default=d(False), help="machine-readable output")
     p.add_argument("-q", "--quiet", action="store_true", default=d(False), help="no progress bars or warnings")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    settings = Settings()
+def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; option defaults come from ``settings`` (default: :func:`load_settings`)."""
+    settings = settings if settings is not None else load_settings()
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, settings, defaults=False)
 
@@ -550,6 +565,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--item", action="append", help="a recent task/project to fold in (repeatable)")
     s.set_defaults(fn=cmd_profile)
 
+    add_config_parser(sub)
+    add_mcp_parser(sub, common)
+    add_keys_parser(sub, common)
+    add_serve_parser(sub, common)
+
     b = sub.add_parser("bench", help="benchmarks")
     bsub = b.add_subparsers(dest="bench", metavar="BENCH", required=True)
     s = bsub.add_parser("locomo", parents=[common], help="LoCoMo retrieval: recall@1/5/10, hit@k, ingest, latency")
@@ -562,8 +582,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        settings = load_settings(config_argument(argv))
+    except MemlaneError as exc:  # a broken config file or variable: one line, before any parsing
+        print("memlane: error: " + " ".join(str(exc).split()), file=sys.stderr)
+        return 2
+    parser = build_parser(settings)
     args = parser.parse_args(argv)
+    args.settings = settings
     logging.basicConfig(level=logging.ERROR if getattr(args, "quiet", False) else logging.WARNING,
                         format="%(message)s")  # fmt: skip
     try:
