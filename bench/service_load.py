@@ -105,7 +105,7 @@ def build_request(op: str, caller: Caller, rng: random.Random, n: int) -> tuple[
     if op == "list":
         return "GET", "/v1/memories", {"params": {"user_id": user, "limit": 20}}, 200
     if op == "context":
-        return "POST", CONTEXT_PATH, {"json": {"user_id": user, "query": rng.choice(WORDS)}}, 200
+        return "GET", "/v1/context", {"params": {"user_id": user, "session_id": session}}, 200
     if op == "event":
         event = {"author": "user", "content": f"{words} #{n}"}
         return "POST", f"/v1/sessions/{session}/events", {"json": event}, 201
@@ -116,7 +116,6 @@ def build_request(op: str, caller: Caller, rng: random.Random, n: int) -> tuple[
 
 #: Sessions each user appends events to (created by the generator before it starts timing).
 SESSIONS_PER_USER = 3
-CONTEXT_PATH = "/v1/context"
 
 
 def session_id(user: str, i: int) -> str:
@@ -146,7 +145,7 @@ ROUTES: dict[str, tuple[str, str]] = {
     "add": ("post", "/v1/memories"),
     "search": ("post", "/v1/search"),
     "list": ("get", "/v1/memories"),
-    "context": ("post", CONTEXT_PATH),
+    "context": ("get", "/v1/context"),
     "event": ("post", "/v1/sessions/{session_id}/events"),
     "events": ("get", "/memory/events"),
 }
