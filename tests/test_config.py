@@ -120,7 +120,7 @@ SAMPLES: dict[str, str] = {
     "sessions.redis_url": "redis://h:6379/1",
     "server.host": "0.0.0.0",
     "server.port": "9001",
-    "server.keys_file": "/tmp/x/keys.json",
+    "server.keys_file": "/tmp/x/keys.db",
     "server.max_body_bytes": "2048",
     "server.max_page_size": "25",
     "server.rate_limit": "0",
@@ -453,3 +453,21 @@ def test_the_cli_reads_its_defaults_from_the_config_file(
     # an explicit --db still wins over the file
     assert main(["--config", str(cfg), "-q", "--db", str(tmp_path / "flag.db"), "stats"]) == 0
     assert (tmp_path / "flag.db").exists()
+
+
+# ---------------------------------------------------------------------------- the docs
+DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+
+
+def test_the_documented_reference_is_the_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    text = DOC.read_text(encoding="utf-8")
+    reference = re.findall(r"```yaml\n(.*?)```", text, re.S)[0]
+    s = load_settings(write(tmp_path / "ref.yaml", reference), env={})
+    defaults = load_settings(env={})
+    assert [(k, v) for k, v, _ in s.items()] == [(k, v) for k, v, _ in defaults.items()]
+    for name in ENV_VARS:
+        assert f"| `{name}` | `{ENV_VARS[name]}`" in text, name
