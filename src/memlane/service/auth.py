@@ -108,7 +108,7 @@ async def current_principal(request: HTTPConnection) -> Principal:
     state = request.app.state
     keys: KeyStore | None = getattr(state, "keys", None)
     presented = presented_key(request)
-    if keys is None or not await anyio.to_thread.run_sync(keys.configured):
+    if keys is None or not (keys.known_configured or await anyio.to_thread.run_sync(keys.configured)):
         # No keys at all: the server is loopback-only and everyone is the default tenant. A key
         # sent anyway is ignored (there is nothing to check it against).
         return Principal(tenant=DEFAULT_TENANT)

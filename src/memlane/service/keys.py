@@ -253,6 +253,11 @@ class KeyStore:
                 self._configured = db.execute("SELECT 1 FROM api_keys LIMIT 1").fetchone() is not None
         return self._configured
 
+    @property
+    def known_configured(self) -> bool:
+        """True once :meth:`configured` has seen a key (no file access: it cannot turn false)."""
+        return self._configured
+
     def verify(self, presented: str) -> ApiKey | None:
         """The live key ``presented`` is, or None (malformed, unknown, wrong secret, revoked).
 
