@@ -471,3 +471,12 @@ def test_the_documented_reference_is_the_defaults(tmp_path: Path, monkeypatch: p
     assert [(k, v) for k, v, _ in s.items()] == [(k, v) for k, v, _ in defaults.items()]
     for name in ENV_VARS:
         assert f"| `{name}` | `{ENV_VARS[name]}`" in text, name
+
+
+def test_overrides_beat_the_environment_and_are_checked(cfg: Path) -> None:
+    s = load_settings(env={"MEMLANE_LLM": "ollama:a"}, overrides={"memory.llm": "ollama:b"})
+    assert (s.memory.llm, s.source("memory.llm"), s.overrides) == ("ollama:b", "cli", {"memory.llm": "ollama:b"})
+    with pytest.raises(ConfigError, match="unknown setting 'memory.nope'"):
+        load_settings(env={}, overrides={"memory.nope": 1})
+    with pytest.raises(ConfigError, match="server.port"):
+        load_settings(env={}, overrides={"server.port": -1})

@@ -255,3 +255,19 @@ async def test_a_factory_built_hub_still_works(tmp_path: Path) -> None:
         await hub.aclose()
     with pytest.raises(UsageError, match="closed"):
         await hub.get("default")
+
+
+async def test_command_line_overrides_survive_a_reload(tmp_path: Path, cfg: Path) -> None:
+    flag_db = str(tmp_path / "from-flag.db")
+    s = load_settings(cfg, env={"MEMLANE_DB": str(tmp_path / "env.db")}, overrides={"memory.store": flag_db})
+    assert (s.memory.store, s.source("memory.store")) == (flag_db, "cli")
+    hub = MemoryHub.from_settings(s, drain_seconds=0)
+    assert hub.watcher is not None
+    try:
+        assert (await hub.get("default")).db_path == flag_db
+        write_config(cfg, base_yaml(tmp_path, "  preload_limit: 3\n"))
+        assert await hub.watcher.check() is True
+        m = await hub.get("default")
+        assert (m.db_path, m.formation_config.preload_limit) == (flag_db, 3)
+    finally:
+        await hub.aclose()

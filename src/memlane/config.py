@@ -179,6 +179,13 @@ class MemlaneSettings(BaseModel):
     _sources: dict[str, Source] = PrivateAttr(default_factory=dict)
     _config_file: str | None = PrivateAttr(default=None)
     _env: Mapping[str, str] | None = PrivateAttr(default=None)
+    _overrides: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The command-line values :func:`load_settings` applied over file and environment
+        (a reload of the file applies them again)."""
+        return dict(self._overrides)
 
     @property
     def config_file(self) -> str | None:
@@ -410,13 +417,18 @@ def _env_value(key: str, raw: str) -> Any:
 
 
 def load_settings(
-    config: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None
+    config: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> MemlaneSettings:
     """The effective settings: defaults < the YAML file < the environment.
 
     Args:
         config: the YAML file; None: ``$MEMLANE_CONFIG`` if set, else no file.
         env: the environment (default ``os.environ``). Blank variables count as unset.
+        overrides: ``{dotted key: value}`` given on the command line (``memlane serve --db``):
+            they beat the environment, and their source is ``cli``.
 
     Raises:
         ConfigError: the file is missing, not YAML, has an unknown key, a secret or a bad
@@ -448,6 +460,11 @@ def load_settings(
             continue
         values[key] = _env_value(key, raw)
         sources[key] = f"env:{name}"
+    for key, value in (overrides or {}).items():
+        if key not in _FIELDS:
+            raise ConfigError(f"unknown setting {key!r}; settings are: {', '.join(_FIELDS)}")
+        values[key] = value
+        sources[key] = "cli"
     nested: dict[str, dict[str, Any]] = {}
     for key, value in values.items():
         block, name = key.split(".")
@@ -459,6 +476,7 @@ def load_settings(
     settings._sources = sources
     settings._config_file = str(path) if path is not None else None
     settings._env = environ
+    settings._overrides = dict(overrides or {})
     return settings
 
 
@@ -477,6 +495,8 @@ def _explain(exc: ValidationError, sources: dict[str, Source], doc: _Yaml | None
     src = sources.get(key, "default")
     given = err.get("input")
     msg = err["msg"]
+    if src == "cli":
+        return ConfigError(f"{key}: {msg} (got {given!r})")
     if src.startswith("env:"):
         return ConfigError(f"{src[4:]}={given!r}: {key}: {msg}")
     if src.startswith("file:") and doc is not None:

@@ -170,7 +170,11 @@ class MemoryHub:
         if watch and settings.config_file and settings.server.reload_interval > 0:
             environ = env if env is not None else getattr(settings, "_env", None)
             hub.watcher = ConfigWatcher(
-                hub, settings.config_file, interval=settings.server.reload_interval, env=environ
+                hub,
+                settings.config_file,
+                interval=settings.server.reload_interval,
+                env=environ,
+                overrides=settings.overrides,
             )
         return hub
 
@@ -337,7 +341,8 @@ class ConfigWatcher:
     """Polls a YAML config file and reloads ``hub`` when it changes.
 
     The file is checked every ``interval`` seconds (its mtime, size and inode); a change is
-    read with :func:`memlane.config.load_settings` (the environment still wins) and handed to
+    read with :func:`memlane.config.load_settings` (the environment and ``overrides``, the
+    command line's values, still win) and handed to
     :meth:`MemoryHub.reload`. A bad edit (YAML error, unknown key, a secret, a provider that
     cannot be built) is logged, counted in :attr:`failures`, kept in :attr:`last_error`, and
     the configuration in use stays; the next edit is tried again.
@@ -350,6 +355,7 @@ class ConfigWatcher:
         *,
         interval: float = 1.0,
         env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
     ) -> None:
         if not interval > 0:
             from memlane.errors import ConfigError
@@ -359,6 +365,7 @@ class ConfigWatcher:
         self.path = Path(path)
         self.interval = interval
         self.env = env
+        self.overrides = dict(overrides or {})
         self.reloads = 0
         self.failures = 0
         self.last_error: str | None = None
@@ -384,7 +391,7 @@ class ConfigWatcher:
         from memlane.config import load_settings
 
         try:
-            settings = await asyncio.to_thread(load_settings, self.path, env=self.env)
+            settings = await asyncio.to_thread(load_settings, self.path, env=self.env, overrides=self.overrides)
             await self.hub.reload(settings)
         except Exception as exc:  # any bad edit: keep serving with what works
             self._failed(" ".join(str(exc).split()) or type(exc).__name__)
