@@ -118,6 +118,9 @@ def test_without_keys_every_request_is_the_default_tenant(tmp_path: Path, keys: 
     with serve(app) as srv:
         sid = create_session(srv.client, {}, "alice", "hello")
         assert srv.client.get(f"/v1/sessions/{sid}").status_code == 200
+        # auth headers (a proxy's Basic credentials, a stray key) are not looked at
+        for headers in ({"Authorization": "Basic dXNlcjpwYXNz"}, bearer("ml_0_x"), {"X-API-Key": "k"}):
+            assert srv.client.get(f"/v1/sessions/{sid}", headers=headers).status_code == 200
         # once a key exists (created while the server runs) the server requires one
         new = keys.create("default")
         assert srv.client.get(f"/v1/sessions/{sid}").status_code == 401

@@ -107,11 +107,11 @@ async def current_principal(request: HTTPConnection) -> Principal:
     """
     state = request.app.state
     keys: KeyStore | None = getattr(state, "keys", None)
-    presented = presented_key(request)
     if keys is None or not (keys.known_configured or await anyio.to_thread.run_sync(keys.configured)):
-        # No keys at all: the server is loopback-only and everyone is the default tenant. A key
-        # sent anyway is ignored (there is nothing to check it against).
+        # No keys at all: the server is loopback-only and everyone is the default tenant. The
+        # auth headers are not looked at (a key sent anyway has nothing to be checked against).
         return Principal(tenant=DEFAULT_TENANT)
+    presented = presented_key(request)
     if presented is None:
         raise AuthenticationError(
             "this server requires an API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>' "
