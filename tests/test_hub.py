@@ -271,3 +271,25 @@ async def test_command_line_overrides_survive_a_reload(tmp_path: Path, cfg: Path
         assert (m.db_path, m.formation_config.preload_limit) == (flag_db, 3)
     finally:
         await hub.aclose()
+
+
+async def test_memlane_serve_builds_a_watching_hub_that_keeps_its_flags(tmp_path: Path, cfg: Path) -> None:
+    pytest.importorskip("fastapi")
+    from memlane.cli.main import build_parser
+    from memlane.cli.serve_cmd import build
+
+    flag_db = str(tmp_path / "flag.db")
+    settings = load_settings(cfg, env={})
+    args = build_parser(settings).parse_args(["serve", "--config", str(cfg), "--db", flag_db])
+    args.settings = settings
+    app, host, _ = build(args)
+    hub: MemoryHub = app.state.hub
+    assert host == "127.0.0.1" and hub.watcher is not None and hub.watcher.path == cfg
+    try:
+        assert (await hub.get("default")).db_path == flag_db
+        write_config(cfg, base_yaml(tmp_path, "  preload_limit: 2\n"))
+        assert await hub.watcher.check() is True
+        m = await hub.get("default")
+        assert (m.db_path, m.formation_config.preload_limit) == (flag_db, 2)
+    finally:
+        await hub.aclose()

