@@ -194,6 +194,44 @@ def test_a_read_only_key_reads_but_never_writes(keyed: ServiceServer, keys: KeyS
     assert len(c.get(f"/v1/sessions/{sid}/events", headers=bearer(admin.secret)).json()["events"]) == 1
 
 
+def test_memories_and_search_follow_the_key(keyed: ServiceServer, keys: KeyStore) -> None:
+    admin, beta, bob = keys.create("acme"), keys.create("beta"), keys.create("acme", user_id="bob")
+    reader = keys.create("acme", read_only=True)
+    c = keyed.client
+    r = c.post("/v1/memories", json={"text": "alice's locker code is 4711", "user_id": "alice"},
+               headers=bearer(admin.secret))  # fmt: skip
+    assert r.status_code == 201, r.text
+    fid = r.json()["memories"][0]["id"]
+    query = {"query": "locker code", "user_id": "alice"}
+    assert "4711" in c.post("/v1/search", json=query, headers=bearer(admin.secret)).text
+    # another tenant: the same user id names a different person in a different store
+    b = bearer(beta.secret)
+    assert "4711" not in c.post("/v1/search", json=query, headers=b).text
+    assert c.get("/v1/memories", params={"user_id": "alice"}, headers=b).json()["memories"] == []
+    assert c.get(f"/v1/memories/{fid}", params={"user_id": "alice"}, headers=b).status_code == 404
+    assert c.delete(f"/v1/memories/{fid}", params={"user_id": "alice"}, headers=b).status_code == 404
+    # a user-bound key: not alice's, and no agent-shared writes even for itself
+    u = bearer(bob.secret)
+    assert c.post("/v1/search", json=query, headers=u).status_code == 403
+    assert "4711" not in c.post("/v1/search", json={"query": "locker code"}, headers=u).text
+    assert c.get(f"/v1/memories/{fid}", params={"user_id": "alice"}, headers=u).status_code == 403
+    assert c.get(f"/v1/memories/{fid}", headers=u).status_code == 404
+    shared = {"text": "the office wifi is guest", "agent_id": "helper", "scope": "agent"}
+    assert c.post("/v1/memories", json=shared, headers=u).status_code == 403
+    mine = c.post("/v1/memories", json={"text": "bob likes tea"}, headers=u)
+    assert mine.status_code == 201 and mine.json()["memories"][0]["user_id"] == "bob"
+    # a read-only key reads alice's memory but cannot add, change or delete
+    ro = bearer(reader.secret)
+    assert "4711" in c.post("/v1/search", json=query, headers=ro).text
+    assert c.post("/v1/memories", json={"text": "x", "user_id": "alice"}, headers=ro).status_code == 403
+    assert (
+        c.patch(f"/v1/memories/{fid}", params={"user_id": "alice"}, json={"text": "y"}, headers=ro).status_code == 403
+    )
+    assert c.delete(f"/v1/memories/{fid}", params={"user_id": "alice"}, headers=ro).status_code == 403
+    got = c.get(f"/v1/memories/{fid}", params={"user_id": "alice"}, headers=bearer(admin.secret))
+    assert got.status_code == 200 and got.json()["content"] == "alice's locker code is 4711"
+
+
 # ---------------------------------------------------------------------------- at rest
 
 
