@@ -405,3 +405,17 @@ async def test_http_without_keys_is_loopback_for_the_configured_user(tmp_path: P
     async with AsyncMemory(tmp_path / "default.db", embedder="hash", sessions="null") as m:
         assert [f.content for f in (await m.list(user_id="carol")).items] == ["Carol bikes to work"]
     assert not (tmp_path / "absent-keys.db").exists()  # a key-less server creates no key file
+
+
+# ---------------------------------------------------------------------------- docs/mcp.md
+def test_docs_python_block_runs_as_written(tmp_path: Path) -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "mcp.md").read_text()
+    section = doc.split("## From Python", 1)[1]
+    program = section.split("```python\n", 1)[1].split("```", 1)[0]
+    expected = section.split("Output:\n\n```\n", 1)[1].split("```", 1)[0]
+    env = _env(tmp_path) | {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == expected

@@ -86,7 +86,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--host", help="HTTP: interface to bind (default: server.host, 127.0.0.1)")
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP: port (default: %(default)s)")
     s.add_argument("--path", default="/mcp", help="HTTP: endpoint path (default: %(default)s)")
-    s.add_argument("--keys", metavar="FILE", help="HTTP: API keys file (default: server.keys_file, $MEMLANE_KEYS_FILE)")
+    s.add_argument(
+        "--keys", "--keys-file", dest="keys", metavar="FILE",
+        help="HTTP: API keys file (default: server.keys_file, $MEMLANE_KEYS_FILE)",
+    )  # fmt: skip
     s.add_argument(
         "--tenants-dir", default=None, help="HTTP: where each tenant's store lives (default: server.tenants_dir)"
     )
