@@ -476,7 +476,7 @@ def test_the_documented_reference_is_the_defaults(tmp_path: Path, monkeypatch: p
 def test_overrides_beat_the_environment_and_are_checked(cfg: Path) -> None:
     s = load_settings(env={"MEMLANE_LLM": "ollama:a"}, overrides={"memory.llm": "ollama:b"})
     assert (s.memory.llm, s.source("memory.llm"), s.overrides) == ("ollama:b", "cli", {"memory.llm": "ollama:b"})
-    with pytest.raises(ConfigError, match="unknown setting 'memory.nope'"):
+    with pytest.raises(ConfigError, match=r"unknown setting 'memory\.nope'"):
         load_settings(env={}, overrides={"memory.nope": 1})
-    with pytest.raises(ConfigError, match="server.port"):
+    with pytest.raises(ConfigError, match=r"server\.port"):
         load_settings(env={}, overrides={"server.port": -1})
