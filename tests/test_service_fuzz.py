@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +173,198 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 def _failure_types(exc: BaseException) -> set[str]:
     return {type(leaf).__name__ for leaf in _leaves(exc)}
+
+
+# --------------------------------------------------------------------------- auth bypass
+
+#: Routes anyone may call without a key.
+PUBLIC = {"GET /health", "GET /version"}
+#: Routes that hold no tenant data and may (today do) answer without a key: the static tool
+#: definitions. Any other answer to a bad credential must be 401.
+STATIC = {"GET /v1/tools"}
+#: Routes that answer a user-bound key naming another user with 404 instead of 403 (adk-rs
+#: ingest: "no session of that user", hiding whether it exists). Nothing is read or changed.
+NOT_FOUND_FOR_OTHER_USER = {"PATCH /apps/{app}/users/{user}/memory"}
+MARK = "acmesecret"
+
+
+@dataclass
+class Seeded:
+    """Tenant ``acme``'s data (alice's and bob's) and the keys that attack it."""
+
+    server: ServiceServer
+    store: Path
+    keys: dict[str, str]
+    ids: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    from memlane.service.keys import KeyStore
+
+    tmp = tmp_path_factory.mktemp("bypass")
+    with KeyStore(tmp / "keys.db") as store:
+        keys = {
+            "full": store.create("acme").secret,
+            "read_only": store.create("acme", read_only=True).secret,
+            "bob": store.create("acme", user_id="bob").secret,
+            "other_tenant": store.create("other").secret,
+        }
+        revoked = store.create("acme")
+        store.revoke(revoked.key.id)
+        keys["revoked"] = revoked.secret
+        with serve(_app(tmp, store)) as srv:
+            ids = _seed(srv, keys["full"])
+            yield Seeded(srv, tmp / "tenants" / "acme.db", keys, ids)
+
+
+def _seed(srv: ServiceServer, key: str) -> dict[str, str]:
+    h = {"Authorization": f"Bearer {key}"}
+    c = srv.client
+    for sid, user in (("sa", "alice"), ("sb", "bob")):
+        assert c.post("/v1/sessions", json={"session_id": sid, "user_ids": [user]}, headers=h).status_code == 201
+        r = c.post(f"/v1/sessions/{sid}/events", json={"content": f"{MARK} {user} said hi"}, headers=h)
+        assert r.status_code == 201, r.text
+    ids = {}
+    for user in ("alice", "bob"):
+        r = c.post("/v1/memories", json={"text": f"{MARK} {user} likes tea", "user_id": user}, headers=h)
+        assert r.status_code == 201, r.text
+        ids[f"{user}_memory"] = r.json()["memories"][0]["id"]
+    r = c.post("/v1/documents", json={"text": f"{MARK} alice's notes. " * 40, "user_id": "alice"}, headers=h)
+    assert r.status_code == 201, r.text
+    ids["document"] = r.json()["id"]
+    r = c.get(f"/v1/documents/{ids['document']}/fragments", params={"user_id": "alice"}, headers=h)
+    assert r.status_code == 200, r.text
+    ids["fragment"] = r.json()["fragments"][0]["id"]
+    r = c.post("/v1/sessions/sa/form", headers=h)
+    assert r.status_code == 202, r.text
+    ids["job"] = r.json()["job_id"]
+    for _ in range(500):  # the snapshot must not race the formation job
+        if c.get(f"/v1/jobs/{ids['job']}", headers=h).json()["status"] in ("done", "failed"):
+            break
+        time.sleep(0.02)
+    return ids
+
+
+def _requests(ids: dict[str, str]) -> dict[str, tuple[str, str, dict[str, Any], bool]]:
+    """A valid request of every non-public operation, aimed at alice's data in tenant acme:
+    label -> (path, httpx kwargs, write?, names alice?)."""
+    a = {"user_id": "alice"}
+    mem, doc, frag, job = ids["alice_memory"], ids["document"], ids["fragment"], ids["job"]
+    text = {"text": "overwritten by an attacker"}
+    return {
+        "PATCH /apps/{app}/users/{user}/memory": (
+            "/apps/default/users/alice/memory",
+            {"json": {"sessionId": "sa"}},
+            True,
+            True,
+        ),
+        "GET /memory/events": ("/memory/events", {"params": {"session_id": "sa"}}, False, False),
+        "GET /memory/sessions": ("/memory/sessions", {}, False, False),
+        "GET /v1/consolidation-status": ("/v1/consolidation-status", {"params": a}, False, True),
+        "GET /v1/context": ("/v1/context", {"params": {**a, "session_id": "sa"}}, False, True),
+        "POST /v1/documents": ("/v1/documents", {"json": {**text, **a}}, True, True),
+        "GET /v1/documents/{document_id}/fragments": (f"/v1/documents/{doc}/fragments", {"params": a}, False, True),
+        "GET /v1/fragments/{fragment_id}/document": (f"/v1/fragments/{frag}/document", {"params": a}, False, True),
+        "GET /v1/jobs": ("/v1/jobs", {}, False, False),
+        "GET /v1/jobs/{job_id}": (f"/v1/jobs/{job}", {}, False, False),
+        "POST /v1/jobs/{job_id}/retry": (f"/v1/jobs/{job}/retry", {}, True, False),
+        "GET /v1/memories": ("/v1/memories", {"params": a}, False, True),
+        "POST /v1/memories": ("/v1/memories", {"json": {**text, **a}}, True, True),
+        "DELETE /v1/memories/{memory_id}": (f"/v1/memories/{mem}", {"params": a}, True, True),
+        "GET /v1/memories/{memory_id}": (f"/v1/memories/{mem}", {"params": a}, False, True),
+        "PATCH /v1/memories/{memory_id}": (f"/v1/memories/{mem}", {"params": a, "json": text}, True, True),
+        "GET /v1/memories/{memory_id}/history": (f"/v1/memories/{mem}/history", {"params": a}, False, True),
+        "GET /v1/profile": ("/v1/profile", {"params": a}, False, True),
+        "POST /v1/search": ("/v1/search", {"json": {"query": MARK, **a}}, False, True),
+        "GET /v1/sessions": ("/v1/sessions", {"params": a}, False, True),
+        "POST /v1/sessions": ("/v1/sessions", {"json": {"session_id": "sx", "user_ids": ["alice"]}}, True, True),
+        "DELETE /v1/sessions/{session_id}": ("/v1/sessions/sa", {}, True, False),
+        "GET /v1/sessions/{session_id}": ("/v1/sessions/sa", {}, False, False),
+        "POST /v1/sessions/{session_id}/end": ("/v1/sessions/sa/end", {}, True, False),
+        "GET /v1/sessions/{session_id}/events": ("/v1/sessions/sa/events", {}, False, False),
+        "POST /v1/sessions/{session_id}/events": ("/v1/sessions/sa/events", {"json": {"content": "x"}}, True, False),
+        "POST /v1/sessions/{session_id}/form": ("/v1/sessions/sa/form", {}, True, False),
+        "POST /v1/sessions/{session_id}/reset": ("/v1/sessions/sa/reset", {}, True, False),
+        "GET /v1/stats": ("/v1/stats", {"params": a}, False, True),
+        "GET /v1/tools": ("/v1/tools", {}, False, False),
+        "POST /v1/tools/{name}": ("/v1/tools/remember", {"params": a, "json": {"content": "x"}}, True, True),
+        "DELETE /v1/users/{user_id}": ("/v1/users/alice", {}, True, True),
+        "GET /v1/users/{user_id}/export": ("/v1/users/alice/export", {}, False, True),
+    }
+
+
+def _send(srv: ServiceServer, label: str, path: str, kwargs: dict[str, Any], headers: dict[str, str]) -> Any:
+    with srv.new_client(headers=headers) as client:
+        return client.request(label.split()[0], path, **kwargs)
+
+
+def _snapshot(db: Path) -> dict[str, list[str]]:
+    """Every row of every table of a store file, as sorted text (read on its own connection)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: sorted(repr(row) for row in conn.execute(f'SELECT * FROM "{t}"')) for t in tables}
+    finally:
+        conn.close()
+
+
+def test_every_route_has_a_bypass_request() -> None:
+    """A route added to the committed schema without a bypass attempt here fails this test."""
+    labels = {op.label for op in OPERATIONS} - PUBLIC
+    assert labels == set(_requests(dict.fromkeys(("alice_memory", "document", "fragment", "job"), "x")))
+
+
+def test_public_routes_need_no_key(seeded: Seeded) -> None:
+    for label in PUBLIC:
+        assert _send(seeded.server, label, label.split()[1], {}, {}).status_code == 200
+
+
+def test_auth_bypass_attempts_fail_and_change_nothing(seeded: Seeded) -> None:
+    """No key, a wrong key, a revoked key, a wrong scheme, two different keys (401); a read-only
+    key writing (403); a bob-bound key naming alice (403) or reaching her sessions and jobs
+    (403/404, never her data); another tenant's key (never acme's data, 404 on acme's ids).
+    Tenant acme's store file is byte-for-byte the same rows afterwards."""
+    srv, keys, ids = seeded.server, seeded.keys, seeded.ids
+    before = _snapshot(seeded.store)
+    acme_ids = set(ids.values())
+    bad_credentials = {
+        "no key": {},
+        "wrong key": {"Authorization": "Bearer ml_0123456789abcdef_notarealkey"},
+        "malformed key": {"Authorization": "Bearer not-even-the-format"},
+        "revoked key": {"Authorization": f"Bearer {keys['revoked']}"},
+        "basic auth": {"Authorization": "Basic YWxpY2U6cGFzc3dvcmQ="},
+        "wrong X-API-Key": {"X-API-Key": "ml_0123456789abcdef_notarealkey"},
+        "two different keys": {"Authorization": f"Bearer {keys['full']}", "X-API-Key": keys["read_only"]},
+    }
+    problems: list[str] = []
+    for label, (path, kwargs, write, names_alice) in _requests(ids).items():
+        for what, headers in bad_credentials.items():
+            r = _send(srv, label, path, kwargs, headers)
+            if label in STATIC and r.status_code == 200 and MARK not in r.text:
+                continue
+            if r.status_code != 401 or r.json()["error"]["code"] != "unauthenticated":
+                problems.append(f"{what}: {label} -> {r.status_code} {r.text[:120]}")
+        if write:
+            r = _send(srv, label, path, kwargs, {"Authorization": f"Bearer {keys['read_only']}"})
+            if r.status_code != 403:
+                problems.append(f"read-only key: {label} -> {r.status_code} {r.text[:120]}")
+        r = _send(srv, label, path, kwargs, {"Authorization": f"Bearer {keys['bob']}"})
+        leaked = (MARK in r.text and "alice" in r.text) or any(i in r.text for i in acme_ids - {ids["bob_memory"]})
+        if names_alice and r.status_code != 403 and not (label in NOT_FOUND_FOR_OTHER_USER and r.status_code == 404):
+            problems.append(f"bob-bound key naming alice: {label} -> {r.status_code} {r.text[:120]}")
+        elif not names_alice and (r.status_code not in (403, 404) and (r.status_code >= 300 or leaked)):
+            problems.append(f"bob-bound key on alice's session/job: {label} -> {r.status_code} {r.text[:120]}")
+        elif r.is_success and leaked:
+            problems.append(f"bob-bound key saw alice's data: {label} -> {r.text[:200]}")
+        r = _send(srv, label, path, kwargs, {"Authorization": f"Bearer {keys['other_tenant']}"})
+        if MARK in r.text:
+            problems.append(f"another tenant's key saw acme's data: {label} -> {r.text[:200]}")
+        targets_acme_id = any(i in path for i in acme_ids) or "/sessions/sa" in path
+        if targets_acme_id and r.status_code != 404:
+            problems.append(f"another tenant's key on acme's id: {label} -> {r.status_code} {r.text[:120]}")
+    after = _snapshot(seeded.store)
+    changed = sorted(t for t in before.keys() | after.keys() if before.get(t) != after.get(t))
+    if changed:
+        problems.append(f"tables of tenant acme changed: {changed}")
+    assert not problems, "\n".join(problems)
