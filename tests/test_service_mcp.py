@@ -151,6 +151,23 @@ async def test_stdio_users_are_isolated(tmp_path: Path) -> None:
         assert data(await alice.call_tool("search", {"query": ["locker code"]}))["results"][0]["id"] == secret["id"]
 
 
+async def test_stdio_reads_the_config_file(tmp_path: Path) -> None:
+    store = tmp_path / "from-config.db"
+    config = tmp_path / "memlane.yaml"
+    config.write_text(f"memory:\n  store: {store}\n  embedder: hash\n  llm: offline\n")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memlane.cli.main", "mcp", "--config", str(config), "--user", "dora"],
+        env=_env(tmp_path),
+    )
+    with (tmp_path / "stdio-stderr.log").open("a") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            stored = data(await s.call_tool("remember", {"fact": "Dora keeps bees"}))
+    async with AsyncMemory(store, embedder="hash", sessions="null") as m:
+        assert [f.id for f in (await m.list(user_id="dora")).items] == [stored["id"]]
+
+
 BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("search", {}, "query"),
     ("search", {"query": []}, "query"),

@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from memlane.config import MemlaneSettings, formation_config, load_settings, session_backend
+from memlane.config import MemlaneSettings, load_settings, session_backend
 from memlane.errors import UsageError
 
 __all__ = ["DEFAULT_PORT", "add_parser", "cmd_mcp"]
@@ -31,20 +31,22 @@ def _settings(args: argparse.Namespace) -> MemlaneSettings:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from memlane.memory import AsyncMemory
     from memlane.service import mcp
     from memlane.service.hub import MemoryHub
     from memlane.service.keys import KeyStore
 
     settings = _settings(args)
-
-    def engine(location: str) -> AsyncMemory:
-        return AsyncMemory(
-            location, embedder=args.embedder, sessions=session_backend(settings), llm=args.llm,
-            strong_llm=settings.memory.strong_llm, formation=formation_config(settings),
-        )  # fmt: skip
-
-    hub = MemoryHub(engine, str(args.db), args.tenants_dir or settings.server.tenants_dir)
+    session_backend(settings)  # a backend the engine cannot use fails here, before serving
+    # Command-line values beat the file and the environment, also after a hot reload of the file
+    # (the hub's ConfigWatcher applies settings.overrides again), as for memlane serve.
+    overrides = dict(settings.overrides)
+    for key, value in (("memory.store", args.db), ("memory.embedder", args.embedder), ("memory.llm", args.llm),
+                       ("server.tenants_dir", args.tenants_dir)):  # fmt: skip
+        if value is not None and str(value) != str(settings.get(key)):
+            overrides[key] = str(value)
+    if overrides:
+        settings = load_settings(settings.config_file, overrides=overrides)
+    hub = MemoryHub.from_settings(settings)
     if args.transport == "stdio":
         if not args.user_id:
             raise UsageError("memlane mcp --transport stdio acts for one user: give --user USER")

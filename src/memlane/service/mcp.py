@@ -45,6 +45,7 @@ from memlane.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
+from memlane.memory import AsyncMemory
 from memlane.models import Fact, utcnow
 from memlane.retrieval.hybrid import MAX_QUERIES
 from memlane.service.hub import DEFAULT_TENANT, MemoryHub
@@ -259,21 +260,24 @@ def build_server(
     streamable-HTTP app requires a bearer API key (``url``: the server's own address, named as
     the token issuer in the package's auth settings)."""
 
-    async def scoped(*, write: bool = False) -> tuple[Caller, Any]:
+    def who_calls(*, write: bool = False) -> Caller:
         try:
             who = caller()
-            if write and who.read_only:
-                raise PermissionDeniedError("this API key is read-only: it cannot change memory")
-            return who, await hub.get(who.tenant)
         except MemlaneError as exc:
             raise ToolError(str(exc)) from exc
+        if write and who.read_only:
+            raise ToolError("this API key is read-only: it cannot change memory")
+        return who
 
-    def tools_of(who: Caller, engine: Any) -> MemoryTools:
+    def tools_of(who: Caller, engine: AsyncMemory) -> MemoryTools:
         return MemoryTools(engine, user_id=who.user_id, agent_id=who.agent_id, tools=("search_facts", "remember"))
 
-    async def guarded(work: Awaitable[dict[str, Any]]) -> CallToolResult:
+    async def run(who: Caller, work: Callable[[AsyncMemory], Awaitable[dict[str, Any]]]) -> CallToolResult:
+        """``work`` on the caller's tenant engine, leased for the call (a configuration reload
+        does not close it underneath); memlane's refusals become tool errors."""
         try:
-            return _result(await work)
+            async with hub.lease(who.tenant) as engine:
+                return _result(await work(engine))
         except (InvalidInputError, NotFoundError, PermissionDeniedError, ConfigError) as exc:
             raise ToolError(" ".join(str(exc).split())) from exc
 
@@ -284,9 +288,8 @@ def build_server(
         ],
         top_k: Annotated[int, Field(ge=1, le=MAX_TOOL_TOP_K, description="How many memories to return")] = 10,
     ) -> CallToolResult:
-        who, engine = await scoped()
-        args = {"query": query, "top_k": top_k}
-        return await guarded(tools_of(who, engine).call("search_facts", args, raise_errors=True))
+        who, args = who_calls(), {"query": query, "top_k": top_k}
+        return await run(who, lambda engine: tools_of(who, engine).call("search_facts", args, raise_errors=True))
 
     async def remember(
         fact: Annotated[
@@ -298,29 +301,29 @@ def build_server(
             ),
         ],
     ) -> CallToolResult:
-        who, engine = await scoped(write=True)
-        return await guarded(tools_of(who, engine).call("remember", {"fact": fact}, raise_errors=True))
+        who = who_calls(write=True)
+        return await run(who, lambda engine: tools_of(who, engine).call("remember", {"fact": fact}, raise_errors=True))
 
     async def list_(
         limit: Annotated[int, Field(ge=1, le=MAX_LIST_LIMIT, description="Page size")] = 20,
         cursor: Annotated[str | None, Field(max_length=200, description="next_cursor of the previous page")] = None,
         kind: Annotated[Kind | None, Field(description="Only memories of this kind")] = None,
     ) -> CallToolResult:
-        who, engine = await scoped()
+        who = who_calls()
 
-        async def work() -> dict[str, Any]:
+        async def work(engine: AsyncMemory) -> dict[str, Any]:
             page = await engine.list(user_id=who.user_id, agent_id=who.agent_id, limit=limit, cursor=cursor, kind=kind)
             return {"count": len(page.items), "total": page.total, "next_cursor": page.next_cursor,
                     "memories": [_fact_row(f) for f in page.items]}  # fmt: skip
 
-        return await guarded(work())
+        return await run(who, work)
 
     async def delete(
         memory_id: Annotated[str, Field(min_length=1, max_length=200, description="The id of the memory to delete")],
     ) -> CallToolResult:
-        who, engine = await scoped(write=True)
+        who = who_calls(write=True)
 
-        async def work() -> dict[str, Any]:
+        async def work(engine: AsyncMemory) -> dict[str, Any]:
             try:
                 fact = await engine.get(memory_id, user_id=who.user_id, agent_id=who.agent_id)
             except NotFoundError:
@@ -335,20 +338,20 @@ def build_server(
             gone = await engine.delete(memory_id, user_id=who.user_id, agent_id=who.agent_id)
             return {"status": "deleted", "id": gone.id, "content": gone.content}
 
-        return await guarded(work())
+        return await run(who, work)
 
     async def context(
         budget_tokens: Annotated[
             int | None, Field(ge=1, le=MAX_CONTEXT_BUDGET, description="Token budget of the block (default: none)")
         ] = None,
     ) -> CallToolResult:
-        who, engine = await scoped()
+        who = who_calls()
 
-        async def work() -> dict[str, Any]:
+        async def work(engine: AsyncMemory) -> dict[str, Any]:
             text = await engine.context(user_id=who.user_id, agent_id=who.agent_id, budget_tokens=budget_tokens)
             return {"context": text}
 
-        return await guarded(work())
+        return await run(who, work)
 
     async def profile(
         items: Annotated[
@@ -356,13 +359,13 @@ def build_server(
             Field(max_length=MAX_PROFILE_ITEMS, description="Recent tasks or projects to fold in"),
         ] = [],  # noqa: B006 - never mutated; pydantic copies defaults
     ) -> CallToolResult:
-        who, engine = await scoped()
+        who = who_calls()
 
-        async def work() -> dict[str, Any]:
+        async def work(engine: AsyncMemory) -> dict[str, Any]:
             block = await engine.profile(who.user_id, agent_id=who.agent_id, items=items)
             return {"profile": block}
 
-        return await guarded(work())
+        return await run(who, work)
 
     functions: dict[str, Callable[..., Awaitable[CallToolResult]]] = {
         "search": search, "remember": remember, "list": list_, "delete": delete, "context": context,
@@ -394,6 +397,7 @@ async def run_stdio(hub: MemoryHub, caller: CallerResolver) -> None:
     """Serve MCP on stdin/stdout until the client closes it; then close the engines."""
     server = build_server(hub, caller)
     try:
+        await hub.open()  # the config file watcher (hot reload), if the hub has one
         await server.run_stdio_async()
     finally:
         await hub.aclose()
@@ -441,6 +445,7 @@ def http_app(
     async def lifespan(app_: Any) -> AsyncIterator[None]:
         async with inner_lifespan(app_):
             try:
+                await hub.open()
                 yield
             finally:
                 await hub.aclose()
