@@ -67,7 +67,7 @@ def build(args: argparse.Namespace) -> tuple[Any, str, bool]:
     keys = KeyStore(keys_path) if Path(keys_path).exists() else None
     has_keys = keys is not None and keys.configured()
     host = args.host or settings.server.host
-    pass
+    check_host(host, keys=has_keys)
     session_backend(settings)  # a backend the engine cannot use fails here, before binding
     # Command-line values beat file and environment, also after a hot reload of the file
     # (the hub's ConfigWatcher applies settings.overrides again).
