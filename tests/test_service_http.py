@@ -4,6 +4,11 @@ error format and status codes, and isolation between keys (tenants, users, read-
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -406,3 +411,52 @@ def test_rate_limit_is_429_with_retry_after(tmp_path: Path) -> None:
         err = _error(r, 429, "rate_limited")
         assert int(r.headers["retry-after"]) >= 1 and err["retry_after"] == int(r.headers["retry-after"])
     keys.close()
+
+
+# --------------------------------------------------------------------------- memlane serve
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_memlane_serve_runs_a_loopback_server_without_keys(tmp_path: Path) -> None:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "memlane.cli.main", "serve", "--port", str(port), "--db", str(tmp_path / "m.db"),
+           "--embedder", "hash", "--keys", str(tmp_path / "keys.db"), "--log-level", "warning"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "HOME": str(tmp_path)})
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as c:
+            for _ in range(600):  # bounded wait for the process to listen
+                try:
+                    health = c.get("/health")
+                    break
+                except httpx.TransportError:
+                    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                    time.sleep(0.05)
+            else:
+                raise AssertionError("memlane serve did not start")
+            assert health.json() == {"status": "ok"}
+            assert c.post("/v1/sessions", json={"session_id": "s1", "user_ids": ["alice"]}).status_code == 201
+            assert c.get("/memory/sessions").json()["sessions"] == ["s1"]
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "no API keys configured: serving on loopback only" in err
+
+
+def test_memlane_serve_refuses_a_public_host_without_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from memlane.cli.main import main
+    from memlane.cli.serve_cmd import check_host
+
+    code = main(["serve", "--host", "0.0.0.0", "--db", str(tmp_path / "m.db"), "--keys", str(tmp_path / "k.db")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "refusing to serve on 0.0.0.0" in err and "memlane keys create" in err
+    check_host("0.0.0.0", keys=True)  # with keys any interface is allowed
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        check_host(host, keys=False)
+    with pytest.raises(Exception, match="refusing"):
+        check_host("192.168.1.5", keys=False)
