@@ -51,7 +51,7 @@ class Block:
         for raw in self.body.splitlines():
             line = _ENV_ASSIGNMENT.sub("", raw.strip())
             if line.startswith("memlane "):
-                out.append(shlex.split(_LLM_OPTION.sub("--llm offline", line))[1:])
+                out.append(shlex.split(_LLM_OPTION.sub("--llm offline", line), comments=True)[1:])
         return out
 
 
