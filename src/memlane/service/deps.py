@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -57,17 +58,21 @@ def hub_of(request: Request) -> Any:
 
 
 def settings_of(request: Request) -> Any:
-    """The settings the app was created with (None: defaults)."""
-    return getattr(request.app.state, "settings", None)
+    """The settings in force: the hub's current ones (a configuration reload replaces them),
+    else the ones the app was created with (None: defaults)."""
+    hub = getattr(request.app.state, "hub", None)
+    current = getattr(hub, "settings", None)
+    return current if current is not None else getattr(request.app.state, "settings", None)
 
 
 Caller = Annotated[Principal, Depends(principal)]
 
 
-async def engine(request: Request, caller: Caller) -> AsyncMemory:
-    """The calling tenant's engine."""
-    memory: AsyncMemory = await hub_of(request).get(caller.tenant)
-    return memory
+async def engine(request: Request, caller: Caller) -> AsyncIterator[AsyncMemory]:
+    """The calling tenant's engine, leased for the whole request: a configuration reload
+    meanwhile serves new requests from new engines and closes this one only after it ends."""
+    async with hub_of(request).lease(caller.tenant) as memory:
+        yield memory
 
 
 Engine = Annotated[AsyncMemory, Depends(engine)]
