@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from memlane import __version__
-from memlane.cli import importers
+from memlane import __version__, importers
 from memlane.cli.config_cmd import add_parser as add_config_parser
 from memlane.cli.config_cmd import config_argument
 from memlane.cli.keys_cmd import add_parser as add_keys_parser

@@ -45,6 +45,7 @@ ROUTERS: list[str] = [
     "context",
     "tools",
     "users",
+    "imports",
 ]
 
 

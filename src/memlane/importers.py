@@ -1,4 +1,4 @@
-"""Readers for ``memlane import``: LoCoMo-format JSON and a generic JSONL of turns.
+"""Readers for ``memlane import`` and ``POST /v1/import``: LoCoMo-format JSON and a JSONL of turns.
 
 ``memlane import`` is all-or-nothing: :func:`read` parses and checks the whole file, naming
 the line (or LoCoMo turn) of the first bad one, and :func:`check_with_engine` runs every batch
