@@ -265,6 +265,8 @@ def _requests(ids: dict[str, str]) -> dict[str, tuple[str, str, dict[str, Any], 
         "GET /v1/context": ("/v1/context", {"params": {**a, "session_id": "sa"}}, False, True),
         "POST /v1/documents": ("/v1/documents", {"json": {**text, **a}}, True, True),
         "GET /v1/documents/{document_id}/fragments": (f"/v1/documents/{doc}/fragments", {"params": a}, False, True),
+        "GET /v1/embeddings": ("/v1/embeddings", {}, False, False),
+        "POST /v1/import": ("/v1/import", {"json": {"content": _IMPORT_LINE}}, True, True),
         "GET /v1/fragments/{fragment_id}/document": (f"/v1/fragments/{frag}/document", {"params": a}, False, True),
         "GET /v1/jobs": ("/v1/jobs", {}, False, False),
         "GET /v1/jobs/{job_id}": (f"/v1/jobs/{job}", {}, False, False),
@@ -292,6 +294,9 @@ def _requests(ids: dict[str, str]) -> dict[str, tuple[str, str, dict[str, Any], 
         "DELETE /v1/users/{user_id}": ("/v1/users/alice", {}, True, True),
         "GET /v1/users/{user_id}/export": ("/v1/users/alice/export", {}, False, True),
     }
+
+
+_IMPORT_LINE = json.dumps({"user_id": "alice", "session_id": "imp", "role": "user", "content": "imported"})
 
 
 def _send(srv: ServiceServer, label: str, path: str, kwargs: dict[str, Any], headers: dict[str, str]) -> Any:
