@@ -179,9 +179,9 @@ def _failure_types(exc: BaseException) -> set[str]:
 
 #: Routes anyone may call without a key.
 PUBLIC = {"GET /health", "GET /version"}
-#: Routes that hold no tenant data and may (today do) answer without a key: the static tool
-#: definitions. Any other answer to a bad credential must be 401.
-STATIC = {"GET /v1/tools"}
+#: Routes that hold no tenant data and may answer without a key (none today: the static tool
+#: definitions are behind the key too). Any other answer to a bad credential must be 401.
+STATIC: set[str] = set()
 #: Routes that answer a user-bound key naming another user with 404 instead of 403 (adk-rs
 #: ingest: "no session of that user", hiding whether it exists). Nothing is read or changed.
 NOT_FOUND_FOR_OTHER_USER = {"PATCH /apps/{app}/users/{user}/memory"}

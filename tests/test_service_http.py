@@ -86,7 +86,7 @@ def test_session_crud(srv: ServiceServer) -> None:
     r = c.post("/v1/sessions", json={"app": "hotel", "session_id": "s1", "user_ids": ["alice"], "channel": "web"})
     assert r.status_code == 201
     assert r.json()["id"] == "s1" and r.json()["user_ids"] == ["alice"] and r.json()["channel"] == "web"
-    _error(c.post("/v1/sessions", json={"app": "hotel", "session_id": "s1"}), 400, "invalid_input")
+    _error(c.post("/v1/sessions", json={"app": "hotel", "session_id": "s1"}), 409, "conflict")
     _session(c, "s2", ["bob"])
     listed = c.get("/v1/sessions", params={"app": "hotel"}).json()
     assert {s["id"] for s in listed["sessions"]} == {"s1", "s2"} and listed["total"] == 2

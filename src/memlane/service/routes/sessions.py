@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from memlane import inputs
+from memlane.errors import ConflictError, InvalidInputError
 from memlane.formation.runner import FormationResult
 from memlane.models import Event, EventType, Job, Session
 from memlane.service.deps import Caller, Engine, authorize, check_session, page
@@ -106,10 +107,18 @@ async def create_session(body: SessionCreate, memory: Engine, caller: Caller) ->
         users = [own] if own is not None else []
     for user in users:
         authorize(caller, user_id=user, write=True)
-    return await memory.sessions.create_session(
-        app=app, user_ids=users, agent_id=body.agent_id, channel=body.channel, session_id=session_id,
-        state=body.state,
-    )  # fmt: skip
+    taken = ConflictError(f"session {session_id!r} already exists in app {app!r}")
+    if session_id is not None and await memory.sessions.get_session(session_id, app=app) is not None:
+        raise taken
+    try:
+        return await memory.sessions.create_session(
+            app=app, user_ids=users, agent_id=body.agent_id, channel=body.channel, session_id=session_id,
+            state=body.state,
+        )  # fmt: skip
+    except InvalidInputError:
+        if session_id is not None and await memory.sessions.get_session(session_id, app=app) is not None:
+            raise taken from None  # created concurrently by another request
+        raise
 
 
 @router.get("", operation_id="list_sessions")

@@ -19,9 +19,12 @@ router = APIRouter(prefix="/v1/tools", tags=["tools"])
 
 @router.get("", operation_id="tool_schemas", response_model=list[dict[str, Any]])
 async def tool_schemas(
+    caller: Caller,
     format: Literal["openai", "openai_responses", "anthropic", "gemini"] = "openai",
 ) -> list[dict[str, Any]]:
-    """The tools as function-calling definitions for ``format``."""
+    """The tools as function-calling definitions for ``format`` (behind the key, as every
+    route but ``/health``)."""
+    del caller
     return MemoryTools(None, user_id="schema").schemas(format)
 
 
