@@ -8,41 +8,18 @@ key picks the tenant (and the user, for a user-bound key).
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import sys
 from pathlib import Path
 from typing import Any
 
 from memlane.config import MemlaneSettings, load_settings, session_backend
-from memlane.errors import ConfigError, UsageError
+from memlane.errors import UsageError
+from memlane.service.keys import check_host, is_loopback
 
 __all__ = ["LOOPBACK_NOTICE", "add_parser", "check_host", "cmd_serve", "is_loopback"]
 
 #: Printed at start when no key is configured.
 LOOPBACK_NOTICE = "no API keys configured: serving on loopback only"
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback IP address (``127.0.0.0/8``, ``::1``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_host(host: str, *, keys: bool) -> None:
-    """Without API keys only a loopback ``host`` is allowed.
-
-    Raises:
-        ConfigError: a non-loopback host and no keys.
-    """
-    if not keys and not is_loopback(host):
-        raise ConfigError(
-            f"refusing to serve on {host}: no API keys are configured, so memlane serve binds to loopback "
-            "only (127.0.0.1); create a key first (memlane keys create --tenant APP) to serve other hosts"
-        )
 
 
 def _settings(args: argparse.Namespace) -> MemlaneSettings:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
 import sqlite3
@@ -32,7 +33,7 @@ from pathlib import Path
 from memlane import inputs
 from memlane.errors import InvalidInputError, NotFoundError, StorageError
 
-__all__ = ["ApiKey", "KeyStore", "NewKey", "default_keys_path"]
+__all__ = ["ApiKey", "KeyStore", "NewKey", "check_host", "default_keys_path", "is_loopback"]
 
 #: Prefix of every memlane API key.
 KEY_PREFIX = "ml"
@@ -293,4 +294,32 @@ class KeyStore:
             created_at=datetime.fromisoformat(str(created)),
             last_used_at=_time(None if used is None else str(used)),
             revoked_at=_time(None if revoked is None else str(revoked)),
+        )
+
+
+# --------------------------------------------------------------------------- the loopback rule
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback IP address (``127.0.0.0/8``, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_host(host: str, *, keys: bool, what: str = "memlane serve") -> None:
+    """Without API keys a server (``memlane serve``, ``memlane mcp``) binds loopback only.
+
+    Raises:
+        ConfigError: a non-loopback ``host`` and no keys.
+    """
+    from memlane.errors import ConfigError
+
+    if not keys and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve on {host}: no API keys are configured, so {what} binds to loopback only "
+            "(127.0.0.1); create a key first (memlane keys create --tenant APP) to serve other hosts"
         )

@@ -24,7 +24,6 @@ as MCP tool errors (``isError``) with a clear message; nothing is changed.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -49,7 +48,7 @@ from memlane.memory import AsyncMemory
 from memlane.models import Fact, utcnow
 from memlane.retrieval.hybrid import MAX_QUERIES
 from memlane.service.hub import DEFAULT_TENANT, MemoryHub
-from memlane.service.keys import KeyStore
+from memlane.service.keys import KeyStore, check_host
 
 try:
     from mcp.server.auth.middleware.auth_context import get_access_token
@@ -403,28 +402,6 @@ async def run_stdio(hub: MemoryHub, caller: CallerResolver) -> None:
         await hub.aclose()
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_host(host: str, *, keys: bool) -> None:
-    """Without API keys the HTTP transport serves loopback only.
-
-    Raises:
-        ConfigError: a non-loopback ``host`` and no keys.
-    """
-    if not keys and not _is_loopback(host):
-        raise ConfigError(
-            f"refusing to serve MCP on {host}: no API keys are configured, so the server binds to loopback "
-            "only (127.0.0.1); create keys with `memlane keys create` to serve other hosts"
-        )
-
-
 def http_app(
     hub: MemoryHub,
     caller: CallerResolver,
@@ -466,7 +443,7 @@ async def serve_http(
     """Serve the streamable-HTTP transport with uvicorn until stopped."""
     import uvicorn
 
-    check_host(host, keys=verifier is not None)
+    check_host(host, keys=verifier is not None, what="memlane mcp")
     if verifier is None:
         log.warning("no API keys: loopback only")
     app = http_app(hub, caller, verifier=verifier, host=host, port=port, path=path)
