@@ -10,11 +10,9 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
 from memlane.service.deps import Caller, Engine, authorize
-from memlane.service.routes._memory_models import check_room
+from memlane.service.routes._memory_models import Scoped
 
 router = APIRouter(prefix="/v1", tags=["context"])
-
-App = Annotated[str, Query(description="the app of session_id")]
 
 
 class ContextOut(BaseModel):
@@ -56,17 +54,12 @@ class ConsolidationStatus(BaseModel):
 async def context(
     memory: Engine,
     caller: Caller,
-    session_id: str | None = None,
-    user_id: str | None = None,
-    agent_id: str | None = None,
-    app: App = "default",
+    scope: Scoped,
     budget_tokens: Annotated[int | None, Query(description="cut the block to this many tokens")] = None,
 ) -> ContextOut:
     """The ``<MemoryContext>`` block for a turn (profile, consolidated memory, recent facts)."""
-    user = authorize(caller, user_id=user_id, write=False)
-    await check_room(memory, caller, session_id, app)
-    text = await memory.context(session_id=session_id, user_id=user, agent_id=agent_id, budget_tokens=budget_tokens)
-    return ContextOut(context=text)
+    ids = await scope.ids(memory, caller, write=False)
+    return ContextOut(context=await memory.context(**ids, budget_tokens=budget_tokens))
 
 
 @router.get("/profile", operation_id="profile", response_model=ProfileOut)
@@ -91,16 +84,7 @@ async def stats(memory: Engine, caller: Caller, user_id: str | None = None, agen
 
 
 @router.get("/consolidation-status", operation_id="consolidation_status", response_model=ConsolidationStatus)
-async def consolidation_status(
-    memory: Engine,
-    caller: Caller,
-    user_id: str | None = None,
-    agent_id: str | None = None,
-    session_id: str | None = None,
-    app: App = "default",
-) -> ConsolidationStatus:
+async def consolidation_status(memory: Engine, caller: Caller, scope: Scoped) -> ConsolidationStatus:
     """Per scope (agent / user / session): the reflection buffer, its threshold, the blob's size."""
-    user = authorize(caller, user_id=user_id, write=False)
-    await check_room(memory, caller, session_id, app)
-    status = await memory.get_consolidation_status(user_id=user, agent_id=agent_id, session_id=session_id)
+    status = await memory.get_consolidation_status(**await scope.ids(memory, caller, write=False))
     return ConsolidationStatus(scopes={k: ScopeStatus.model_validate(v) for k, v in status.items()})

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.service.deps import Caller, Engine, authorize
-from memlane.service.routes._memory_models import FactOut, check_room
+from memlane.service.routes._memory_models import FactOut, Scoped, check_room
 
 router = APIRouter(prefix="/v1", tags=["documents"])
-
-App = Annotated[str, Query(description="the app whose session a user-bound key names with session_id")]
 
 
 class DocumentCreate(BaseModel):
@@ -48,33 +46,13 @@ async def add_document(body: DocumentCreate, memory: Engine, caller: Caller) -> 
 
 
 @router.get("/documents/{document_id}/fragments", operation_id="document_fragments", response_model=FragmentList)
-async def fragments(
-    document_id: str,
-    memory: Engine,
-    caller: Caller,
-    user_id: str | None = None,
-    agent_id: str | None = None,
-    session_id: str | None = None,
-    app: App = "default",
-) -> FragmentList:
+async def fragments(document_id: str, memory: Engine, caller: Caller, scope: Scoped) -> FragmentList:
     """A document's fragments in reading order."""
-    user = authorize(caller, user_id=user_id, write=False)
-    await check_room(memory, caller, session_id, app)
-    found = await memory.fragments(document_id, user_id=user, agent_id=agent_id, session_id=session_id)
+    found = await memory.fragments(document_id, **await scope.ids(memory, caller, write=False))
     return FragmentList(fragments=[FactOut.of(f) for f in found])
 
 
 @router.get("/fragments/{fragment_id}/document", operation_id="parent_document", response_model=FactOut)
-async def parent_document(
-    fragment_id: str,
-    memory: Engine,
-    caller: Caller,
-    user_id: str | None = None,
-    agent_id: str | None = None,
-    session_id: str | None = None,
-    app: App = "default",
-) -> FactOut:
+async def parent_document(fragment_id: str, memory: Engine, caller: Caller, scope: Scoped) -> FactOut:
     """The document a fragment (a search hit) belongs to."""
-    user = authorize(caller, user_id=user_id, write=False)
-    await check_room(memory, caller, session_id, app)
-    return FactOut.of(await memory.parent_document(fragment_id, user_id=user, agent_id=agent_id, session_id=session_id))
+    return FactOut.of(await memory.parent_document(fragment_id, **await scope.ids(memory, caller, write=False)))

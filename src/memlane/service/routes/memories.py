@@ -17,12 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from memlane.errors import InvalidInputError
 from memlane.models import Fact, HistoryEntry, Job
 from memlane.service.deps import Caller, Engine, authorize, page
-from memlane.service.routes._memory_models import FactOut, check_room
+from memlane.service.routes._memory_models import FactOut, Scoped, check_room
 from memlane.service.routes.sessions import JobAccepted, accepted
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 
-App = Annotated[str, Query(description="the app whose session a user-bound key names with session_id")]
 Kind = Literal["fact", "message", "document", "fragment", "description", "custom"]
 
 
@@ -114,10 +113,7 @@ async def list_memories(
     request: Request,
     memory: Engine,
     caller: Caller,
-    user_id: str | None = None,
-    agent_id: str | None = None,
-    session_id: str | None = None,
-    app: App = "default",
+    scoped: Scoped,
     kind: Kind | None = None,
     author: str | None = None,
     scope: Annotated[
@@ -128,90 +124,41 @@ async def list_memories(
     cursor: str | None = None,
 ) -> MemoryPage:
     """Memories newest first, paginated (``next_cursor``); filters: ``kind``, ``author``, ``scope``."""
-    user = authorize(caller, user_id=user_id, write=False)
-    await check_room(memory, caller, session_id, app)
+    ids = await scoped.ids(memory, caller, write=False)
     filters = {k: v for k, v in (("author", author), ("scope", scope)) if v is not None}
     result = await memory.list(
-        user_id=user, agent_id=agent_id, session_id=session_id, limit=page(request, limit), cursor=cursor,
-        include_invalid=include_invalid, kind=kind, filters=filters or None,
+        **ids, limit=page(request, limit), cursor=cursor, include_invalid=include_invalid, kind=kind,
+        filters=filters or None,
     )  # fmt: skip
     return MemoryPage(
         memories=[FactOut.of(f) for f in result.items], next_cursor=result.next_cursor, total=result.total
     )
 
 
-async def _scoped(
-    memory: Engine, caller: Caller, user_id: str | None, session_id: str | None, app: str, *, write: bool
-) -> str | None:
-    user = authorize(caller, user_id=user_id, write=write)
-    await check_room(memory, caller, session_id, app)
-    return user
-
-
 @router.get("/{memory_id}", operation_id="get_memory", response_model=FactOut)
-async def get_memory(
-    memory_id: str,
-    memory: Engine,
-    caller: Caller,
-    user_id: str | None = None,
-    agent_id: str | None = None,
-    session_id: str | None = None,
-    app: App = "default",
-) -> FactOut:
+async def get_memory(memory_id: str, memory: Engine, caller: Caller, scope: Scoped) -> FactOut:
     """One memory (404 when absent or outside the named user/agent/room)."""
-    user = await _scoped(memory, caller, user_id, session_id, app, write=False)
-    return FactOut.of(await memory.get(memory_id, user_id=user, agent_id=agent_id, session_id=session_id))
+    return FactOut.of(await memory.get(memory_id, **await scope.ids(memory, caller, write=False)))
 
 
 @router.patch("/{memory_id}", operation_id="update_memory", response_model=FactOut)
-async def update_memory(
-    memory_id: str,
-    body: MemoryUpdate,
-    memory: Engine,
-    caller: Caller,
-    user_id: str | None = None,
-    agent_id: str | None = None,
-    session_id: str | None = None,
-    app: App = "default",
-) -> FactOut:
+async def update_memory(memory_id: str, body: MemoryUpdate, memory: Engine, caller: Caller, scope: Scoped) -> FactOut:
     """Replace a memory's text (version + 1; the old text stays in its history)."""
-    user = await _scoped(memory, caller, user_id, session_id, app, write=True)
-    if caller.user_id is not None:  # a user-bound key never changes the agent's shared memory
-        current = await memory.get(memory_id, user_id=user, agent_id=agent_id, session_id=session_id)
-        authorize(caller, user_id=user, write=True, scope=current.scope)
-    fact: Fact = await memory.update(memory_id, body.text, user_id=user, agent_id=agent_id, session_id=session_id)
+    ids = await scope.ids_to_change(memory, caller, memory_id)
+    fact: Fact = await memory.update(memory_id, body.text, **ids)
     return FactOut.of(fact)
 
 
 @router.delete("/{memory_id}", operation_id="delete_memory", response_model=FactOut)
-async def delete_memory(
-    memory_id: str,
-    memory: Engine,
-    caller: Caller,
-    user_id: str | None = None,
-    agent_id: str | None = None,
-    session_id: str | None = None,
-    app: App = "default",
-) -> FactOut:
+async def delete_memory(memory_id: str, memory: Engine, caller: Caller, scope: Scoped) -> FactOut:
     """Soft delete: the memory leaves search and stays in history (a document's fragments with it)."""
-    user = await _scoped(memory, caller, user_id, session_id, app, write=True)
-    if caller.user_id is not None:
-        current = await memory.get(memory_id, user_id=user, agent_id=agent_id, session_id=session_id)
-        authorize(caller, user_id=user, write=True, scope=current.scope)
-    return FactOut.of(await memory.delete(memory_id, user_id=user, agent_id=agent_id, session_id=session_id))
+    ids = await scope.ids_to_change(memory, caller, memory_id)
+    return FactOut.of(await memory.delete(memory_id, **ids))
 
 
 @router.get("/{memory_id}/history", operation_id="memory_history", response_model=HistoryOut)
-async def memory_history(
-    memory_id: str,
-    memory: Engine,
-    caller: Caller,
-    user_id: str | None = None,
-    agent_id: str | None = None,
-    session_id: str | None = None,
-    app: App = "default",
-) -> HistoryOut:
+async def memory_history(memory_id: str, memory: Engine, caller: Caller, scope: Scoped) -> HistoryOut:
     """Every change to a memory, oldest first."""
-    user = await _scoped(memory, caller, user_id, session_id, app, write=False)
-    await memory.get(memory_id, user_id=user, agent_id=agent_id, session_id=session_id)  # 404 outside the scope
-    return HistoryOut(history=await memory.history(memory_id, user_id=user, agent_id=agent_id, session_id=session_id))
+    ids = await scope.ids(memory, caller, write=False)
+    await memory.get(memory_id, **ids)  # 404 outside the scope
+    return HistoryOut(history=await memory.history(memory_id, **ids))
