@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from pathlib import Path
 from typing import Any
 
-from memlane.config import MemlaneSettings, load_settings, session_backend
+from memlane.cli.serve_cmd import open_keys, service_settings
 from memlane.errors import UsageError
 
 __all__ = ["DEFAULT_PORT", "add_parser", "cmd_mcp"]
@@ -23,29 +22,11 @@ __all__ = ["DEFAULT_PORT", "add_parser", "cmd_mcp"]
 DEFAULT_PORT = 8765
 
 
-def _settings(args: argparse.Namespace) -> MemlaneSettings:
-    settings = getattr(args, "settings", None)
-    if isinstance(settings, MemlaneSettings):
-        return settings
-    return load_settings(getattr(args, "config", None))
-
-
 def cmd_mcp(args: argparse.Namespace) -> int:
     from memlane.service import mcp
     from memlane.service.hub import MemoryHub
-    from memlane.service.keys import KeyStore
 
-    settings = _settings(args)
-    session_backend(settings)  # a backend the engine cannot use fails here, before serving
-    # Command-line values beat the file and the environment, also after a hot reload of the file
-    # (the hub's ConfigWatcher applies settings.overrides again), as for memlane serve.
-    overrides = dict(settings.overrides)
-    for key, value in (("memory.store", args.db), ("memory.embedder", args.embedder), ("memory.llm", args.llm),
-                       ("server.tenants_dir", args.tenants_dir)):  # fmt: skip
-        if value is not None and str(value) != str(settings.get(key)):
-            overrides[key] = str(value)
-    if overrides:
-        settings = load_settings(settings.config_file, overrides=overrides)
+    settings = service_settings(args)
     hub = MemoryHub.from_settings(settings)
     if args.transport == "stdio":
         if not args.user_id:
@@ -53,8 +34,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         asyncio.run(mcp.run_stdio(hub, mcp.fixed_caller(args.user_id, args.agent_id)))
         return 0
 
-    keys_path = str(args.keys or settings.server.keys_file)
-    keys = KeyStore(keys_path) if Path(keys_path).exists() else None
+    keys = open_keys(args, settings)
     if keys is not None and keys.configured():
         if args.user_id:
             raise UsageError(

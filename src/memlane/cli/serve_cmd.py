@@ -29,6 +29,32 @@ def _settings(args: argparse.Namespace) -> MemlaneSettings:
     return load_settings(getattr(args, "config", None))
 
 
+def service_settings(args: argparse.Namespace) -> MemlaneSettings:
+    """The settings a server command (``serve``, ``mcp``) runs with: the file and environment,
+    then the command-line values (``--db``, ``--embedder``, ``--llm``, ``--tenants-dir``) as
+    overrides, which the hub applies again after a hot reload of the file.
+
+    Raises:
+        ConfigError: settings the engine cannot use (checked before anything is served).
+    """
+    settings = _settings(args)
+    session_backend(settings)
+    overrides = dict(settings.overrides)
+    for key, value in (("memory.store", args.db), ("memory.embedder", args.embedder), ("memory.llm", args.llm),
+                       ("server.tenants_dir", args.tenants_dir)):  # fmt: skip
+        if value is not None and str(value) != str(settings.get(key)):
+            overrides[key] = str(value)
+    return load_settings(settings.config_file, overrides=overrides) if overrides else settings
+
+
+def open_keys(args: argparse.Namespace, settings: MemlaneSettings) -> Any:
+    """The API key store of ``--keys`` / ``server.keys_file``, or None when there is no such file."""
+    from memlane.service.keys import KeyStore
+
+    path = str(args.keys or settings.server.keys_file)
+    return KeyStore(path) if Path(path).exists() else None
+
+
 def build(args: argparse.Namespace) -> tuple[Any, str, bool]:
     """The app ``memlane serve`` runs, the host to bind, and whether keys are configured.
 
@@ -37,24 +63,12 @@ def build(args: argparse.Namespace) -> tuple[Any, str, bool]:
     """
     from memlane.service.app import create_app
     from memlane.service.hub import MemoryHub
-    from memlane.service.keys import KeyStore
 
-    settings = _settings(args)
-    keys_path = str(args.keys or settings.server.keys_file)
-    keys = KeyStore(keys_path) if Path(keys_path).exists() else None
+    settings = service_settings(args)
+    keys = open_keys(args, settings)
     has_keys = keys is not None and keys.configured()
     host = args.host or settings.server.host
     check_host(host, keys=has_keys)
-    session_backend(settings)  # a backend the engine cannot use fails here, before binding
-    # Command-line values beat file and environment, also after a hot reload of the file
-    # (the hub's ConfigWatcher applies settings.overrides again).
-    overrides = dict(settings.overrides)
-    for key, value in (("memory.store", args.db), ("memory.embedder", args.embedder), ("memory.llm", args.llm),
-                       ("server.tenants_dir", args.tenants_dir)):  # fmt: skip
-        if value is not None and str(value) != str(settings.get(key)):
-            overrides[key] = str(value)
-    if overrides:
-        settings = load_settings(settings.config_file, overrides=overrides)
     hub = MemoryHub.from_settings(settings)  # watches settings.config_file once the app starts
     return create_app(settings, hub=hub, keys=keys), host, has_keys
 
