@@ -9,8 +9,9 @@ import pytest
 
 from memlane import AsyncMemory
 
-#: ``llama_server``: SmolLM2-135M behind a real llama.cpp server (session-scoped, started on first use).
-pytest_plugins = ("llama_server",)
+#: ``llama_server``: SmolLM2-135M behind a real llama.cpp server (session-scoped, started on first use);
+#: ``services``: real PostgreSQL + pgvector and Redis (``pg_url``, ``redis_url``: fresh per test).
+pytest_plugins = ("llama_server", "services")
 
 
 @pytest.fixture

@@ -79,6 +79,7 @@ from memlane.registry import (
     check_embedder_spec,
     make_embedder,
     make_formation_model,
+    open_job_store,
     open_session_store,
     open_stores,
     store_location,
@@ -151,13 +152,18 @@ class AsyncMemory:
     """memlane's memory engine (async). Use :class:`memlane.Memory` from sync code.
 
     Args:
-        db: SQLite file for sessions and long-term memory (default ``$MEMLANE_DB`` or the
-            user data dir); ``":memory:"`` for a throwaway database.
+        db: the long-term store: a SQLite file (default ``$MEMLANE_DB`` or the user data
+            dir), ``":memory:"`` for a throwaway database, or a store URL
+            (``sqlite:///a.db``, ``postgresql://user@host/db`` for PostgreSQL + pgvector).
         embedder: ``"auto"`` (local MiniLM when installed, else keyword-only), ``"local"``,
             ``"local:/path/to/model"``, ``"hash"``, ``"openai:MODEL"``, ``"gemini:MODEL"``,
             ``"none"``, or an :class:`~memlane.providers.embed.base.Embedder` instance.
-        sessions: session store: ``"sqlite"`` (durable, same file), ``"local"``
-            (in-process), ``"null"`` (disabled), or a :class:`SessionStore`.
+        sessions: session store: ``"sqlite"`` (durable, in the long-term store, whichever
+            backend it is), ``"local"`` (in-process), ``"null"`` (disabled), a URL
+            (``redis://127.0.0.1:6379/0`` shared by replicas, ``sqlite:///s.db``), or a
+            :class:`SessionStore`.
+        jobs: the formation job queue: None (the long-term store's own table), a queue URL
+            (``redis://127.0.0.1:6379/0``), or a :class:`JobStore`.
         retrieval: fusion weights and thresholds.
         formation: memory-formation settings (models, thresholds, triggers); defaults are
             Eden's and Gaia's, with the ``offline`` rule-based model.
@@ -173,6 +179,7 @@ class AsyncMemory:
         *,
         embedder: str | Embedder | None = "auto",
         sessions: str | SessionStore = "sqlite",
+        jobs: str | JobStore | None = None,
         retrieval: RetrievalConfig | None = None,
         formation: FormationConfig | None = None,
         llm: str | LLM | FormationModel | None = None,
@@ -185,6 +192,7 @@ class AsyncMemory:
         self.formation_config = formation or FormationConfig()
         check_embedder_spec(embedder)
         self._specs = (embedder, sessions, llm, strong_llm)
+        self._jobs_spec = jobs
         self._pending_embeddings = True  # check once for facts a failed embedder left behind
         self._embed_queue: EmbeddingQueue | None = None  # add(embed="high"|"normal"|"low"), made on first use
         self._query_cache: OrderedDict[str, Any] = OrderedDict()
@@ -228,8 +236,14 @@ class AsyncMemory:
         embedder_spec, sessions_spec, llm, strong_llm = self._specs
         cfg = self.formation_config
         stores = await open_stores(self.db_path)
+        opened: list[SessionStore | JobStore] = []  # closed again if opening fails
         try:
             sessions = await open_session_store(sessions_spec, stores)
+            if isinstance(sessions_spec, str):
+                opened.append(sessions)
+            jobs = await open_job_store(self._jobs_spec, stores)
+            if isinstance(self._jobs_spec, str):
+                opened.append(jobs)
             embedder = await asyncio.to_thread(make_embedder, embedder_spec)  # may read model files
             # An embedder that learns its dimension from its first call (an OpenAI-compatible
             # server with an unknown model reports dim 0) is bound on that first call instead.
@@ -245,13 +259,18 @@ class AsyncMemory:
                 else None
             )
         except BaseException:
+            for own in opened:
+                if own is not stores.sessions and own is not stores.jobs:
+                    await own.close()
             await _close_stores(stores)
             raise
         if stores.sessions is not None and stores.sessions is not sessions:
             await stores.sessions.close()  # the backend's own session store is not the one used
+        if jobs is not stores.jobs:
+            await stores.jobs.close()  # nor its own job table
         self.facts: FactStore = stores.facts
         self.reflection_store: ReflectionStore = stores.reflections
-        self.jobs: JobStore = stores.jobs
+        self.jobs: JobStore = jobs
         self.sessions: SessionStore = sessions
         self.contexts: ContextCache = stores.contexts if stores.contexts is not None else LocalContextCache()
         self.embedder: Embedder | None = embedder

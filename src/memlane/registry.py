@@ -52,11 +52,22 @@ SESSION_STORES: dict[str, tuple[str, str, str]] = {
     "local": ("memlane.stores.local", "LocalMemory", "core"),
     "null": ("memlane.stores.null", "NullMemory", "core"),
     "sqlite": ("memlane.stores.sqlite.sessions", "SqliteSessionStore", "core"),
+    "postgresql": ("memlane.stores.postgres.sessions", "PgSessionStore", "postgres"),
+    "redis": ("memlane.stores.redis.sessions", "RedisSessionStore", "redis"),
 }
+
+_IN_PROCESS_SESSIONS = frozenset({"local", "null"})
 
 #: long-term store URL scheme -> (module, async ``open_stores(location)``, extra to install)
 STORES: dict[str, tuple[str, str, str]] = {
     "sqlite": ("memlane.stores.sqlite", "open_stores", "core"),
+    "postgresql": ("memlane.stores.postgres", "open_stores", "postgres"),
+}
+
+#: job queue URL scheme -> (module, class with async ``open(location)``, extra to install). The
+#: long-term backend's own job store is used when ``jobs=`` is not given.
+JOB_STORES: dict[str, tuple[str, str, str]] = {
+    "redis": ("memlane.stores.redis.jobs", "RedisJobStore", "redis"),
 }
 
 
@@ -88,6 +99,13 @@ def parse_store_url(url: str | os.PathLike[str]) -> tuple[str, str]:
     if not sep or len(scheme) == 1:  # a bare path (a Windows drive letter is no scheme)
         return "sqlite", text
     scheme = scheme.lower()
+    if scheme == "postgres":  # libpq accepts both spellings
+        scheme = "postgresql"
+    if scheme == "redis" and scheme not in STORES:
+        raise ConfigError(
+            f"Redis holds sessions and the job queue, not long-term memory: use it as sessions= or jobs=, "
+            f"and a SQLite or PostgreSQL URL for the store (got {text!r})"
+        )
     if scheme not in STORES:
         raise ConfigError(f"unknown store URL scheme {scheme!r} in {text!r}; supported: {', '.join(STORES)}")
     if scheme == "sqlite":
@@ -140,14 +158,40 @@ async def open_session_store(spec: str | SessionStore, default: Stores) -> Sessi
             if default.sessions is None:
                 raise ConfigError(f"the long-term store at {default.location!r} has no {name!r} session store")
             return default.sessions
+        if name not in _IN_PROCESS_SESSIONS:
+            raise ConfigError(f"{name!r} sessions need a URL, e.g. sessions='{name}://127.0.0.1/...'")
         module, cls_name, extra = SESSION_STORES[name]
         store: SessionStore = _load(module, cls_name, extra)()
         return store
-    scheme, location = parse_store_url(name)
+    scheme = name.partition("://")[0].lower()
+    if scheme in STORES or scheme == "postgres":
+        scheme, location = parse_store_url(name)
+    else:
+        location = name
     if scheme not in SESSION_STORES:
         raise ConfigError(f"no session store for {scheme!r} URLs; choose one of: {', '.join(SESSION_STORES)}")
     module, cls_name, extra = SESSION_STORES[scheme]
     opened: SessionStore = await _load(module, cls_name, extra).open(location)
+    return opened
+
+
+async def open_job_store(spec: str | JobStore | None, default: Stores) -> JobStore:
+    """The job store for ``jobs=``: None (the long-term backend's own), an instance as is, or
+    a queue URL (``redis://127.0.0.1:6379/0``)."""
+    from memlane.errors import ConfigError
+    from memlane.stores.base import JobStore as JobStoreProtocol
+
+    if spec is None:
+        return default.jobs
+    if not isinstance(spec, str):
+        if isinstance(spec, JobStoreProtocol):
+            return spec
+        raise ConfigError(f"jobs= takes a queue URL or a JobStore, got {type(spec).__name__}")
+    scheme = spec.strip().partition("://")[0].lower()
+    if scheme not in JOB_STORES:
+        raise ConfigError(f"no job queue for {spec!r}; jobs= takes one of: {', '.join(JOB_STORES)} URLs")
+    module, cls_name, extra = JOB_STORES[scheme]
+    opened: JobStore = await _load(module, cls_name, extra).open(spec.strip())
     return opened
 
 

@@ -1,0 +1,185 @@
+"""One PostgreSQL database (or one schema of it) behind a psycopg 3 async connection pool.
+
+Location: a libpq URL, ``postgresql://user:pass@host:5432/dbname?sslmode=require``, plus
+memlane's own query parameters (removed before connecting):
+
+* ``schema=NAME`` - keep every table in that schema (created on first open). The service
+  gives each tenant a schema of its own this way, and the tests a fresh one per test.
+* ``pool_min=N`` / ``pool_max=N`` - connection pool bounds (default 1 and 10).
+
+Opening creates the ``vector`` extension when missing (that needs a role allowed to; ask your
+DBA to run ``CREATE EXTENSION vector`` once otherwise) and applies the schema migrations of
+:mod:`memlane.stores.postgres.migrations` under an advisory lock, so replicas starting at once
+migrate exactly once. The stores of one location share one :class:`PgDatabase`; each holds a
+reference and the pool closes with the last.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg  # the registry turns a missing one into "pip install 'memlane[postgres]'"
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from memlane.errors import ConfigError, StorageError
+from memlane.stores.postgres.migrations import MIGRATIONS
+
+__all__ = ["PgDatabase", "parse_pg_location", "redact"]
+
+_SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_OWN_PARAMS = ("schema", "pool_min", "pool_max")
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced by ``***`` (for messages and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def parse_pg_location(location: str) -> tuple[str, str | None, int, int]:
+    """``(libpq url, schema, pool_min, pool_max)`` of a store location.
+
+    Raises:
+        ConfigError: a bad schema name or pool bound.
+    """
+    parts = urlsplit(location)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ConfigError(f"not a PostgreSQL URL: {redact(location)!r}")
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in params if k in _OWN_PARAMS}
+    rest = [(k, v) for k, v in params if k not in _OWN_PARAMS]
+    schema = own.get("schema") or None
+    if schema is not None and not _SCHEMA_RE.match(schema):
+        raise ConfigError(f"schema= must be a plain identifier (letters, digits, _; at most 63), got {schema!r}")
+    try:
+        pool_min = int(own.get("pool_min", "1"))
+        pool_max = int(own.get("pool_max", "10"))
+    except ValueError as exc:
+        raise ConfigError(f"pool_min / pool_max must be integers in {redact(location)!r}") from exc
+    if not 0 <= pool_min <= pool_max or pool_max < 1:
+        raise ConfigError(f"need 0 <= pool_min <= pool_max and pool_max >= 1, got {pool_min}, {pool_max}")
+    url = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(rest)))
+    return url, schema, pool_min, pool_max
+
+
+class PgDatabase:
+    """A connection pool on one database/schema, with the schema migrated. Build with :meth:`open`."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self.url, self.schema, pool_min, pool_max = parse_pg_location(location)
+        self._refs = 0
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+            self.url, min_size=pool_min, max_size=pool_max, open=False, configure=self._configure,
+            kwargs={"autocommit": True}, name=f"memlane:{self.schema or 'public'}",
+        )  # fmt: skip
+        self._vector_ready = False
+
+    @classmethod
+    async def open(cls, location: str) -> PgDatabase:
+        """Connect, create the extension and schema if needed, migrate.
+
+        Raises:
+            ConfigError: the server cannot be reached, or ``vector`` is not installed in it.
+        """
+        db = cls(location)
+        try:
+            await db._bootstrap()
+            await db._pool.open(wait=True, timeout=30)
+        except BaseException:
+            await db._pool.close()
+            raise
+        return db
+
+    def acquire(self) -> PgDatabase:
+        """Take a reference (one per store sharing this database)."""
+        self._refs += 1
+        return self
+
+    async def release(self) -> None:
+        """Drop a reference; the pool closes with the last one."""
+        self._refs -= 1
+        if self._refs <= 0:
+            await self._pool.close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._pool.closed)
+
+    async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if self.schema is not None:
+            await conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self.schema)))
+        if self._vector_ready:
+            from pgvector.psycopg import register_vector_async
+
+            await register_vector_async(conn)
+
+    async def _bootstrap(self) -> None:
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=15)
+        except psycopg.OperationalError as exc:
+            raise ConfigError(f"cannot connect to PostgreSQL at {redact(self.url)}: {exc}".strip()) from exc
+        async with conn:
+            lock = zlib.crc32(f"memlane:{self.schema or 'public'}".encode())
+            await conn.execute("SELECT pg_advisory_lock(%s)", (lock,))
+            try:
+                has = await (await conn.execute("SELECT 1 FROM pg_extension WHERE extname='vector'")).fetchone()
+                if has is None:
+                    try:
+                        await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                    except psycopg.Error as exc:
+                        raise ConfigError(
+                            f"the PostgreSQL at {redact(self.url)} has no pgvector extension and this role "
+                            f"cannot create it ({exc.diag.message_primary or exc}); install pgvector and run "
+                            "CREATE EXTENSION vector once as a superuser"
+                        ) from exc
+                if self.schema is not None:
+                    await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+                    await conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self.schema)))
+                await self._migrate(conn)
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+        self._vector_ready = True
+
+    @staticmethod
+    async def _migrate(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL)"
+        )
+        done = {r[0] for r in await (await conn.execute("SELECT name FROM schema_migrations")).fetchall()}
+        known = {name for name, _ in MIGRATIONS}
+        unknown = done - known
+        if unknown:
+            raise StorageError(
+                f"this database was migrated by a newer memlane ({', '.join(sorted(unknown))}); upgrade memlane"
+            )
+        for name, steps in MIGRATIONS:
+            if name in done:
+                continue
+            async with conn.transaction():
+                for step in steps:
+                    await conn.execute(step)
+                await conn.execute("INSERT INTO schema_migrations (name, applied_at) VALUES (%s, now())", (name,))
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection in autocommit mode (each statement its own transaction)."""
+        if self._pool.closed:
+            raise StorageError("the PostgreSQL store is closed")
+        async with self._pool.connection() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection inside one transaction (committed on exit, rolled back on error)."""
+        async with self.connection() as conn, conn.transaction():
+            yield conn

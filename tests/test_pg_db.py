@@ -1,0 +1,40 @@
+"""The PostgreSQL database seam: URL parameters, migrations once, schemas kept apart."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from memlane.errors import ConfigError
+from memlane.stores.postgres.db import PgDatabase, parse_pg_location, redact
+from memlane.stores.postgres.migrations import MIGRATIONS
+
+
+def test_location_parameters_are_memlanes_own() -> None:
+    url, schema, lo, hi = parse_pg_location("postgresql://u:pw@h:5/db?schema=t1&pool_max=4&sslmode=disable")
+    assert (schema, lo, hi) == ("t1", 1, 4)
+    assert url == "postgresql://u:pw@h:5/db?sslmode=disable"
+    assert redact("postgresql://u:pw@h:5/db") == "postgresql://u:***@h:5/db"
+    for bad in ("postgresql://h/db?schema=a;drop", "postgresql://h/db?pool_max=0", "postgresql://h/db?pool_min=x"):
+        with pytest.raises(ConfigError):
+            parse_pg_location(bad)
+
+
+async def test_concurrent_opens_migrate_once(pg_url: str) -> None:
+    dbs = await asyncio.gather(*(PgDatabase.open(pg_url) for _ in range(3)))
+    try:
+        async with dbs[0].connection() as conn:
+            rows = await (await conn.execute("SELECT name FROM schema_migrations ORDER BY name")).fetchall()
+            assert [r[0] for r in rows] == [name for name, _ in MIGRATIONS]
+            path = await (await conn.execute("SHOW search_path")).fetchone()
+            assert path is not None and dbs[0].schema in path[0]
+    finally:
+        for db in dbs:
+            db.acquire()
+            await db.release()
+
+
+async def test_unreachable_server_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="cannot connect"):
+        await PgDatabase.open("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
