@@ -18,10 +18,12 @@ def test_parse_store_url() -> None:
     assert parse_store_url("sqlite:////abs/m.db") == ("sqlite", "/abs/m.db")
     assert parse_store_url("plain/path.db") == ("sqlite", "plain/path.db")
     assert parse_store_url(Path("/x/y.db")) == ("sqlite", "/x/y.db")
-    for bad in ("postgresql://localhost/db", "ftp://x", "sqlite://host/x.db"):
+    assert parse_store_url("postgresql://u@h/db?schema=s") == ("postgresql", "postgresql://u@h/db?schema=s")
+    assert parse_store_url("postgres://h/db")[0] == "postgresql"
+    for bad in ("ftp://x", "sqlite://host/x.db", "redis://127.0.0.1:6379/0"):
         with pytest.raises(ConfigError):
             parse_store_url(bad)
-    assert set(STORES) >= {"sqlite"}
+    assert set(STORES) >= {"sqlite", "postgresql"}
 
 
 async def test_db_url_and_separate_session_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -116,6 +116,7 @@ class PgDatabase:
         return bool(self._pool.closed)
 
     async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute("SET TIME ZONE 'UTC'")  # timestamptz values come back in UTC
         if self.schema is not None:
             await conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(self.schema)))
         if self._vector_ready:
