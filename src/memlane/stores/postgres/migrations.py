@@ -198,4 +198,10 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             "CREATE INDEX context_cache_session ON context_cache(session_id)",
         ],
     ),
+    (
+        # A user's partitions are found by key prefix, compared byte-wise (COLLATE "C") so the
+        # database's locale cannot reorder the "|" and "%" of partition keys; this index serves it.
+        "0002_partitions_prefix",
+        ['CREATE INDEX partitions_prefix ON partitions (partition COLLATE "C")'],
+    ),
 ]
