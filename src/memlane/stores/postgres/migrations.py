@@ -200,8 +200,14 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ),
     (
         # A user's partitions are found by key prefix, compared byte-wise (COLLATE "C") so the
-        # database's locale cannot reorder the "|" and "%" of partition keys; this index serves it.
-        "0002_partitions_prefix",
-        ['CREATE INDEX partitions_prefix ON partitions (partition COLLATE "C")'],
+        # database's locale cannot reorder the "|" and "%" of partition keys; an index serves it.
+        "0002_prefix_index_rowids",
+        [
+            'CREATE INDEX partitions_prefix ON partitions (partition COLLATE "C")',
+            # Insertion order, as SQLite's implicit rowid gives it: history entries and
+            # reflections written in the same microsecond keep their order.
+            "ALTER TABLE history ADD COLUMN rowid BIGSERIAL",
+            "ALTER TABLE reflections ADD COLUMN rowid BIGSERIAL",
+        ],
     ),
 ]

@@ -12,7 +12,7 @@
   with dots are paths into nested ``jsonb``).
 * :func:`resolve_partitions`: the stored partitions a :class:`PartitionFilter` names (every
   read names its partitions; there is no unscoped read).
-* :func:`digest`, :func:`add_contributors`, :func:`parse_cursor`.
+* :func:`digest`, :func:`add_contributors`, :func:`insert_reflection`, :func:`parse_cursor`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from memlane.errors import InvalidInputError
-from memlane.models import Fact, FactFilter, PartitionFilter, metadata_path, utcnow
+from memlane.models import Fact, FactFilter, PartitionFilter, Reflection, metadata_path, utcnow
 
 __all__ = [
     "FACT_COLS",
@@ -39,6 +39,7 @@ __all__ = [
     "enc",
     "enc_json",
     "filter_sql",
+    "insert_reflection",
     "parse_cursor",
     "resolve_partitions",
     "row_to_fact",
@@ -98,7 +99,7 @@ def row_to_fact(r: Sequence[Any], *, with_embedding: bool = False) -> Fact:
     """A fact from a row of :data:`FACT_COLS` (the vector only when ``with_embedding``)."""
     emb = r[21]
     return Fact(
-        id=r[1],
+        id=dec(r[1]) or "",
         content=dec(r[3]) or "",
         hash=r[4],
         scope=r[5],
@@ -178,3 +179,15 @@ async def add_contributors(conn: Conn, kind: str, item_id: str, user_ids: Sequen
             "INSERT INTO contributors (user_id, kind, item_id) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
             (enc(uid), kind, item_id),
         )
+
+
+async def insert_reflection(conn: Conn, r: Reflection) -> None:
+    """Store one reflection inside the caller's transaction (a known id changes nothing);
+    record its contributors when it is not keyed by a user (``forget`` finds it by them)."""
+    await conn.execute(
+        "INSERT INTO reflections (id, content, scope, agent_id, user_id, session_id, absorbed, formed_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+        (r.id, enc(r.content), r.scope, enc(r.agent_id), enc(r.user_id), enc(r.session_id), r.absorbed, r.formed_at),
+    )
+    if r.user_id is None:  # user-keyed reflections are found by user_id; the rest need this
+        await add_contributors(conn, "reflection", r.id, r.source_user_ids)
