@@ -1,0 +1,236 @@
+"""PostgreSQL job and session stores: the shared contracts, unchanged, plus what only a shared
+database has to prove (claims and sessions raced from several connection pools, as separate
+replicas or workers would)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import pytest
+
+from memlane.errors import InvalidInputError, NotFoundError, StorageError
+from memlane.models import Event, EventType
+from memlane.stores.postgres.db import PgDatabase
+from memlane.stores.postgres.jobs import PgJobStore
+from memlane.stores.postgres.sessions import PgSessionStore
+from memlane.testing import JobStoreContract, SessionStoreContract
+
+
+class TestPgJobStore(JobStoreContract):
+    @pytest.fixture
+    async def job_store(self, pg_url: str) -> AsyncIterator[PgJobStore]:
+        store = PgJobStore(await PgDatabase.open(pg_url))
+        yield store
+        await store.close()
+
+
+class TestPgSessionStore(SessionStoreContract):
+    @pytest.fixture
+    async def session_store(self, pg_url: str) -> AsyncIterator[PgSessionStore]:
+        store = await PgSessionStore.open(pg_url)
+        yield store
+        await store.close()
+
+
+async def _job_stores(pg_url: str, n: int) -> list[PgJobStore]:
+    """``n`` job stores on ``n`` separate pools (as ``n`` worker processes would have)."""
+    return [PgJobStore(db) for db in await asyncio.gather(*(PgDatabase.open(pg_url) for _ in range(n)))]
+
+
+async def test_many_claimers_on_separate_pools_claim_each_job_once(pg_url: str) -> None:
+    stores = await _job_stores(pg_url, 4)
+    try:
+        ids = {(await stores[0].enqueue("form", f"k{i}", {"i": i})).id for i in range(50)}
+        claimed: list[str] = []
+
+        async def claimer(store: PgJobStore, name: str) -> None:
+            while True:
+                job = await store.claim(name, lease_seconds=30)
+                if job is None:
+                    if (await store.counts()).get("queued", 0) == 0:
+                        return
+                    await asyncio.sleep(0.01)  # the rest are being claimed right now
+                    continue
+                claimed.append(job.id)
+                await store.complete(job.id, {"by": name})
+
+        await asyncio.gather(*(claimer(s, f"w{p}-{t}") for p, s in enumerate(stores) for t in range(4)))
+        twice = [jid for jid, n in Counter(claimed).items() if n > 1]
+        assert twice == [] and set(claimed) == ids
+        assert await stores[1].counts() == {"done": 50}
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_jobs_of_one_key_never_run_at_once_across_pools(pg_url: str) -> None:
+    """10 keys x 3 queued jobs, 16 claimers on two pools at once: each round runs exactly one
+    job per key (the oldest first), whichever claimers win."""
+    a, b = await _job_stores(pg_url, 2)
+    try:
+        order: dict[str, list[str]] = {}
+        for n in range(3):
+            for k in range(10):
+                order.setdefault(f"s{k}", []).append((await a.enqueue("form", f"s{k}", {"n": n})).id)
+        for n in range(3):
+            got = await asyncio.gather(*(s.claim(f"w{i}", lease_seconds=30) for i in range(8) for s in (a, b)))
+            jobs = [j for j in got if j is not None]
+            assert sorted(j.key for j in jobs) == sorted(order), f"round {n}"  # one job per key
+            assert all(j.id == order[j.key][n] for j in jobs)  # the key's oldest
+            running = await a.list(status="running", limit=100)
+            assert len(running) == 10 and len({j.key for j in running}) == 10
+            await asyncio.gather(*(a.complete(j.id, {}) for j in jobs))
+        assert await b.claim("w", lease_seconds=30) is None
+        assert await a.counts() == {"done": 30}
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_expired_lease_is_taken_over_from_another_pool(pg_url: str) -> None:
+    a, b = await _job_stores(pg_url, 2)
+    try:
+        job = await a.enqueue("form", "k", {})
+        first = await a.claim("dead-worker", lease_seconds=0.2)
+        assert first is not None and first.lease_until is not None
+        assert await b.claim("w2", lease_seconds=30) is None  # a live lease holds
+        await asyncio.sleep(0.3)
+        taken = await b.claim("w2", lease_seconds=30)
+        assert taken is not None and taken.id == job.id and taken.worker == "w2"
+        assert await a.renew(job.id, "dead-worker", lease_seconds=30) is False
+        assert await a.check() == []
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_concurrent_get_or_create_from_two_pools_makes_one_session(pg_url: str) -> None:
+    a, b = await PgSessionStore.open(pg_url), await PgSessionStore.open(pg_url)
+    try:
+        for round_ in range(5):
+            sid = f"race-{round_}"
+            got = await asyncio.gather(
+                *(s.get_or_create_session(session_id=sid, user_ids=[f"u{i}"]) for i in range(4) for s in (a, b))
+            )
+            assert {s.id for s in got} == {sid}
+            assert len({(s.created_at, tuple(s.user_ids)) for s in got}) == 1  # all the one winner's session
+        assert len(await b.list_sessions()) == 5
+        assert await a.counts() == (5, 0)
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_concurrent_pops_take_each_event_once(pg_url: str) -> None:
+    a, b = await PgSessionStore.open(pg_url), await PgSessionStore.open(pg_url)
+    try:
+        await a.create_session(session_id="s")
+        for i in range(20):
+            await a.add_event("s", Event(content=f"m{i}"))
+        popped = await asyncio.gather(*(s.pop_event("s") for _ in range(12) for s in (a, b)))
+        contents = [e.content for e in popped if e is not None]
+        assert sorted(contents) == sorted(f"m{i}" for i in range(20))  # none lost, none twice
+        assert popped.count(None) == 4
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_concurrent_coalesce_from_two_pools_makes_one_job(pg_url: str) -> None:
+    a, b = await _job_stores(pg_url, 2)
+    try:
+        got = await asyncio.gather(
+            *(s.enqueue("form", "k", {f"p{i}": i}, coalesce=True) for i in range(5) for s in (a, b))
+        )
+        assert len({j.id for j in got}) == 1
+        (job,) = await a.list(key="k")
+        assert job.payload == {f"p{i}": i for i in range(5)}
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_what_postgresql_cannot_store_is_bad_input_and_writes_nothing(pg_url: str) -> None:
+    store = await PgSessionStore.open(pg_url)
+    jobs = PgJobStore(store.db)
+    try:
+        await store.create_session(session_id="s")
+        with pytest.raises(InvalidInputError):
+            await store.add_event("s", Event(content="ok", metadata={"x": "nul\x00"}))
+        with pytest.raises(InvalidInputError):
+            await store.add_event("s", Event(content="ok", author="a\x00b"))
+        with pytest.raises(InvalidInputError):
+            await store.create_session(session_id="t", state={"x": float("nan")})
+        assert await store.get_events("s") == [] and await store.get_session("t") is None
+        # a NUL inside event content is fine: content is stored as JSON text
+        await store.add_event("s", Event(content="nul\x00inside"))
+        assert [e.content for e in await store.get_events("s")] == ["nul\x00inside"]
+        with pytest.raises(InvalidInputError):
+            await jobs.enqueue("form", "k", {"text": "nul\x00"})
+        assert await jobs.counts() == {}
+        job = await jobs.enqueue("form", "k", {})
+        assert await jobs.claim("w", lease_seconds=30) is not None
+        failed = await jobs.fail(job.id, "boom\x00", retry_in=None)
+        assert failed.status == "failed" and failed.last_error == "boom\\x00"
+        with pytest.raises(NotFoundError):
+            await jobs.fail("nope", "x", retry_in=None)
+    finally:
+        await jobs.close()
+        await store.close()
+    with pytest.raises(StorageError, match="closed"):
+        await store.get_session("s")
+    with pytest.raises(StorageError, match="closed"):
+        await jobs.get("x")
+
+
+async def test_purge_user_scrubs_other_jobs_and_group_cursors(pg_url: str) -> None:
+    store = PgJobStore(await PgDatabase.open(pg_url))
+    try:
+        done = await store.enqueue("form", "k", {}, user_id="ann")
+        assert await store.claim("w", lease_seconds=30, job_id=done.id) is not None
+        await store.complete(done.id, {"consolidated": ["sam said x"], "changes": [{"previous": "old", "id": "f"}]})
+        plain = await store.enqueue("form", "k2", {}, user_id="ann")
+        await store.complete(plain.id, {"changes": [{"previous": None}], "n": 1})
+        waiting = await store.enqueue("form", "k3", {}, user_id="ann")
+        await store.checkpoint(waiting.id, {"candidates": ["sam's words"]})
+        await store.touch(
+            "app", "group", user_ids=["ann", "sam", "bob"], agent_id=None, tier=None, messages=1, tokens=1
+        )
+        export = await store.export_user("sam")
+        assert export["jobs"] == [] and [c["session_id"] for c in export["formation_cursors"]] == ["group"]
+        assert isinstance(export["formation_cursors"][0]["last_activity_at"], str)
+        await store.purge_user("sam")
+        scrubbed = await store.get(done.id)
+        assert scrubbed is not None and scrubbed.result == {
+            "consolidated": [],
+            "changes": [{"previous": None, "id": "f"}],
+        }
+        untouched = await store.get(plain.id)
+        assert untouched is not None and untouched.result == {"changes": [{"previous": None}], "n": 1}
+        cleared = await store.get(waiting.id)
+        assert cleared is not None and cleared.state == {}
+        group = await store.get_cursor("app", "group")
+        assert group is not None and group.user_ids == ["ann", "bob"]
+    finally:
+        await store.close()
+
+
+async def test_session_export_and_forget_in_groups(pg_url: str) -> None:
+    store = await PgSessionStore.open(pg_url)
+    try:
+        await store.create_session(session_id="g", user_ids=["u", "v"], state={"secret": 1})
+        await store.add_event("g", Event(content="mine", author="u"))
+        await store.add_event("g", Event(content="also mine", author="Uma", metadata={"user_id": "u"}))
+        await store.add_event("g", Event(content="numeric id", author="x", metadata={"user_id": 5}))
+        await store.add_event("g", Event(type=EventType.AGENT_RESPONSE, content="reply", author="bot"))
+        exported = (await store.export_user("u"))["sessions"]
+        assert [e["content"] for e in exported[0]["events"]] == ["mine", "also mine"]
+        assert exported[0]["group"] is True and "state" not in exported[0]
+        assert await store.delete_user_sessions("u") == 2
+        group = await store.get_session("g")
+        assert group is not None and group.user_ids == ["v"]
+        assert [e.content for e in group.events] == ["numeric id", "reply"]
+    finally:
+        await store.close()
