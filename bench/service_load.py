@@ -333,13 +333,17 @@ class Deployment:
             users = tuple(f"{tenant}-user{u}" for u in range(self.users_per_tenant))
             self.callers.append(Caller(tenant, key, users))
 
+    def serve_args(self, port: int) -> list[str]:
+        """The ``memlane serve`` arguments of one server process (subclasses change the store)."""
+        return serve_args(self.workdir, port)
+
     def start(self, count: int) -> None:
         for i in range(count):
             port = free_port()
             log = self.workdir / f"server{i}.log"
             with log.open("wb") as out:
                 proc = subprocess.Popen(
-                    [*memlane_cmd(), *serve_args(self.workdir, port)],
+                    [*memlane_cmd(), *self.serve_args(port)],
                     env=self.env,
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -452,8 +456,11 @@ def run_case(
     concurrency: int,
     warmup: int,
     seed: int,
+    deployment: Deployment | None = None,
 ) -> dict[str, Any]:
-    deployment = Deployment(workdir, tenants, users)
+    """One case: ``servers`` server processes of ``deployment`` (default: the SQLite files of
+    :class:`Deployment` in ``workdir``; ``bench/replicas.py`` passes its PostgreSQL + Redis one)."""
+    deployment = deployment or Deployment(workdir, tenants, users)
     deployment.setup()
     try:
         deployment.start(servers)

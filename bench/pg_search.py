@@ -1,0 +1,567 @@
+"""Fact-store search latency: PostgreSQL + pgvector against SQLite on the same data, side by side.
+
+Run::
+
+    .venv/bin/python bench/pg_search.py --quick                       # smoke run (< 2 min)
+    .venv/bin/python bench/pg_search.py --cases single-100k,users-1m  # what docs/benchmarks.md records
+
+The PostgreSQL server is started with :func:`memlane.devserver.start_postgres` in
+``<workdir>/pg`` (PostgreSQL 16 + pgvector 0.6.2 from the pgserver wheel) unless ``--pg URL``
+names one. Each case gets its own schema (``?schema=bench_<case>``) and its own SQLite file in
+``--workdir`` (default ``/tmp/memlane-bench``), never in the repository; ``--reuse`` reuses a
+case loaded earlier with the same parameters (both stores), ``--keep`` keeps them afterwards.
+
+Cases
+-----
+* ``single-<N>``: N memories in ONE partition (one user's memory; an agent's shared
+  knowledge is the same shape: one big partition, where the vector index matters).
+* ``users-<N>``: N memories over N/1000 users (1,000 each) in one store; every query searches
+  one random user's partition.
+
+Data (identical in both stores)
+-------------------------------
+Texts come from the generator of ``bench/search_latency.py`` (``TextGen``: ~25 chat-memory
+sentence templates, Zipfian word lists, 15-30 words), all generated (no text pool), seeded per
+case. Memories are chat turns: sessions of 20 turns (alternating authors, one date per session,
+``seq`` set), ``kind="message"``, so both stores index the neighbouring turns. Ids and hashes
+are deterministic, so the two stores hold the same ids. Vectors: memlane's ``hash:384``
+feature-hashing embedder (384 dimensions, the size of MiniLM's vectors; captures word overlap,
+not meaning), also used for the queries, so a query costs ~0.1 ms to embed and the figures
+are the stores' and the engine's own cost.
+
+Loading: ``FactStore.put_facts`` in batches of 5,000 (one transaction each) in both stores,
+users' sessions interleaved over time (one user's rows are spread over the table). On
+PostgreSQL ``bind_embedder`` (called by ``AsyncMemory.open``) types the column and builds the
+HNSW index; with ``--pg-load bulk`` (the default) that index is dropped before the load and
+rebuilt after it with the exact definition ``bind_embedder`` created (``pg_indexes.indexdef``),
+what one does for any bulk load into PostgreSQL; ``--pg-load api`` keeps it during the load.
+Then ``ANALYZE``. The index build time is reported separately.
+
+Measured, per case, with both stores open in this one process and every query run on both
+stores back to back (the store that goes first alternates from query to query):
+
+* ``keyword``: ``facts.keyword_search(partitions, terms, limit=depth)`` (terms from the query
+  as the engine parses them);
+* ``vector``: ``facts.vector_search(partitions, query vector, limit=depth)``;
+* ``search``: ``AsyncMemory.search(query, user_id=..., top_k=10)``: keyword + query embedding
+  + vector + RRF fusion + fetch, the whole engine path;
+* the first search of a partition (SQLite loads the partition's vectors into memory then);
+* vector recall@10 of each store against exact top-10 (numpy over the partition's vectors,
+  ties counted), and the overlap of the two stores' top-10 ids for keyword and for search.
+
+Queries: half questions from templates filled with the same Zipfian word lists, half built
+from 2-4 content words of one random memory of the target user (so they have real matches).
+Results: a table on stdout, JSON in ``bench/results/pg_search.json`` (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+import zlib  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+from _common import SharedEmbedder, db_size_mb, log, remove_db  # noqa: E402
+
+from memlane import AsyncMemory  # noqa: E402
+from memlane.models import Fact, Scope  # noqa: E402
+from memlane.registry import make_embedder  # noqa: E402
+from memlane.retrieval.text import parse_query  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+BATCH = 5000
+SESSION_LEN = 20
+PER_USER = 1000
+EMBEDDER = "hash:384"
+
+
+def _textgen(seed: int) -> Any:
+    """``TextGen`` of bench/search_latency.py (that module parses its own command line on
+    import, so it is imported with an empty one)."""
+    saved = sys.argv
+    sys.argv = [saved[0]]
+    try:
+        import search_latency
+    finally:
+        sys.argv = saved
+    return search_latency.TextGen(seed)
+
+
+# ------------------------------------------------------------------------------ data
+class CaseData:
+    """The memories of one case: users, texts, vectors, ids; the same for both stores."""
+
+    def __init__(self, name: str, seed: int) -> None:
+        kind, _, size = name.partition("-")
+        total = parse_size(size)
+        if kind == "single":
+            n_users, per_user = 1, total
+        elif kind == "users":
+            if total % PER_USER:
+                raise SystemExit(f"{name}: users-N needs N a multiple of {PER_USER}")
+            n_users, per_user = total // PER_USER, PER_USER
+        else:
+            raise SystemExit(f"unknown case {name!r} (single-N or users-N)")
+        self.name, self.n_users, self.per_user, self.total = name, n_users, per_user, total
+        self.seed = seed + zlib.crc32(name.encode())
+        self.tag = f"{zlib.crc32(name.encode()):08x}"
+        self.users = [f"{name}-user{u:05d}" for u in range(n_users)]
+        t = time.perf_counter()
+        gen = _textgen(self.seed)
+        # texts[u * per_user + j]: memory j of user u
+        self.texts = [gen.sentence() for _ in range(total)]
+        self.gen_s = time.perf_counter() - t
+        self.qgen = _textgen(self.seed + 99)
+        self.vectors: np.ndarray = np.empty((0, 0), dtype=np.float32)
+
+    def fact_id(self, u: int, j: int) -> str:
+        return f"{self.tag}{u:08x}{j:016x}"
+
+    def row_of(self, fact_id: str) -> int:
+        return int(fact_id[8:16], 16) * self.per_user + int(fact_id[16:], 16)
+
+    async def embed(self, embedder: Any) -> float:
+        t = time.perf_counter()
+        parts = [await embedder.embed_batch(self.texts[i : i + 20000]) for i in range(0, self.total, 20000)]
+        self.vectors = np.ascontiguousarray(np.concatenate(parts).astype(np.float32))
+        return time.perf_counter() - t
+
+    def batches(self) -> Any:
+        """Yield (facts, vectors) batches of whole sessions, users interleaved over time."""
+        rng = np.random.default_rng(self.seed)
+        base = datetime(2023, 1, 2, 10, 0, tzinfo=UTC)
+        n_sessions = -(-self.per_user // SESSION_LEN)
+        facts: list[Fact] = []
+        rows: list[int] = []
+        for s in range(n_sessions):
+            for u in range(self.n_users):
+                lo, hi = s * SESSION_LEN, min(self.per_user, (s + 1) * SESSION_LEN)
+                when = base + timedelta(days=3 * s + int(rng.integers(0, 3)), minutes=int(rng.integers(0, 600)))
+                sid = f"{self.users[u]}:s{s}"
+                for j in range(lo, hi):
+                    row = u * self.per_user + j
+                    facts.append(
+                        Fact(
+                            id=self.fact_id(u, j),
+                            content=self.texts[row],
+                            user_id=self.users[u],
+                            session_id=sid,
+                            kind="message",
+                            author="user" if j % 2 == 0 else "assistant",
+                            seq=j - lo,
+                            occurred_at=when + timedelta(minutes=j - lo),
+                            hash=f"h{self.tag}-{u}-{j}",
+                        )
+                    )
+                    rows.append(row)
+                if len(facts) >= BATCH:
+                    yield facts, self.vectors[rows]
+                    facts, rows = [], []
+        if facts:
+            yield facts, self.vectors[rows]
+
+    def queries(self, n: int) -> list[tuple[str, int]]:
+        """(query text, user index): half template questions, half recall questions."""
+        rng = np.random.default_rng(self.seed + 5)
+        out = []
+        for i in range(n):
+            u = int(rng.integers(self.n_users))
+            if i % 2 == 0:
+                q = self.qgen.question()
+            else:
+                q = self.qgen.recall_question(self.texts[u * self.per_user + int(rng.integers(self.per_user))])
+            out.append((q, u))
+        return out
+
+
+def parse_size(s: str) -> int:
+    s = s.lower()
+    mult = {"k": 1_000, "m": 1_000_000}.get(s[-1:], 1)
+    return int(float(s[:-1] if mult > 1 else s) * mult)
+
+
+# ------------------------------------------------------------------------------ helpers
+def summary(xs: list[float]) -> dict[str, float]:
+    if not xs:
+        return {"n": 0}
+    return {
+        "n": len(xs),
+        "p50": round(float(np.percentile(xs, 50)), 3),
+        "p95": round(float(np.percentile(xs, 95)), 3),
+        "mean": round(float(np.mean(xs)), 3),
+        "max": round(float(max(xs)), 3),
+    }
+
+
+async def pg_exec(url: str, schema: str, statements: list[str]) -> list[Any]:
+    """Run statements on one connection in ``schema`` (autocommit); return the last rows of each."""
+    import psycopg
+
+    out: list[Any] = []
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(f"SET search_path TO {schema}, public")
+        for st in statements:
+            cur = await conn.execute(st)
+            out.append(await cur.fetchall() if cur.description else None)
+    return out
+
+
+async def pg_sizes(url: str, schema: str) -> dict[str, float]:
+    """MB on disk: every table of the schema with its indexes and TOAST, and the facts parts."""
+    rows = (
+        await pg_exec(
+            url,
+            schema,
+            [
+                "SELECT c.relname, c.relkind, pg_total_relation_size(c.oid) FROM pg_class c JOIN pg_namespace n ON "
+                f"n.oid = c.relnamespace WHERE n.nspname = '{schema}' AND c.relkind IN ('r', 'i')"
+            ],
+        )
+    )[0]
+    out = {"total_mb": round(sum(size for _, kind, size in rows if kind == "r") / 1e6, 1)}
+    for name, kind, size in rows:
+        if name == "facts" or (kind == "i" and ("hnsw" in name or "embedding" in name or name == "facts_tsv")):
+            out[f"{name}_mb"] = round(size / 1e6, 1)
+    return out
+
+
+async def hnsw_indexes(url: str, schema: str) -> list[tuple[str, str]]:
+    rows = (
+        await pg_exec(
+            url,
+            schema,
+            [f"SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = '{schema}' AND indexdef ILIKE '%hnsw%'"],
+        )
+    )[0]
+    return [(r[0], r[1]) for r in rows]
+
+
+# ------------------------------------------------------------------------------ loading
+async def load_store(mem: AsyncMemory, data: CaseData, label: str) -> dict[str, float]:
+    t0 = time.perf_counter()
+    done, next_log = 0, 30.0
+    for facts, vecs in data.batches():
+        await mem.facts.put_facts(facts, vecs)
+        done += len(facts)
+        el = time.perf_counter() - t0
+        if el > next_log:
+            log(f"  {label}: loaded {done}/{data.total} ({done / el:.0f} rows/s)")
+            next_log = el + 30
+    secs = time.perf_counter() - t0
+    return {"load_s": round(secs, 1), "rows_per_s": round(data.total / secs, 1)}
+
+
+async def open_pg(url: str, schema: str, embedder: Any) -> AsyncMemory:
+    return await AsyncMemory(f"{url}?schema={schema}", embedder=SharedEmbedder(embedder), sessions="null").open()
+
+
+async def prepare(
+    data: CaseData, sqlite_path: Path, pg_url: str | None, schema: str, embedder: Any, args: argparse.Namespace
+) -> tuple[dict[str, AsyncMemory], dict[str, Any]]:
+    """The case's stores (``--stores``), loaded or reused; returns (stores by name, load info)."""
+    meta_path = sqlite_path.with_suffix(".load.json")
+    info: dict[str, Any] = json.loads(meta_path.read_text()) if args.reuse and meta_path.exists() else {}
+    stores: dict[str, AsyncMemory] = {}
+    wanted = args.stores.split(",")
+    if "sqlite" in wanted:
+        if args.reuse and sqlite_path.exists() and "sqlite" in info:
+            log(f"{data.name}: reusing {sqlite_path}")
+            stores["sqlite"] = await AsyncMemory(sqlite_path, embedder=SharedEmbedder(embedder), sessions="null").open()
+            info["sqlite"]["reused"] = True
+        else:
+            remove_db(sqlite_path)
+            log(f"{data.name}: loading SQLite {sqlite_path}")
+            sq = await AsyncMemory(sqlite_path, embedder=SharedEmbedder(embedder), sessions="null").open()
+            info["sqlite"] = await load_store(sq, data, "sqlite")
+            sq.facts.database.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")  # type: ignore[attr-defined]
+            info["sqlite"]["db_mb"] = round(db_size_mb(sqlite_path), 1)
+            log(f"  sqlite: {info['sqlite']}")
+            stores["sqlite"] = sq
+            meta_path.write_text(json.dumps(info))
+    if "pg" in wanted:
+        assert pg_url is not None
+        exists = (await pg_exec(pg_url, "public", [f"SELECT to_regclass('{schema}.facts') IS NOT NULL"]))[0][0][0]
+        count = (await pg_exec(pg_url, schema, ["SELECT count(*) FROM facts"]))[0][0][0] if exists else -1
+        if args.reuse and count == data.total and "pg" in info:
+            log(f"{data.name}: reusing schema {schema}")
+            stores["pg"] = await open_pg(pg_url, schema, embedder)
+            info["pg"]["reused"] = True
+        else:
+            await pg_exec(pg_url, "public", [f"DROP SCHEMA IF EXISTS {schema} CASCADE"])
+            log(f"{data.name}: loading PostgreSQL schema {schema} ({args.pg_load})")
+            t = time.perf_counter()
+            pg = await open_pg(pg_url, schema, embedder)
+            pinfo: dict[str, Any] = {"open_bind_s": round(time.perf_counter() - t, 2), "load_path": args.pg_load}
+            indexes = await hnsw_indexes(pg_url, schema)
+            pinfo["hnsw_indexes"] = [d for _, d in indexes]
+            if args.pg_load == "bulk" and indexes:
+                await pg_exec(pg_url, schema, [f"DROP INDEX {name}" for name, _ in indexes])
+            pinfo.update(await load_store(pg, data, "pg"))
+            if args.pg_load == "bulk" and indexes:
+                t = time.perf_counter()
+                mwm = f"SET maintenance_work_mem = '{args.maintenance_work_mem}'"
+                await pg_exec(pg_url, schema, [mwm, *[d for _, d in indexes]])
+                pinfo["hnsw_build_s"] = round(time.perf_counter() - t, 1)
+                pinfo["maintenance_work_mem"] = args.maintenance_work_mem
+                log(f"  pg: HNSW index rebuilt in {pinfo['hnsw_build_s']} s")
+            t = time.perf_counter()
+            await pg_exec(pg_url, schema, ["VACUUM ANALYZE facts"])
+            pinfo["vacuum_analyze_s"] = round(time.perf_counter() - t, 1)
+            pinfo["sizes"] = await pg_sizes(pg_url, schema)
+            log(f"  pg: {pinfo}")
+            info["pg"] = pinfo
+            stores["pg"] = pg
+            meta_path.write_text(json.dumps(info))
+    return stores, info
+
+
+# ------------------------------------------------------------------------------ measuring
+def exact_top(data: CaseData, u: int, qv: np.ndarray, k: int) -> tuple[np.ndarray, float]:
+    """Exact scores over user u's rows and the k-th best score."""
+    mat = data.vectors[u * data.per_user : (u + 1) * data.per_user]
+    scores = mat @ qv
+    kth = float(np.partition(-scores, k - 1)[k - 1] * -1)
+    return scores, kth
+
+
+def recall_at(ids: list[str], data: CaseData, u: int, scores: np.ndarray, kth: float, k: int) -> float:
+    hits = 0
+    for fid in ids[:k]:
+        row = data.row_of(fid) - u * data.per_user
+        if 0 <= row < data.per_user and scores[row] >= kth - 1e-5:
+            hits += 1
+    return hits / k
+
+
+def overlap(a: list[str], b: list[str]) -> float:
+    if not a and not b:
+        return 1.0
+    return len(set(a) & set(b)) / max(len(a), len(b))
+
+
+async def measure(
+    data: CaseData, stores: dict[str, AsyncMemory], embedder: Any, n_queries: int, warmup: int
+) -> dict[str, Any]:
+    queries = data.queries(n_queries + warmup)
+    texts = [q for q, _ in queries]
+    qvecs = await embedder.embed_batch(texts)
+    res: dict[str, Any] = {name: {} for name in stores}
+    names = list(stores)
+    depth = max(next(iter(stores.values())).retrieval.depth, 10)
+
+    # first search of a partition, on each store (distinct users for users-N)
+    first: dict[str, list[float]] = {n: [] for n in names}
+    cold_users = list(range(min(data.n_users, 20)))
+    for i, u in enumerate(cold_users):
+        order = names if i % 2 == 0 else names[::-1]
+        for n in order:
+            t = time.perf_counter()
+            await stores[n].search(data.qgen.question(), user_id=data.users[u], top_k=10)
+            first[n].append((time.perf_counter() - t) * 1000)
+    for n in names:
+        res[n]["first_search_ms"] = summary(first[n])
+
+    authors: dict[str, list[str]] = {}
+    timings: dict[str, dict[str, list[float]]] = {n: {"keyword": [], "vector": [], "search": []} for n in names}
+    recall: dict[str, list[float]] = {n: [] for n in names}
+    kw_ids: dict[str, list[list[str]]] = {n: [] for n in names}
+    se_ids: dict[str, list[list[str]]] = {n: [] for n in names}
+    kw_counts: dict[str, list[int]] = {n: [] for n in names}
+    log(f"  {data.name}: {warmup} warm-up + {n_queries} timed queries x 3 operations x {len(names)} stores")
+    for i, ((q, u), qv) in enumerate(zip(queries, qvecs, strict=True)):
+        timed = i >= warmup
+        user = data.users[u]
+        pf = Scope(user_id=user).partition_filter()
+        order = names if i % 2 == 0 else names[::-1]
+        scores, kth = exact_top(data, u, qv, 10) if timed else (None, 0.0)
+        for n in order:
+            mem = stores[n]
+            if n not in authors:
+                authors[n] = await mem.facts.authors(pf)
+            terms = parse_query(q, authors[n]).terms
+            t = time.perf_counter()
+            kw = await mem.facts.keyword_search(pf, terms, limit=depth)
+            t_kw = (time.perf_counter() - t) * 1000
+            t = time.perf_counter()
+            vec = await mem.facts.vector_search(pf, qv, limit=depth)
+            t_vec = (time.perf_counter() - t) * 1000
+            t = time.perf_counter()
+            hits = await mem.search(q, user_id=user, top_k=10)
+            t_se = (time.perf_counter() - t) * 1000
+            if not timed:
+                continue
+            timings[n]["keyword"].append(t_kw)
+            timings[n]["vector"].append(t_vec)
+            timings[n]["search"].append(t_se)
+            assert scores is not None
+            recall[n].append(recall_at([c.fact_id for c in vec], data, u, scores, kth, 10))
+            kw_ids[n].append([c.fact_id for c in kw[:10]])
+            kw_counts[n].append(len(kw))
+            se_ids[n].append([h.fact.id for h in hits.hits])
+    for n in names:
+        res[n].update({f"{op}_ms": summary(v) for op, v in timings[n].items()})
+        res[n]["vector_recall@10"] = round(float(np.mean(recall[n])), 4)
+        res[n]["vector_recall@10_min"] = round(float(np.min(recall[n])), 4)
+        res[n]["keyword_candidates_mean"] = round(float(np.mean(kw_counts[n])), 1)
+    if len(names) == 2:
+        a, b = names
+        res["overlap@10"] = {
+            "keyword": round(float(np.mean([overlap(x, y) for x, y in zip(kw_ids[a], kw_ids[b], strict=True)])), 3),
+            "search": round(float(np.mean([overlap(x, y) for x, y in zip(se_ids[a], se_ids[b], strict=True)])), 3),
+        }
+    return res
+
+
+# ------------------------------------------------------------------------------ main
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", default="single-100k,users-1m", help="comma list of single-N / users-N")
+    ap.add_argument("--quick", action="store_true", help="cases single-5k,users-20k; 50 queries")
+    ap.add_argument("--queries", type=int, default=200, help="timed queries per case (default 200)")
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--pg", default=None, help="PostgreSQL base URL (default: start one in <workdir>/pg)")
+    ap.add_argument("--pg-load", choices=("bulk", "api"), default="bulk")
+    ap.add_argument("--maintenance-work-mem", default="3GB", help="for the HNSW rebuild of --pg-load bulk")
+    ap.add_argument("--stores", default="sqlite,pg", help="which stores to measure")
+    ap.add_argument("--workdir", default="/tmp/memlane-bench")
+    ap.add_argument("--reuse", action="store_true", help="reuse both stores of a case loaded earlier")
+    ap.add_argument("--keep", action="store_true", help="keep the stores afterwards")
+    ap.add_argument("--seed", type=int, default=4242)
+    ap.add_argument("--out", default=str(ROOT / "results" / "pg_search.json"))
+    a = ap.parse_args()
+    if a.quick:
+        a.cases, a.queries = "single-5k,users-20k", 50
+    return a
+
+
+async def main() -> None:
+    args = parse_args()
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    load0 = os.getloadavg()
+    server = None
+    pg_url: str | None = None
+    server_info: dict[str, Any] = {}
+    if "pg" in args.stores.split(","):
+        if args.pg:
+            pg_url = args.pg
+        else:
+            from memlane.devserver import start_postgres
+
+            server = start_postgres(work / "pg")
+            pg_url = server.url
+        names = "'server_version', 'shared_buffers', 'work_mem', 'maintenance_work_mem', 'effective_cache_size', 'jit'"
+        settings = [f"SELECT name, setting || COALESCE(unit, '') FROM pg_settings WHERE name IN ({names})"]
+        server_info = {str(r[0]): str(r[1]) for r in (await pg_exec(pg_url, "public", settings))[0]}
+        vector = ["SELECT extversion FROM pg_extension WHERE extname = 'vector'"]
+        server_info["vector"] = str(((await pg_exec(pg_url, "public", vector))[0] or [["?"]])[0][0])
+        log(f"PostgreSQL {pg_url}: {server_info}")
+    embedder = make_embedder(EMBEDDER)
+    assert embedder is not None
+    results: dict[str, Any] = {}
+    try:
+        for name in [c.strip() for c in args.cases.split(",") if c.strip()]:
+            data = CaseData(name, args.seed)
+            embed_s = await data.embed(embedder)
+            log(f"{name}: {data.total} rows, {data.n_users} users; texts {data.gen_s:.1f} s, vectors {embed_s:.1f} s")
+            schema = "bench_" + name.replace("-", "_")
+            sqlite_path = work / f"pg_search-{name}-s{args.seed}.db"
+            stores, info = await prepare(data, sqlite_path, pg_url, schema, embedder, args)
+            la = os.getloadavg()[0]
+            r = await measure(data, stores, embedder, args.queries, args.warmup)
+            r.update(
+                memories=data.total,
+                users=data.n_users,
+                per_user=data.per_user,
+                load=info,
+                loadavg_1min=[round(la, 2), round(os.getloadavg()[0], 2)],
+            )
+            results[name] = r
+            for mem in stores.values():
+                await mem.close()
+            if not args.keep and not args.reuse:
+                remove_db(sqlite_path)
+                sqlite_path.with_suffix(".load.json").unlink(missing_ok=True)
+                if pg_url is not None:
+                    await pg_exec(pg_url, "public", [f"DROP SCHEMA IF EXISTS {schema} CASCADE"])
+            print_case(name, r)
+    finally:
+        await embedder.aclose()
+        if server is not None and not args.keep and not args.reuse:
+            server.stop()
+    report = {
+        "benchmark": "pg_search",
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "loadavg_start": load0,
+            "loadavg_end": os.getloadavg(),
+        },
+        "postgres": server_info,
+        "embedder": EMBEDDER,
+        "queries_per_case": args.queries,
+        "cases": results,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    print_table(report)
+    log(f"wrote {out} ({report['elapsed_s']} s)")
+
+
+def print_case(name: str, r: dict[str, Any]) -> None:
+    parts = [f"{name}:"]
+    for n in ("sqlite", "pg"):
+        if n in r:
+            s = r[n]
+            parts.append(
+                f"{n} kw {s['keyword_ms']['p50']:.2f}/{s['keyword_ms']['p95']:.2f} vec {s['vector_ms']['p50']:.2f}/"
+                f"{s['vector_ms']['p95']:.2f} search {s['search_ms']['p50']:.2f}/{s['search_ms']['p95']:.2f} "
+                f"recall {s['vector_recall@10']}"
+            )
+    log("  ".join(parts))
+
+
+def print_table(rep: dict[str, Any]) -> None:
+    print(f"\n## fact-store search, SQLite vs PostgreSQL ({rep['embedder']}, {rep['queries_per_case']} queries)\n")
+    print("| case | store | load s (rows/s) | index build s | size MB | first search p50 | keyword p50 / p95 "
+          "| vector p50 / p95 | search p50 / p95 | vector recall@10 |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, r in rep["cases"].items():
+        for n in ("sqlite", "pg"):
+            if n not in r:
+                continue
+            s = r[n]
+            ld = r["load"].get(n, {})
+            size = ld.get("db_mb") if n == "sqlite" else ld.get("sizes", {}).get("total_mb")
+            print(
+                f"| {name} ({r['users']} x {r['per_user']:,}) | {n} "
+                f"| {ld.get('load_s', '-')} ({ld.get('rows_per_s', 0):,.0f}) "
+                f"| {ld.get('hnsw_build_s', '-')} | {size} | {s['first_search_ms'].get('p50', 0):.1f} "
+                f"| {s['keyword_ms']['p50']:.2f} / {s['keyword_ms']['p95']:.2f} "
+                f"| {s['vector_ms']['p50']:.2f} / {s['vector_ms']['p95']:.2f} "
+                f"| **{s['search_ms']['p50']:.2f}** / **{s['search_ms']['p95']:.2f}** | {s['vector_recall@10']} |"
+            )
+        if "overlap@10" in r:
+            o = r["overlap@10"]
+            print(f"| {name} | top-10 overlap sqlite/pg | | | | | keyword {o['keyword']} | | search {o['search']} | |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
