@@ -23,8 +23,10 @@ from memlane.cli.config_cmd import add_parser as add_config_parser
 from memlane.cli.config_cmd import config_argument
 from memlane.cli.keys_cmd import add_parser as add_keys_parser
 from memlane.cli.mcp_cmd import add_parser as add_mcp_parser
+from memlane.cli.migrate_cmd import add_parser as add_migrate_parser
 from memlane.cli.progress import Progress
 from memlane.cli.serve_cmd import add_parser as add_serve_parser
+from memlane.cli.worker_cmd import add_parser as add_worker_parser
 from memlane.config import MemlaneSettings, formation_config, load_settings
 from memlane.errors import CorruptDatabaseError, InvalidInputError, MemlaneError, NotFoundError, UsageError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
@@ -568,6 +570,8 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     add_mcp_parser(sub, common)
     add_keys_parser(sub, common)
     add_serve_parser(sub, common)
+    add_worker_parser(sub, common)
+    add_migrate_parser(sub, common)
 
     b = sub.add_parser("bench", help="benchmarks")
     bsub = b.add_subparsers(dest="bench", metavar="BENCH", required=True)

@@ -262,6 +262,15 @@ class FormationRunner:
             n += 1
         return n
 
+    async def execute(self, job: Job) -> FormationResult:
+        """Run a job this runner claimed (``jobs.claim(self.worker_id, ...)``), as the
+        background worker does: renew its lease while it runs, then complete it; a failure
+        counts an attempt (retried with backoff, or failed for good) and is raised; a
+        cancellation (a stopping ``memlane worker``) releases the job, attempt not counted."""
+        result = await self._execute(job)
+        assert result is not None
+        return result
+
     async def _execute(self, job: Job) -> FormationResult | None:
         heartbeat = asyncio.create_task(self._heartbeat(job.id), name=f"memlane-lease-{job.id}")
         try:
