@@ -43,6 +43,7 @@ __all__ = [
     "parse_cursor",
     "resolve_partitions",
     "row_to_fact",
+    "vector_list",
 ]
 
 Conn = psycopg.AsyncConnection[Any]
@@ -118,8 +119,16 @@ def row_to_fact(r: Sequence[Any], *, with_embedding: bool = False) -> Fact:
         valid_from=r[18] or utcnow(),
         invalid_at=r[19],
         metadata=dec_json(r[20]),
-        embedding=([float(x) for x in emb] if with_embedding and emb is not None else None),
+        embedding=(vector_list(emb) if with_embedding and emb is not None else None),
     )
+
+
+def vector_list(value: Any) -> list[float]:
+    """A loaded ``vector`` value as floats (pgvector's loader gives a ``pgvector.Vector``;
+    a numpy array or a list are taken too)."""
+    if hasattr(value, "to_list"):
+        return [float(x) for x in value.to_list()]
+    return [float(x) for x in value]
 
 
 def digest(parts: list[Any]) -> str:

@@ -1,0 +1,966 @@
+"""Long-term memory on PostgreSQL + pgvector: facts, history, reflections and consolidated
+blobs, for any number of replicas and workers on one database (or one schema of it).
+
+The semantics are the SQLite store's (:mod:`memlane.stores.sqlite.facts`), ported table by
+table: idempotent writes by content hash within a partition, soft deletes with history rows,
+per-partition change counters for memory stamps, contributors for ``forget``, and formation
+batches applied exactly once per key. Where SQLite serialises every write on the file lock,
+here each write transaction takes a transaction-scoped advisory lock per partition it writes
+(in sorted order, so writers never deadlock): turn numbering, hash idempotency and the
+neighbour-context rewrite stay race-free across replicas, and writes to different users run
+in parallel. Keyword and vector search live in :mod:`memlane.stores.postgres.search`,
+reflections in :mod:`memlane.stores.postgres.reflections` (mixins of :class:`PgFactStore`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+
+from memlane.errors import (
+    ConfigError,
+    ConflictError,
+    DimensionMismatchError,
+    InvalidInputError,
+    MemlaneError,
+    NotFoundError,
+    ScopeError,
+    StorageError,
+)
+from memlane.models import (
+    Fact,
+    FactScope,
+    HistoryEntry,
+    Page,
+    Reflection,
+    Scope,
+    content_hash,
+    new_id,
+    utcnow,
+)
+from memlane.policy import merge_provenance, resolve_change
+from memlane.retrieval.text import date_words
+from memlane.stores.base import (
+    AppliedChange,
+    FactChange,
+    FactFilter,
+    PartitionFilter,
+    StoreStats,
+    Vector,
+)
+from memlane.stores.postgres.db import PgDatabase
+from memlane.stores.postgres.reflections import PgReflectionMixin
+from memlane.stores.postgres.rows import (
+    FACT_COLS,
+    Conn,
+    add_contributors,
+    dec,
+    dec_json,
+    digest,
+    enc,
+    enc_json,
+    filter_sql,
+    insert_reflection,
+    parse_cursor,
+    resolve_partitions,
+    row_to_fact,
+)
+from memlane.stores.postgres.search import PgSearchMixin
+
+__all__ = ["HNSW_MAX_DIM", "PgFactStore"]
+
+log = logging.getLogger("memlane")
+
+#: pgvector's HNSW index holds ``vector`` columns of at most this many dimensions; larger
+#: embeddings are searched by exact scan.
+HNSW_MAX_DIM = 2000
+
+#: pgvector's largest ``vector`` dimension.
+VECTOR_MAX_DIM = 16_000
+
+Row = tuple[Any, ...]
+
+
+def _encode_applied(changes: list[AppliedChange]) -> Jsonb:
+    return Jsonb(
+        enc_json([{"event": a.event, "fact": a.fact.model_dump(mode="json"), "previous": a.previous} for a in changes])
+    )
+
+
+def _decode_applied(data: Any) -> list[AppliedChange]:
+    return [AppliedChange(d["event"], Fact.model_validate(d["fact"]), d["previous"]) for d in dec_json(data)]
+
+
+def _search_text(kind: str, content: str) -> str:
+    """What keyword search reads of a fact: a document's fragments are searched, not it."""
+    return "" if kind == "document" else content
+
+
+def _lock_key(schema: str | None, partition: str) -> int:
+    """A signed 64-bit advisory-lock key for one partition of one schema."""
+    raw = hashlib.blake2b(f"memlane-part:{schema or ''}|{partition}".encode(), digest_size=8).digest()
+    return int.from_bytes(raw, "big", signed=True)
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+class PgFactStore(PgSearchMixin, PgReflectionMixin):
+    """Facts, history, reflections and consolidated blobs in one PostgreSQL schema.
+
+    Build with :meth:`open`. Every read names its partitions (a :class:`Scope` or a
+    :class:`PartitionFilter`); there is no unscoped read.
+
+    Args:
+        db: a migrated :class:`PgDatabase` to share (this store takes a reference and
+            releases it once on :meth:`close`).
+        ctx_weight, date_weight, exact_max: search settings of
+            :class:`~memlane.stores.postgres.search.PgSearchMixin` (its defaults when None).
+    """
+
+    db: PgDatabase
+
+    def __init__(
+        self,
+        db: PgDatabase,
+        *,
+        ctx_weight: float | None = None,
+        date_weight: float | None = None,
+        exact_max: int | None = None,
+    ) -> None:
+        self.db = db.acquire()
+        if ctx_weight is not None:
+            self.ctx_weight = ctx_weight
+        if date_weight is not None:
+            self.date_weight = date_weight
+        if exact_max is not None:
+            self.exact_max = exact_max
+        self.dim: int | None = None
+        self.embedder_name: str | None = None
+        self._closed = False
+
+    @classmethod
+    async def open(cls, db: PgDatabase | str, **kwargs: Any) -> PgFactStore:
+        """Open on a shared database, or connect to (and migrate) a location URL; the store
+        then holds the only reference, so closing it closes the pool."""
+        own = not isinstance(db, PgDatabase)
+        database = await PgDatabase.open(db) if isinstance(db, str) else db
+        try:
+            store = cls(database, **kwargs)
+        except BaseException:
+            if own:
+                await database.release()
+            raise
+        try:
+            await store._load_meta()
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    @property
+    def database(self) -> PgDatabase:
+        return self.db
+
+    async def close(self) -> None:
+        """Release the database reference (once: closing again does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.db.release()
+
+    # ------------------------------------------------------------------ plumbing
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[Conn]:
+        """One write transaction; database errors become memlane's typed errors."""
+        try:
+            async with self.db.transaction() as conn:
+                yield conn
+        except MemlaneError:
+            raise
+        except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
+            raise ConflictError(f"a concurrent write got in the way; retry ({exc.diag.message_primary})") from exc
+        except psycopg.errors.IntegrityError as exc:
+            raise StorageError(f"constraint failed: {exc.diag.message_primary or exc}") from exc
+        except psycopg.Error as exc:
+            raise StorageError(f"PostgreSQL error: {exc.diag.message_primary or exc}") from exc
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[Conn]:
+        """A pooled connection for reads; database errors become :class:`StorageError`."""
+        try:
+            async with self.db.connection() as conn:
+                yield conn
+        except MemlaneError:
+            raise
+        except psycopg.Error as exc:
+            raise StorageError(f"PostgreSQL error: {exc.diag.message_primary or exc}") from exc
+
+    async def _lock(self, conn: Conn, partitions: Iterable[str]) -> None:
+        """Hold the write lock of each partition until the transaction ends (sorted: no deadlock)."""
+        for key in sorted({_lock_key(self.db.schema, p) for p in partitions}):
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+
+    @staticmethod
+    async def _one(conn: Conn, query: str, args: Sequence[Any] = ()) -> Row | None:
+        row = await (await conn.execute(query, args)).fetchone()
+        return tuple(row) if row is not None else None
+
+    @staticmethod
+    async def _all(conn: Conn, query: str, args: Sequence[Any] = ()) -> list[Row]:
+        return [tuple(r) for r in await (await conn.execute(query, args)).fetchall()]
+
+    async def _load_meta(self) -> None:
+        async with self._read() as conn:
+            meta: dict[str, str] = dict(
+                await self._all(conn, "SELECT key, value FROM meta WHERE key IN ('dim', 'embedder')")
+            )
+        if "dim" in meta:
+            self.dim = int(meta["dim"])
+            self.embedder_name = meta.get("embedder")
+
+    # ------------------------------------------------------------------ embedder binding
+    async def bind_embedder(self, name: str, dim: int) -> None:
+        """Record the embedder on first use (typing the vector column ``vector(dim)`` and
+        building the HNSW index); refuse a different one later (clear error)."""
+        if self.dim is None:
+            await self._load_meta()  # another replica may have bound it
+        if self.dim is None:
+            if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= VECTOR_MAX_DIM:
+                raise InvalidInputError(f"embedding dimension must be 1..{VECTOR_MAX_DIM}, got {dim!r}")
+            async with self._tx() as conn:
+                # The first binder inserts the row; a concurrent one waits on it, then skips.
+                won = await self._one(
+                    conn,
+                    "INSERT INTO meta (key, value) VALUES ('dim', %s) ON CONFLICT (key) DO NOTHING RETURNING key",
+                    (str(dim),),
+                )
+                if won is not None:
+                    await conn.execute("INSERT INTO meta (key, value) VALUES ('embedder', %s)", (name,))
+                    await conn.execute(f"ALTER TABLE facts ALTER COLUMN embedding TYPE vector({int(dim)})")
+                    if dim <= HNSW_MAX_DIM:
+                        await conn.execute(
+                            "CREATE INDEX IF NOT EXISTS facts_embedding_hnsw ON facts"
+                            " USING hnsw (embedding vector_cosine_ops)"
+                        )
+                    else:
+                        log.info(
+                            "memlane: %d-dimensional vectors exceed pgvector's HNSW limit of %d dimensions;"
+                            " vector search scans exactly (no approximate index)",
+                            dim,
+                            HNSW_MAX_DIM,
+                        )
+            await self._load_meta()
+        self._check_binding(name, dim)
+
+    def _check_binding(self, name: str, dim: int) -> None:
+        if self.dim != dim:
+            raise DimensionMismatchError(
+                f"this database holds {self.dim}-dimensional vectors from {self.embedder_name!r}, "
+                f"but the configured embedder {name!r} makes {dim}-dimensional ones. Open it with "
+                f"embedder={self.embedder_name!r}, or use another database or schema.",
+                expected=self.dim,
+                got=dim,
+            )
+        if self.embedder_name != name:
+            raise ConfigError(
+                f"this database was embedded with {self.embedder_name!r}; the configured embedder is "
+                f"{name!r}. Vectors of different models are not comparable: open it with "
+                f"embedder={self.embedder_name!r}, or use another database or schema."
+            )
+
+    def _check_vectors(self, vectors: Vector | None, n: int) -> None:
+        if vectors is None:
+            return
+        if vectors.ndim != 2 or vectors.shape[0] != n:
+            raise DimensionMismatchError(f"expected {n} vectors, got array of shape {vectors.shape}")
+        if self.dim is not None and vectors.shape[1] != self.dim:
+            raise DimensionMismatchError(
+                f"vector dimension {vectors.shape[1]} does not match the store's {self.dim}",
+                expected=self.dim,
+                got=int(vectors.shape[1]),
+            )
+
+    # ------------------------------------------------------------------ writes
+    async def put_facts(
+        self, facts: Sequence[Fact], vectors: Vector | None, *, actor: str = "api"
+    ) -> list[tuple[Fact, bool]]:
+        """Store facts atomically (all or none); returns (stored fact, created) per input."""
+        facts = list(facts)
+        self._check_vectors(vectors, len(facts))
+        parts = {f.partition for f in facts}  # validates scope fields before anything is written
+        if not facts:
+            return []
+        async with self._tx() as conn:
+            await self._lock(conn, parts)
+            return await self._insert_facts(conn, facts, vectors, actor)
+
+    async def _insert_facts(
+        self, conn: Conn, facts: list[Fact], vectors: Vector | None, actor: str
+    ) -> list[tuple[Fact, bool]]:
+        """Insert inside the caller's transaction (which holds the partitions' locks)."""
+        out: list[tuple[Fact, bool]] = []
+        touched: dict[tuple[str, str], list[int | None]] = {}
+        appended: set[str] = set()
+        now = utcnow()
+        for i, f in enumerate(facts):
+            part = f.partition
+            h = f.hash or content_hash(f.content)
+            row = await self._one(
+                conn,
+                f"SELECT {FACT_COLS} FROM facts WHERE partition=%s AND hash=%s AND invalid_at IS NULL",
+                (part, h),
+            )
+            if row is not None:
+                out.append((row_to_fact(row), False))
+                continue
+            seq = f.seq
+            if seq is None and f.kind == "message" and f.session_id:
+                nxt = await self._one(
+                    conn,
+                    "SELECT COALESCE(MAX(seq), -1) + 1 FROM facts WHERE partition=%s AND session_id=%s",
+                    (part, enc(f.session_id)),
+                )
+                seq = int(nxt[0]) if nxt is not None else 0
+            stored = f.model_copy(update={"hash": h, "seq": seq, "embedding": None})
+            emb = vectors[i].astype(np.float32) if vectors is not None else None
+            await conn.execute(
+                "INSERT INTO facts (id, partition, content, hash, scope, agent_id, user_id, session_id,"
+                " kind, author, seq, occurred_at, formed_at, updated_at, access_count, version,"
+                " source_event_ids, valid_from, invalid_at, metadata, embedding, search_text, ctx, date_words)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,'',%s)",
+                (
+                    enc(stored.id), part, enc(stored.content), h, stored.scope, enc(stored.agent_id),
+                    enc(stored.user_id), enc(stored.session_id), stored.kind, enc(stored.author), seq,
+                    stored.occurred_at, stored.formed_at, stored.updated_at, stored.access_count, stored.version,
+                    Jsonb(enc_json(stored.source_event_ids)), stored.valid_from, stored.invalid_at,
+                    Jsonb(enc_json(stored.metadata)), emb, enc(_search_text(stored.kind, stored.content)),
+                    date_words(stored.occurred_at),
+                ),
+            )  # fmt: skip
+            await conn.execute("INSERT INTO partitions (partition) VALUES (%s) ON CONFLICT DO NOTHING", (part,))
+            if stored.author:
+                await conn.execute(
+                    "INSERT INTO authors (partition, author) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    (part, enc(stored.author)),
+                )
+            await self._history(conn, stored.id, stored.user_id, "ADD", None, stored.content, actor, now)
+            if seq is not None and stored.session_id:
+                touched.setdefault((part, stored.session_id), []).append(seq)
+            appended.add(part)
+            out.append((stored, True))
+        for (part, session_id), seqs in touched.items():
+            await self._refresh_context(conn, part, session_id, seqs)
+        for part in sorted(appended):
+            await conn.execute("UPDATE partitions SET appends = appends + 1 WHERE partition=%s", (part,))
+        return out
+
+    @staticmethod
+    async def _history(
+        conn: Conn,
+        fact_id: str,
+        user_id: str | None,
+        event: str,
+        old: str | None,
+        new: str | None,
+        actor: str,
+        at: datetime,
+    ) -> None:
+        await conn.execute(
+            "INSERT INTO history (id, fact_id, user_id, event, old_content, new_content, actor, at)"
+            " VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+            (new_id(), enc(fact_id), enc(user_id), event, enc(old), enc(new), enc(actor), at),
+        )
+
+    async def _visible_row(self, conn: Conn, fact_id: str, scope: Scope, *, lock: bool = False) -> Row:
+        """The fact's row if ``scope`` sees it (valid or not), else :class:`NotFoundError`. With
+        ``lock``: also take its partition's write lock and re-read the row under it."""
+        parts = await resolve_partitions(conn, scope.partition_filter())
+        query = f"SELECT {FACT_COLS} FROM facts WHERE id=%s AND partition = ANY(%s)"
+        row = await self._one(conn, query, (enc(fact_id), parts))
+        if row is not None and lock:
+            await self._lock(conn, [row[2]])
+            row = await self._one(conn, query + " FOR UPDATE", (enc(fact_id), parts))
+        if row is None:
+            raise NotFoundError(f"no fact {fact_id!r} in this scope")
+        return row
+
+    async def update_fact(
+        self, fact_id: str, scope: Scope, content: str, vector: Vector | None, *, actor: str = "api"
+    ) -> Fact:
+        """Change a fact's content (version + 1, history row)."""
+        if vector is not None:
+            self._check_vectors(vector.reshape(1, -1), 1)
+        async with self._tx() as conn:
+            row = await self._visible_row(conn, fact_id, scope, lock=True)
+            return await self._update_row(conn, row, content, vector, actor, contributor=scope.user_id)
+
+    async def _update_row(
+        self,
+        conn: Conn,
+        row: Row,
+        content: str,
+        vector: Vector | None,
+        actor: str,
+        contributor: str | None = None,
+    ) -> Fact:
+        """Change one fact's content inside the caller's transaction. ``contributor``: the user
+        whose words the new content is (recorded when it is not the fact's own user)."""
+        old = row_to_fact(row)
+        fact_id = old.id
+        if old.invalid_at is not None:
+            raise InvalidInputError(f"fact {fact_id!r} was deleted; add a new fact instead")
+        h = content_hash(content)
+        clash = await self._one(
+            conn,
+            "SELECT id FROM facts WHERE partition=%s AND hash=%s AND invalid_at IS NULL AND rowid<>%s",
+            (row[2], h, row[0]),
+        )
+        if clash:
+            raise InvalidInputError(f"an identical fact already exists: {dec(clash[0])}")
+        now = utcnow()
+        sets = "content=%s, hash=%s, version=version+1, updated_at=%s, search_text=%s"
+        args: list[Any] = [enc(content), h, now, enc(_search_text(old.kind, content))]
+        if vector is not None:
+            sets += ", embedding=%s"
+            args.append(vector.reshape(-1).astype(np.float32))
+        await conn.execute(f"UPDATE facts SET {sets} WHERE rowid=%s", (*args, row[0]))
+        await conn.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=%s", (row[2],))
+        if contributor is not None and contributor != old.user_id:
+            await add_contributors(conn, "fact", fact_id, [contributor])
+        if old.session_id and old.seq is not None:  # neighbours' context held the old words
+            await self._refresh_context(conn, row[2], old.session_id, [old.seq])
+        await self._history(conn, fact_id, old.user_id, "UPDATE", old.content, content, actor, now)
+        return old.model_copy(update={"content": content, "hash": h, "version": old.version + 1, "updated_at": now})
+
+    async def _invalidate_row(self, conn: Conn, row: Row, actor: str) -> Fact:
+        """Soft-delete one fact inside the caller's transaction (no-op when already invalid).
+        Its searchable text is cleared, as SQLite drops its keyword-index row."""
+        fact = row_to_fact(row)
+        if fact.invalid_at is not None:
+            return fact
+        now = utcnow()
+        await conn.execute(
+            "UPDATE facts SET invalid_at=%s, search_text='', ctx='', date_words='' WHERE rowid=%s", (now, row[0])
+        )
+        await conn.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=%s", (row[2],))
+        if fact.session_id and fact.seq is not None:  # neighbours' context held its words
+            await self._refresh_context(conn, row[2], fact.session_id, [fact.seq])
+        await self._history(conn, fact.id, fact.user_id, "DELETE", fact.content, None, actor, now)
+        return fact.model_copy(update={"invalid_at": now})
+
+    async def invalidate_fact(self, fact_id: str, scope: Scope, *, actor: str = "api") -> Fact:
+        """Soft delete: set ``invalid_at``, drop from search, keep in history."""
+        return (await self.invalidate_facts([fact_id], scope, actor=actor))[0]
+
+    async def invalidate_facts(self, fact_ids: Sequence[str], scope: Scope, *, actor: str = "api") -> list[Fact]:
+        """Soft delete several facts in one transaction: all visible, or nothing changes."""
+        ids = list(dict.fromkeys(fact_ids))
+        async with self._tx() as conn:
+            rows = [await self._visible_row(conn, fid, scope) for fid in ids]
+            await self._lock(conn, {r[2] for r in rows})
+            out: list[Fact] = []
+            for row in rows:
+                fresh = await self._one(conn, f"SELECT {FACT_COLS} FROM facts WHERE rowid=%s FOR UPDATE", (row[0],))
+                if fresh is None:  # purged meanwhile
+                    raise NotFoundError(f"no fact {dec(row[1])!r} in this scope")
+                out.append(await self._invalidate_row(conn, fresh, actor))
+            return out
+
+    async def record_access(self, fact_ids: Sequence[str]) -> None:
+        """Increment ``access_count`` of retrieved facts (ids from scoped searches)."""
+        ids = [enc(i) for i in dict.fromkeys(fact_ids)]
+        if not ids:
+            return
+        async with self._tx() as conn:
+            await conn.execute("UPDATE facts SET access_count = access_count + 1 WHERE id = ANY(%s)", (ids,))
+
+    # ------------------------------------------------------------------ formation batches
+    async def apply_changes(
+        self,
+        changes: Sequence[FactChange],
+        reflections: Sequence[Reflection] = (),
+        *,
+        key: str,
+        actor: str = "formation",
+    ) -> list[AppliedChange]:
+        """Apply a formation batch atomically, exactly once per ``key``.
+
+        The batch's ``applied_batches`` row is inserted first (``ON CONFLICT DO NOTHING``): a
+        replica applying the same key at the same time waits on that row's unique index until
+        the first commits (then returns its result) or rolls back (then applies it itself).
+        """
+        changes = list(changes)
+        parts: set[str] = set()
+        for ch in changes:
+            parts.add(ch.partition)
+            if ch.fact is not None:
+                parts.add(ch.fact.partition)
+            if ch.vector is not None:
+                self._check_vectors(ch.vector.reshape(1, -1), 1)
+        async with self._tx() as conn:
+            claimed = await self._one(
+                conn,
+                "INSERT INTO applied_batches (key, user_id, at, result) VALUES (%s, NULL, %s, '[]')"
+                " ON CONFLICT (key) DO NOTHING RETURNING key",
+                (enc(key), utcnow()),
+            )
+            if claimed is None:
+                done = await self._one(conn, "SELECT result FROM applied_batches WHERE key=%s", (enc(key),))
+                if done is None:  # purged between the two statements: nothing to replay
+                    raise ConflictError(f"batch {key!r} was removed while being replayed; retry")
+                return _decode_applied(done[0])
+            await self._lock(conn, parts)
+            out = [await self._apply_one(conn, ch, actor) for ch in changes]
+            for r in reflections:
+                await insert_reflection(conn, r)
+            # the batch belongs to whoever's words it holds: the changes' own facts first
+            # (an UPDATE's stored fact may carry the earlier contributor)
+            owner = next((ch.fact.user_id for ch in changes if ch.fact is not None and ch.fact.user_id), None)
+            owner = owner or next((a.fact.user_id for a in out if a.fact.user_id), None)
+            owner = owner or next((r.user_id for r in reflections if r.user_id), None)
+            owner = owner or next((u for r in reflections for u in r.source_user_ids), None)
+            await conn.execute(
+                "UPDATE applied_batches SET user_id=%s, result=%s WHERE key=%s",
+                (enc(owner), _encode_applied(out), enc(key)),
+            )
+            return out
+
+    async def _target_row(self, conn: Conn, ch: FactChange) -> Row | None:
+        """The change's target, only if it is a valid fact in the same partition as the change."""
+        if ch.target_id is None:
+            return None
+        row = await self._one(
+            conn,
+            f"SELECT {FACT_COLS} FROM facts WHERE id=%s AND partition=%s FOR UPDATE",
+            (enc(ch.target_id), ch.partition),
+        )
+        if row is None or row[19] is not None:
+            return None
+        return row
+
+    async def _apply_one(self, conn: Conn, ch: FactChange, actor: str) -> AppliedChange:
+        """Resolve one change with core policy (:func:`memlane.policy.resolve_change`) against
+        the state read in this transaction, then do it."""
+        target_row = await self._target_row(conn, ch)
+        target = row_to_fact(target_row) if target_row is not None else None
+        new_fact = ch.fact
+        # resolve_change looks up at most these hashes: read them here (its lookup is synchronous)
+        hashes: set[str] = set()
+        if new_fact is not None:
+            hashes.add(new_fact.hash or content_hash(new_fact.content))
+        text = ch.text or (new_fact.content if new_fact is not None else None)
+        if ch.event == "UPDATE" and text:
+            hashes.add(content_hash(text))
+        found: dict[str, Fact] = {}
+        if hashes:
+            for r in await self._all(
+                conn,
+                f"SELECT {FACT_COLS} FROM facts WHERE partition=%s AND hash = ANY(%s) AND invalid_at IS NULL",
+                (ch.partition, sorted(hashes)),
+            ):
+                found[r[4]] = row_to_fact(r)
+        res = resolve_change(ch, target, found.get)
+        if res.action == "none":
+            assert res.existing is not None
+            existing = res.existing
+            await self._history(
+                conn, existing.id, existing.user_id, "NONE", existing.content,
+                new_fact.content if new_fact else None, actor, utcnow(),
+            )  # fmt: skip
+            return AppliedChange("NONE", existing, existing.content)
+        if res.action == "update":
+            assert target_row is not None and target is not None and res.text is not None
+            contributor = new_fact.user_id if new_fact is not None else None
+            updated = await self._update_row(conn, target_row, res.text, ch.vector, actor, contributor=contributor)
+            if new_fact is not None:
+                sources, when = merge_provenance(updated, new_fact)
+                await conn.execute(
+                    "UPDATE facts SET source_event_ids=%s, occurred_at=%s, date_words=%s WHERE rowid=%s",
+                    (Jsonb(enc_json(sources)), when, date_words(when), target_row[0]),
+                )
+                updated = updated.model_copy(update={"source_event_ids": sources, "occurred_at": when})
+            return AppliedChange("UPDATE", updated, target.content)
+        assert new_fact is not None
+        previous = None
+        if res.action == "delete":
+            assert target_row is not None
+            previous = (await self._invalidate_row(conn, target_row, actor)).content
+        vectors = ch.vector.reshape(1, -1) if ch.vector is not None else None
+        stored, _ = (await self._insert_facts(conn, [new_fact], vectors, actor))[0]
+        return AppliedChange("DELETE" if previous is not None else "ADD", stored, previous)
+
+    # ------------------------------------------------------------------ erasure
+    async def purge_user(self, user_id: str, *, shared: str = "erase") -> int:
+        """Hard delete everything of ``user_id`` (facts, history, reflections, blobs, applied
+        batches): the fact store's and the reflection store's ``purge_user`` in one.
+
+        ``shared="erase"`` (the default) also erases the agent-scope memories formed from the
+        user's words: agent facts they contributed (or changed), agent reflections formed from
+        their conversations, and each consolidated agent blob those reflections went into
+        (dropped; its remaining reflections become unabsorbed, so the next consolidation
+        rebuilds it without the user). ``shared="keep"`` keeps those agent memories for the
+        agent's other users and only removes their link to the user.
+
+        Afterwards the touched tables are vacuumed, so the deleted rows leave the heap pages
+        and indexes rather than waiting for autovacuum (as SQLite merges its keyword index
+        and truncates its WAL). PostgreSQL's WAL and backups keep the old pages until they
+        are recycled: that is the operator's retention policy.
+        """
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise ScopeError("purge_user needs a non-empty user_id")
+        if shared not in ("erase", "keep"):
+            raise InvalidInputError(f"shared must be 'erase' or 'keep', got {shared!r}")
+        erase = shared == "erase"
+        uid = enc(user_id)
+
+        def mine(kind: str) -> str:
+            return f"SELECT item_id FROM contributors WHERE user_id=%s AND kind='{kind}'"
+
+        where = "user_id=%s" + (f" OR id IN ({mine('fact')})" if erase else "")
+        wargs = (uid, uid) if erase else (uid,)
+        async with self._tx() as conn:
+            # lock the partitions about to change first (sorted, like every writer)
+            await self._lock(
+                conn,
+                [r[0] for r in await self._all(conn, f"SELECT DISTINCT partition FROM facts WHERE {where}", wargs)],
+            )
+            removed = 0
+            if not erase:  # the agent keeps what the user told it, unlinked from the user
+                await conn.execute(
+                    "UPDATE history SET user_id=NULL WHERE user_id=%s AND fact_id IN"
+                    " (SELECT id FROM facts WHERE user_id=%s AND scope IN ('agent', 'room'))",
+                    (uid, uid),
+                )
+                await conn.execute(
+                    "UPDATE facts SET user_id=NULL WHERE user_id=%s AND scope IN ('agent', 'room')", (uid,)
+                )
+            victims = await self._all(
+                conn, f"SELECT rowid, id, partition, session_id, seq FROM facts WHERE {where} FOR UPDATE", wargs
+            )
+            rowids = [v[0] for v in victims]
+            ids = [v[1] for v in victims]
+            removed += (await conn.execute("DELETE FROM facts WHERE rowid = ANY(%s)", (rowids,))).rowcount
+            removed += (await conn.execute("DELETE FROM history WHERE fact_id = ANY(%s)", (ids,))).rowcount
+            removed += (await conn.execute("DELETE FROM history WHERE user_id=%s", (uid,))).rowcount
+            await conn.execute("DELETE FROM contributors WHERE kind='fact' AND item_id = ANY(%s)", (ids,))
+            if erase:
+                refl = [r[0] for r in await self._all(conn, mine("reflection"), (uid,))]
+                removed += (await conn.execute("DELETE FROM reflections WHERE id = ANY(%s)", (refl,))).rowcount
+                await conn.execute("DELETE FROM contributors WHERE kind='reflection' AND item_id = ANY(%s)", (refl,))
+                for (blob_id,) in await self._all(conn, mine("blob"), (uid,)):
+                    removed += await self._drop_blob(conn, blob_id)
+            removed += (await conn.execute("DELETE FROM reflections WHERE user_id=%s", (uid,))).rowcount
+            removed += (await conn.execute("DELETE FROM consolidated WHERE user_id=%s", (uid,))).rowcount
+            await conn.execute("DELETE FROM contributors WHERE user_id=%s", (uid,))
+            removed += (await conn.execute("DELETE FROM applied_batches WHERE user_id=%s", (uid,))).rowcount
+            sessions: dict[tuple[str, str], list[int | None]] = {}
+            for _, _, part, session_id, seq in victims:
+                if session_id and seq is not None:
+                    sessions.setdefault((part, dec(session_id) or ""), []).append(seq)
+            for (part, session_id), seqs in sessions.items():
+                await self._refresh_context(conn, part, session_id, seqs)
+            for part in sorted({v[2] for v in victims}):
+                left = await self._one(conn, "SELECT 1 FROM facts WHERE partition=%s LIMIT 1", (part,))
+                if left is None:
+                    await conn.execute("DELETE FROM partitions WHERE partition=%s", (part,))
+                    await conn.execute("DELETE FROM authors WHERE partition=%s", (part,))
+                else:
+                    await conn.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=%s", (part,))
+                    await conn.execute(
+                        "DELETE FROM authors WHERE partition=%s AND author NOT IN"
+                        " (SELECT author FROM facts WHERE partition=%s AND author IS NOT NULL)",
+                        (part, part),
+                    )
+            await conn.execute("UPDATE meta SET value = (CAST(value AS BIGINT) + 1)::text WHERE key='generation'")
+        await self._vacuum()
+        return int(removed)
+
+    @staticmethod
+    async def _drop_blob(conn: Conn, blob_id: str) -> int:
+        """Delete a consolidated blob and mark its scope's remaining reflections unabsorbed, so
+        the next consolidation rebuilds the blob from them."""
+        row = await PgFactStore._one(
+            conn, "SELECT scope, agent_id, user_id, session_id FROM consolidated WHERE id=%s", (blob_id,)
+        )
+        await conn.execute("DELETE FROM contributors WHERE kind='blob' AND item_id=%s", (blob_id,))
+        if row is None:
+            return 0
+        scope, agent_id, user_id, session_id = (row[0], *(v or None for v in row[1:]))
+        where = "scope=%s AND agent_id IS NOT DISTINCT FROM %s AND user_id IS NOT DISTINCT FROM %s"
+        args: list[Any] = [scope, agent_id, user_id]
+        if scope == "session":
+            where += " AND session_id IS NOT DISTINCT FROM %s"
+            args.append(session_id)
+        await conn.execute(f"UPDATE reflections SET absorbed=FALSE WHERE {where}", args)
+        return int((await conn.execute("DELETE FROM consolidated WHERE id=%s", (blob_id,))).rowcount)
+
+    async def _vacuum(self) -> None:
+        """Vacuum the tables a purge deletes from (best effort: a failure is logged)."""
+        try:
+            async with self.db.connection() as conn:
+                await conn.execute("VACUUM facts, history, reflections, consolidated, contributors, applied_batches")
+        except psycopg.Error as exc:
+            log.warning("memlane: VACUUM after forget failed (%s); autovacuum will reclaim the rows", exc)
+
+    # ------------------------------------------------------------------ reads
+    async def get_fact(self, fact_id: str, scope: Scope) -> Fact | None:
+        """One fact if it is visible from ``scope`` (valid or not), with its vector, else None."""
+        async with self._read() as conn:
+            try:
+                return row_to_fact(await self._visible_row(conn, fact_id, scope), with_embedding=True)
+            except NotFoundError:
+                return None
+
+    async def get_facts(self, fact_ids: Sequence[str], scope: Scope) -> dict[str, Fact]:
+        """Facts by id, only those visible from ``scope``."""
+        ids = [enc(i) for i in dict.fromkeys(fact_ids)]
+        if not ids:
+            return {}
+        async with self._read() as conn:
+            parts = await resolve_partitions(conn, scope.partition_filter())
+            if not parts:
+                return {}
+            rows = await self._all(
+                conn, f"SELECT {FACT_COLS} FROM facts WHERE id = ANY(%s) AND partition = ANY(%s)", (ids, parts)
+            )
+        facts = [row_to_fact(r) for r in rows]
+        return {f.id: f for f in facts}
+
+    async def list_facts(
+        self,
+        scope: Scope,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        include_invalid: bool = False,
+        filter: FactFilter | None = None,
+        only: FactScope | None = None,
+    ) -> Page:
+        """Facts newest first, paginated by an opaque cursor; ``filter`` applied in the query."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or limit > 10_000:
+            raise InvalidInputError("limit must be between 1 and 10000")
+        before = parse_cursor(cursor)
+        pf = scope.partition_filter(only)
+        flt = (filter or FactFilter()).in_session(scope.session_id)
+        async with self._read() as conn:
+            parts = await resolve_partitions(conn, pf)
+            if not parts or flt is None:  # no partition, or filters naming another session
+                return Page(items=[], next_cursor=None, total=0)
+            where = "partition = ANY(%s)"
+            args: list[Any] = [parts]
+            if not include_invalid:
+                where += " AND invalid_at IS NULL"
+            fsql, fargs = filter_sql(flt, "facts")
+            where += fsql
+            args += fargs
+            total_row = await self._one(conn, f"SELECT COUNT(*) FROM facts WHERE {where}", args)
+            q = f"SELECT {FACT_COLS} FROM facts WHERE {where}"
+            qargs = list(args)
+            if before is not None:
+                q += " AND rowid < %s"
+                qargs.append(before)
+            rows = await self._all(conn, q + " ORDER BY rowid DESC LIMIT %s", (*qargs, limit + 1))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return Page(
+            items=[row_to_fact(r) for r in rows],
+            next_cursor=str(rows[-1][0]) if more and rows else None,
+            total=int(total_row[0]) if total_row else 0,
+        )
+
+    async def history(self, fact_id: str, scope: Scope) -> list[HistoryEntry]:
+        """All changes to a fact visible from ``scope``, oldest first."""
+        async with self._read() as conn:
+            await self._visible_row(conn, fact_id, scope)
+            rows = await self._all(
+                conn,
+                "SELECT id, fact_id, event, old_content, new_content, actor, at FROM history"
+                " WHERE fact_id=%s ORDER BY at, rowid",
+                (enc(fact_id),),
+            )
+        return [
+            HistoryEntry(
+                id=r[0], fact_id=dec(r[1]) or "", event=r[2], old_content=dec(r[3]), new_content=dec(r[4]),
+                actor=dec(r[5]) or "", at=r[6],
+            )
+            for r in rows
+        ]  # fmt: skip
+
+    async def authors(self, partitions: PartitionFilter) -> list[str]:
+        """Distinct authors of verbatim memories in these partitions."""
+        async with self._read() as conn:
+            parts = await resolve_partitions(conn, partitions)
+            if not parts:
+                return []
+            rows = await self._all(conn, "SELECT DISTINCT author FROM authors WHERE partition = ANY(%s)", (parts,))
+        return [dec(r[0]) or "" for r in rows]
+
+    async def memory_stamp(self, partitions: PartitionFilter) -> str:
+        """A token that changes whenever a fact in these partitions is added, changed or
+        removed (by any replica), and after a purge; reads counters only."""
+        async with self._read() as conn:
+            parts = sorted(await resolve_partitions(conn, partitions))
+            generation = await self._one(conn, "SELECT value FROM meta WHERE key='generation'")
+            rows: list[Row] = []
+            if parts:
+                rows = await self._all(
+                    conn,
+                    "SELECT partition, appends, changes FROM partitions WHERE partition = ANY(%s)"
+                    ' ORDER BY partition COLLATE "C"',
+                    (parts,),
+                )
+        return digest([generation[0] if generation else "", *map(list, rows)])
+
+    async def stats(self, scope: Scope | None = None) -> StoreStats:
+        """Fact counts (the whole store when ``scope`` is None: for operators, no content)."""
+        async with self._read() as conn:
+            if scope is None:
+                where, args = "TRUE", []
+            else:
+                parts = await resolve_partitions(conn, scope.partition_filter())
+                where, args = "partition = ANY(%s)", [parts]
+            row = await self._one(
+                conn,
+                "SELECT COUNT(*), COUNT(*) FILTER (WHERE invalid_at IS NULL), COUNT(DISTINCT partition)"
+                f" FROM facts WHERE {where}",
+                args,
+            )
+            facts, valid, nparts = (int(v) for v in row) if row else (0, 0, 0)
+            st = StoreStats(facts=facts, valid_facts=valid, partitions=nparts, embedder=self.embedder_name,
+                            dim=self.dim)  # fmt: skip
+            if scope is None:
+                st.reflections = int((await self._one(conn, "SELECT COUNT(*) FROM reflections") or (0,))[0])
+                st.consolidated = int((await self._one(conn, "SELECT COUNT(*) FROM consolidated") or (0,))[0])
+            else:
+                n = await self._one(
+                    conn,
+                    "SELECT COUNT(*) FROM reflections"
+                    " WHERE user_id IS NOT DISTINCT FROM %s AND agent_id IS NOT DISTINCT FROM %s",
+                    (enc(scope.user_id), enc(scope.agent_id)),
+                )
+                st.reflections = int(n[0]) if n else 0
+        return st
+
+    # ------------------------------------------------------------------ health and export
+    async def check(self) -> list[str]:
+        """Integrity problems of this schema (empty when healthy). Reads only: invalid
+        indexes (a failed index build), the vector column's type against the bound embedder,
+        the HNSW index, and facts whose partition has no change counters."""
+        problems: list[str] = []
+        try:
+            async with self.db.connection() as conn:
+                for (name,) in await self._all(
+                    conn,
+                    "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                    " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE n.nspname = current_schema() AND NOT i.indisvalid ORDER BY 1",
+                ):
+                    problems.append(f"index {name} is invalid (a failed build): REINDEX INDEX {name}")
+                meta: dict[str, str] = dict(
+                    await self._all(conn, "SELECT key, value FROM meta WHERE key IN ('dim', 'embedder')")
+                )
+                col = await self._one(
+                    conn,
+                    "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"
+                    " WHERE a.attrelid = 'facts'::regclass AND a.attname = 'embedding'",
+                )
+                coltype = col[0] if col else None
+                if "dim" in meta:
+                    want = f"vector({int(meta['dim'])})"
+                    if coltype != want:
+                        problems.append(f"facts.embedding is {coltype}, but the bound embedder makes {want}")
+                    hnsw = await self._one(
+                        conn,
+                        "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema()"
+                        " AND indexname = 'facts_embedding_hnsw'",
+                    )
+                    if hnsw is None and int(meta["dim"]) <= HNSW_MAX_DIM:
+                        problems.append("the vector index facts_embedding_hnsw is missing")
+                orphans = await self._one(
+                    conn,
+                    "SELECT COUNT(DISTINCT f.partition) FROM facts f"
+                    " WHERE NOT EXISTS (SELECT 1 FROM partitions p WHERE p.partition = f.partition)",
+                )
+                if orphans and orphans[0]:
+                    problems.append(f"{orphans[0]} partition(s) of facts have no change counters")
+        except psycopg.Error as exc:
+            problems.append(f"integrity check: {exc.diag.message_primary or exc}")
+        return problems
+
+    async def export_user(self, user_id: str) -> dict[str, Any]:
+        """The user's facts (with history), reflections and blobs, and references (ids, never
+        text) to the shared memories formed from their words: the SQLite store's export."""
+        uid = enc(user_id)
+        cols = (
+            "id, content, scope, agent_id, user_id, session_id, kind, author, seq, occurred_at, formed_at,"
+            " updated_at, access_count, version, source_event_ids, valid_from, invalid_at, metadata"
+        )
+        async with self._read() as conn:
+            facts = await self._dicts(conn, f"SELECT {cols} FROM facts WHERE user_id=%s ORDER BY rowid", (uid,))
+            own = {f["id"] for f in facts}
+            for f in facts:
+                f["history"] = await self._dicts(
+                    conn,
+                    "SELECT event, old_content, new_content, actor, at FROM history WHERE fact_id=%s"
+                    " ORDER BY at, rowid",
+                    (enc(f["id"]),),
+                )
+            # the user's changes to facts that are not theirs: what they said, not what was there
+            changes = [
+                r
+                for r in await self._dicts(
+                    conn,
+                    "SELECT fact_id, event, new_content, actor, at FROM history WHERE user_id=%s ORDER BY at, rowid",
+                    (uid,),
+                )
+                if r["fact_id"] not in own
+            ]
+            reflections = await self._dicts(
+                conn,
+                "SELECT id, content, scope, agent_id, user_id, session_id, absorbed, formed_at FROM reflections"
+                " WHERE user_id=%s ORDER BY formed_at, id",
+                (uid,),
+            )
+            blobs = await self._dicts(
+                conn,
+                "SELECT id, scope, agent_id, user_id, session_id, consolidated_content, word_limit, version,"
+                " last_consolidated_at FROM consolidated WHERE user_id=%s ORDER BY scope, agent_id, session_id",
+                (uid,),
+            )
+            own |= {r["id"] for r in reflections} | {b["id"] for b in blobs}
+            shared: list[dict[str, Any]] = []
+            for kind, item_id in await self._all(
+                conn, "SELECT kind, item_id FROM contributors WHERE user_id=%s ORDER BY kind, item_id", (uid,)
+            ):
+                item = dec(item_id)
+                if item in own:
+                    continue
+                table = {"fact": "facts", "reflection": "reflections", "blob": "consolidated"}.get(kind)
+                ref: dict[str, Any] = {"kind": kind, "id": item, "scope": None, "agent_id": None}
+                if table is not None:
+                    row = await self._one(conn, f"SELECT scope, agent_id FROM {table} WHERE id=%s", (item_id,))
+                    if row is not None:
+                        ref["scope"], ref["agent_id"] = row[0], dec(row[1]) or None
+                shared.append(ref)
+        return {"facts": facts, "shared_changes": changes, "reflections": reflections, "consolidated": blobs,
+                "shared": shared}  # fmt: skip
+
+    @staticmethod
+    async def _dicts(conn: Conn, query: str, args: Sequence[Any]) -> list[dict[str, Any]]:
+        """Rows as JSON-ready dicts: text decoded, timestamps as ISO strings (as SQLite stores them)."""
+        cur = await conn.execute(query, args)
+        names = [d.name for d in cur.description or ()]
+        out = []
+        for r in await cur.fetchall():
+            out.append({n: _iso(dec_json(v)) for n, v in zip(names, r, strict=True)})
+        return out

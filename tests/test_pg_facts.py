@@ -1,0 +1,300 @@
+"""The fact and reflection store contracts on PostgreSQL (unchanged), plus what only a shared
+database can show: replicas (several pools on one schema) agree, apply a formation batch
+exactly once between them, and schemas (one per location or tenant) never see each other."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+from services import with_params
+
+from memlane.errors import DimensionMismatchError, NotFoundError, ScopeError
+from memlane.models import Fact, Reflection, Scope, content_hash, user_partition
+from memlane.providers.embed.hashing import HashEmbedder
+from memlane.stores.base import Checkable, FactChange, FactStore, ReflectionStore, UserExportable
+from memlane.stores.postgres.db import PgDatabase
+from memlane.stores.postgres.facts import PgFactStore
+from memlane.testing import FactStoreContract, ReflectionStoreContract
+
+_EMB = HashEmbedder(64)
+
+
+def _fact(text: str, user: str | None = "u1", **kw: object) -> Fact:
+    return Fact(content=text, user_id=user, hash=content_hash(text), **kw)  # type: ignore[arg-type]
+
+
+class TestPgFactStoreContracts(FactStoreContract, ReflectionStoreContract):
+    @pytest.fixture
+    async def fact_store(self, pg_url: str) -> AsyncIterator[PgFactStore]:
+        store = await PgFactStore.open(pg_url)
+        await store.bind_embedder("hash:64", 64)
+        yield store
+        await store.close()
+
+    @pytest.fixture
+    def reflection_store(self, fact_store: PgFactStore) -> PgFactStore:
+        return fact_store  # one class, one schema, both protocols
+
+
+async def _replicas(url: str, n: int = 2) -> list[PgFactStore]:
+    """``n`` stores on one schema, each on a pool of its own (as separate replicas are)."""
+    stores = [await PgFactStore.open(url) for _ in range(n)]
+    for s in stores:
+        await s.bind_embedder("hash:64", 64)
+    return stores
+
+
+async def test_protocols_and_idempotent_close(pg_url: str) -> None:
+    store = await PgFactStore.open(pg_url)
+    assert isinstance(store, FactStore) and isinstance(store, ReflectionStore)
+    assert isinstance(store, Checkable) and isinstance(store, UserExportable)
+    await store.close()
+    await store.close()  # a second close releases nothing more
+    assert store.db.closed
+
+
+async def test_shared_database_is_released_once_per_store(pg_url: str) -> None:
+    db = await PgDatabase.open(pg_url)
+    db.acquire()  # the caller's own reference
+    a, b = await PgFactStore.open(db), await PgFactStore.open(db)
+    await a.close()
+    await a.close()
+    assert not db.closed
+    await b.close()
+    assert not db.closed  # the caller still holds it
+    await db.release()
+    assert db.closed
+
+
+async def test_binding_sets_vector_type_and_hnsw_index_and_is_seen_by_other_replicas(pg_url: str) -> None:
+    a = await PgFactStore.open(pg_url)
+    b = await PgFactStore.open(pg_url)  # opened before the binding: learns it on bind
+    try:
+        assert a.dim is None
+        await a.bind_embedder("hash:64", 64)
+        async with a.db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+                " WHERE attrelid = 'facts'::regclass AND attname = 'embedding'"
+            )
+            assert (await cur.fetchone()) == ("vector(64)",)
+            cur = await conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema()"
+                " AND indexname = 'facts_embedding_hnsw'"
+            )
+            row = await cur.fetchone()
+        assert row is not None and "hnsw" in row[0] and "vector_cosine_ops" in row[0]
+        with pytest.raises(DimensionMismatchError):
+            await b.bind_embedder("hash:128", 128)
+        assert (b.dim, b.embedder_name) == (64, "hash:64")
+        c = await PgFactStore.open(pg_url)  # opened after: reads it from meta
+        assert (c.dim, c.embedder_name) == (64, "hash:64")
+        assert await c.check() == []
+        await c.close()
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_large_dimensions_skip_the_hnsw_index(pg_url: str) -> None:
+    store = await PgFactStore.open(pg_url)
+    try:
+        await store.bind_embedder("big:2048", 2048)
+        async with store.db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'facts_embedding_hnsw'"
+            )
+            assert await cur.fetchone() is None
+        vec = np.zeros((1, 2048), dtype=np.float32)
+        vec[0, 7] = 1.0
+        await store.put_facts([_fact("wide vector")], vec)
+        found = await store.vector_search(Scope(user_id="u1").partition_filter(), vec[0], limit=3)
+        assert len(found) == 1 and found[0].score == pytest.approx(1.0, abs=1e-5)
+        assert await store.check() == []
+    finally:
+        await store.close()
+
+
+async def test_write_through_one_replica_is_read_through_another(pg_url: str) -> None:
+    a, b = await _replicas(pg_url)
+    try:
+        assert a.db is not b.db
+        scope = Scope(user_id="u1")
+        [(f, created)] = await a.put_facts([_fact("hotel zulu", kind="message", session_id="s")],
+                                           _EMB.embed_sync(["hotel zulu"]))  # fmt: skip
+        assert created
+        got = await b.get_fact(f.id, scope)
+        assert got is not None and got.content == "hotel zulu" and got.seq == 0
+        stamp = await b.memory_stamp(scope.partition_filter())
+        # b's write is idempotent against a's (same hash, same partition) and numbers turns on
+        [(same, again), (nxt, _)] = await b.put_facts(
+            [_fact("hotel zulu"), _fact("hotel two", kind="message", session_id="s")], None
+        )
+        assert not again and same.id == f.id and nxt.seq == 1
+        assert await a.memory_stamp(scope.partition_filter()) != stamp
+        await b.update_fact(f.id, scope, "hotel yankee", None)
+        seen = await a.get_fact(f.id, scope)
+        assert seen is not None and seen.content == "hotel yankee" and seen.version == 2
+        assert [h.event for h in await a.history(f.id, scope)] == ["ADD", "UPDATE"]
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_concurrent_turns_from_replicas_get_distinct_seqs(pg_url: str) -> None:
+    a, b = await _replicas(pg_url)
+    try:
+
+        async def put(store: PgFactStore, i: int) -> None:
+            await store.put_facts([_fact(f"turn number {i}", kind="message", session_id="s")], None)
+
+        await asyncio.gather(*(put(a if i % 2 else b, i) for i in range(16)))
+        page = await a.list_facts(Scope(user_id="u1"), limit=100)
+        assert sorted(f.seq for f in page.items) == list(range(16))  # type: ignore[type-var]
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_same_key_applied_concurrently_by_two_replicas_applies_once(pg_url: str) -> None:
+    a, b = await _replicas(pg_url)
+    try:
+        part = user_partition("u1", None)
+        for round_ in range(5):
+            key = f"batch-{round_}"
+            batch = [
+                FactChange("ADD", part, fact=_fact(f"formed fact {round_} a")),
+                FactChange("ADD", part, fact=_fact(f"formed fact {round_} b")),
+            ]
+            refl = [Reflection(content=f"reflection {round_}", scope="user", user_id="u1", id=f"r{round_}")]
+            results = await asyncio.gather(
+                a.apply_changes(batch, refl, key=key), b.apply_changes(batch, refl, key=key)
+            )
+            assert [x.fact.id for x in results[0]] == [x.fact.id for x in results[1]]
+            assert sorted(x.event for r in results for x in r) == ["ADD"] * 4  # the replay returns the result
+        async with a.db.connection() as conn:
+            cur = await conn.execute("SELECT event, count(*) FROM history GROUP BY event")
+            assert dict(await cur.fetchall()) == {"ADD": 10}  # one history row per fact: applied once
+            cur = await conn.execute("SELECT count(*) FROM applied_batches WHERE user_id = 'u1'")
+            assert (await cur.fetchone()) == (5,)
+        assert (await b.list_facts(Scope(user_id="u1"))).total == 10
+        assert len(await a.list_reflections(scope="user", user_id="u1")) == 5
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_failed_batch_leaves_its_key_free(pg_url: str) -> None:
+    [store] = await _replicas(pg_url, 1)
+    try:
+        part = user_partition("u1", None)
+        with pytest.raises(ScopeError):
+            await store.apply_changes([FactChange("ADD", part, fact=Fact(content="x", user_id=None))], key="k")
+        ok = await store.apply_changes([FactChange("ADD", part, fact=_fact("x"))], key="k")
+        assert ok[0].event == "ADD"
+    finally:
+        await store.close()
+
+
+async def test_schemas_never_see_each_other(pg_server: str, pg_url: str) -> None:
+    other_url = with_params(pg_server, schema=pg_url.rsplit("schema=", 1)[1] + "_b")
+    a = await PgFactStore.open(pg_url)
+    b = await PgFactStore.open(other_url)
+    try:
+        for s in (a, b):
+            await s.bind_embedder("hash:64", 64)
+        [(fa, _)] = await a.put_facts([_fact("secret alpha words")], _EMB.embed_sync(["secret alpha words"]))
+        [(fb, _)] = await b.put_facts([_fact("secret bravo words")], _EMB.embed_sync(["secret bravo words"]))
+        scope = Scope(user_id="u1")
+        pf = scope.partition_filter()
+        for store, mine, theirs in ((a, fa, fb), (b, fb, fa)):
+            page = await store.list_facts(scope)
+            assert [f.id for f in page.items] == [mine.id]
+            assert await store.get_fact(theirs.id, scope) is None
+            assert [c.fact_id for c in await store.keyword_search(pf, ["secret"], limit=5)] == [mine.id]
+            vec = await store.vector_search(pf, _EMB.embed_sync(["secret words"])[0], limit=5)
+            assert [c.fact_id for c in vec] == [mine.id]
+            with pytest.raises(NotFoundError):
+                await store.update_fact(theirs.id, scope, "x", None)
+        assert await b.purge_user("u1") >= 1
+        assert (await a.list_facts(scope)).total == 1  # a purge in one schema leaves the other alone
+    finally:
+        await a.close()
+        await b.close()
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(b.db.schema or "")))
+
+
+async def test_nul_characters_round_trip(pg_url: str) -> None:
+    [store] = await _replicas(pg_url, 1)
+    try:
+        text = "a\x00b \U0010fffe c"
+        f = _fact(text, user="u\x00", agent_id="x\x00", metadata={"k\x00": "v\x00", "n": [1, "\x00"]})
+        [(stored, _)] = await store.put_facts([f], None)
+        scope = Scope(user_id="u\x00", agent_id="x\x00")
+        got = await store.get_fact(stored.id, scope)
+        assert got is not None
+        assert (got.content, got.user_id, got.agent_id, got.metadata) == (text, "u\x00", "x\x00", f.metadata)
+        assert await store.get_fact(stored.id, Scope(user_id="u", agent_id="x")) is None
+        assert (await store.export_user("u\x00"))["facts"][0]["content"] == text
+        assert await store.purge_user("u\x00") >= 2
+        assert await store.get_fact(stored.id, scope) is None
+    finally:
+        await store.close()
+
+
+async def test_export_user_matches_the_sqlite_shape(pg_url: str) -> None:
+    [store] = await _replicas(pg_url, 1)
+    try:
+        [(f, _)] = await store.put_facts([_fact("export me", metadata={"a": 1})], None)
+        await store.put_facts([_fact("club rule", user="u1", agent_id="club", scope="agent")], None)
+        await store.put_reflection(Reflection(content="likes tea", scope="user", user_id="u1"))
+        out = await store.export_user("u1")
+        assert set(out) == {"facts", "shared_changes", "reflections", "consolidated", "shared"}
+        [mine, club] = out["facts"]
+        assert mine["id"] == f.id and mine["metadata"] == {"a": 1} and isinstance(mine["formed_at"], str)
+        assert [h["event"] for h in mine["history"]] == ["ADD"]
+        assert club["scope"] == "agent"
+        assert [r["content"] for r in out["reflections"]] == ["likes tea"]
+        assert (await store.export_user("nobody"))["facts"] == []
+    finally:
+        await store.close()
+
+
+async def test_purge_vacuums_and_check_reports_an_invalid_index(pg_url: str) -> None:
+    [store] = await _replicas(pg_url, 1)
+    try:
+        await store.put_facts([_fact("canary phrase")], None)
+        await store.purge_user("u1")
+        async with store.db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname = 'facts'"
+            )
+            row = await cur.fetchone()
+            assert row is not None and row[0] == 0  # vacuumed: no dead copy of the row left
+            await conn.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'facts_user'::regclass")
+        assert any("facts_user" in p for p in await store.check())
+    finally:
+        await store.close()
+
+
+async def test_async_memory_end_to_end_on_postgres(pg_url: str) -> None:
+    from memlane import AsyncMemory
+
+    mem = AsyncMemory(pg_url, embedder="hash", sessions="local")
+    try:
+        added = await mem.add("Ann's favourite tea is oolong", user_id="ann")
+        found = await mem.search("which tea does Ann like", user_id="ann")
+        assert found.facts and "oolong" in found.facts[0].content
+        assert (await mem.search("which tea does Ann like", user_id="bob")).facts == []
+        assert await mem.forget("ann") >= 1
+        assert (await mem.search("oolong", user_id="ann")).facts == []
+        assert added is not None
+    finally:
+        await mem.close()
