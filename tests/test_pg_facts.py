@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
-from services import with_params
 
 from memlane.errors import DimensionMismatchError, NotFoundError, ScopeError
 from memlane.models import Fact, Reflection, Scope, content_hash, user_partition
@@ -18,6 +17,7 @@ from memlane.stores.base import Checkable, FactChange, FactStore, ReflectionStor
 from memlane.stores.postgres.db import PgDatabase
 from memlane.stores.postgres.facts import PgFactStore
 from memlane.testing import FactStoreContract, ReflectionStoreContract
+from services import with_params
 
 _EMB = HashEmbedder(64)
 
@@ -170,9 +170,7 @@ async def test_same_key_applied_concurrently_by_two_replicas_applies_once(pg_url
                 FactChange("ADD", part, fact=_fact(f"formed fact {round_} b")),
             ]
             refl = [Reflection(content=f"reflection {round_}", scope="user", user_id="u1", id=f"r{round_}")]
-            results = await asyncio.gather(
-                a.apply_changes(batch, refl, key=key), b.apply_changes(batch, refl, key=key)
-            )
+            results = await asyncio.gather(a.apply_changes(batch, refl, key=key), b.apply_changes(batch, refl, key=key))
             assert [x.fact.id for x in results[0]] == [x.fact.id for x in results[1]]
             assert sorted(x.event for r in results for x in r) == ["ADD"] * 4  # the replay returns the result
         async with a.db.connection() as conn:
