@@ -156,6 +156,11 @@ class ServerSettings(BaseModel):
     """Where each tenant's own store lives (the ``default`` tenant uses ``memory.store``)."""
     reload_interval: float = Field(1.0, ge=0)
     """Seconds between checks of the config file for edits (hot reload); 0: no reload."""
+    formation_worker: bool = True
+    """Run queued formation jobs in the server process (a background task per tenant engine).
+    Off (``MEMLANE_FORMATION_WORKER=false``, ``memlane serve --no-formation-worker``): the
+    server only queues them, durably, for ``memlane worker`` processes (replicas behind a
+    load balancer); a call that waits for its job (``form``, ``end_session``) still runs it."""
 
 
 Source = str
@@ -265,6 +270,7 @@ ENV_VARS: dict[str, str] = {
     "MEMLANE_RATE_LIMIT": "server.rate_limit",
     "MEMLANE_TENANTS_DIR": "server.tenants_dir",
     "MEMLANE_RELOAD_INTERVAL": "server.reload_interval",
+    "MEMLANE_FORMATION_WORKER": "server.formation_worker",
 }
 _ENV_FOR = {key: name for name, key in ENV_VARS.items()}
 _NULLABLE = frozenset({"memory.strong_llm", "sessions.idle_consolidate_minutes", "sessions.redis_url"})
@@ -555,6 +561,8 @@ def build_memory(
     store: str | os.PathLike[str] | None = None,
     *,
     sessions: str | SessionStore | None = None,
+    jobs: str | None = None,
+    formation: FormationConfig | None = None,
 ) -> AsyncMemory:
     """An unopened :class:`~memlane.memory.AsyncMemory` configured by ``settings``.
 
@@ -562,7 +570,11 @@ def build_memory(
         store: the long-term store (default ``settings.memory.store``); the service passes
             each tenant's own.
         sessions: the session store to use instead of the one ``sessions.backend`` names
-            (the service hands one in-process store from reload to reload).
+            (the service hands one in-process store from reload to reload, and each tenant
+            its own Redis prefix).
+        jobs: the job queue URL to use instead of ``memory.queue`` (each tenant's own).
+        formation: the formation settings to use instead of :func:`formation_config`'s
+            (the service turns background formation off for ``server.formation_worker: false``).
 
     Raises:
         ConfigError: a setting the engine cannot use (e.g. ``redis`` sessions, an unknown
@@ -575,7 +587,8 @@ def build_memory(
         store if store is not None else m.store,
         embedder=m.embedder,
         sessions=sessions if sessions is not None else session_backend(settings),
-        formation=formation_config(settings),
+        jobs=jobs if jobs is not None else getattr(m, "queue", None),
+        formation=formation if formation is not None else formation_config(settings),
         llm=m.llm,
         strong_llm=m.strong_llm,
     )

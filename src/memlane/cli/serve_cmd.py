@@ -31,8 +31,9 @@ def _settings(args: argparse.Namespace) -> MemlaneSettings:
 
 def service_settings(args: argparse.Namespace) -> MemlaneSettings:
     """The settings a server command (``serve``, ``mcp``) runs with: the file and environment,
-    then the command-line values (``--db``, ``--embedder``, ``--llm``, ``--tenants-dir``) as
-    overrides, which the hub applies again after a hot reload of the file.
+    then the command-line values (``--db``, ``--embedder``, ``--llm``, ``--tenants-dir``,
+    ``--no-formation-worker``) as overrides, which the hub applies again after a hot reload of
+    the file.
 
     Raises:
         ConfigError: settings the engine cannot use (checked before anything is served).
@@ -44,6 +45,8 @@ def service_settings(args: argparse.Namespace) -> MemlaneSettings:
                        ("server.tenants_dir", args.tenants_dir)):  # fmt: skip
         if value is not None and str(value) != str(settings.get(key)):
             overrides[key] = str(value)
+    if getattr(args, "formation_worker", None) is False and settings.server.formation_worker:
+        overrides["server.formation_worker"] = False
     return load_settings(settings.config_file, overrides=overrides) if overrides else settings
 
 
@@ -106,6 +109,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--workers", type=int, default=1, help="server processes (only 1 for now)")
     s.add_argument("--keys", default=None, help="API keys file (default: server.keys_file / $MEMLANE_KEYS_FILE)")
     s.add_argument("--tenants-dir", default=None, help="where each tenant's store lives (default: server.tenants_dir)")
+    s.add_argument("--no-formation-worker", dest="formation_worker", action="store_false", default=None,
+                   help="only queue formation jobs, for `memlane worker` processes (replicas); default: "
+                   "server.formation_worker / $MEMLANE_FORMATION_WORKER")  # fmt: skip
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     s.add_argument("--access-log", action="store_true", help="log every request")
     s.set_defaults(fn=cmd_serve)

@@ -4,7 +4,9 @@ A tenant (the app an API key is bound to) is a unit of hard isolation: each tena
 own store. The ``default`` tenant uses the configured store; another tenant ``t`` uses
 ``<tenants_dir>/<t>.db`` (the tenant name percent-encoded into a file name), so no query of
 one tenant can ever reach another's rows, and purging a tenant's user is the engine's own
-``forget``.
+``forget``. On shared servers (:func:`tenant_location`) a tenant gets a PostgreSQL schema of
+its own (``?schema=``) and a Redis key prefix of its own (``?prefix=``) for its sessions and
+its formation job queue; the ``default`` tenant keeps the URLs as configured.
 
 Hot reload (Gaia #60): :meth:`MemoryHub.reload` builds a new *generation* of engines (new
 providers, new formation settings) that serves every request from then on, while requests
@@ -21,13 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from memlane import inputs
 from memlane.memory import AsyncMemory
@@ -36,7 +40,7 @@ if TYPE_CHECKING:
     from memlane.config import MemlaneSettings
     from memlane.stores.local import LocalMemory
 
-__all__ = ["DEFAULT_TENANT", "ConfigWatcher", "MemoryHub", "tenant_store"]
+__all__ = ["DEFAULT_TENANT", "ConfigWatcher", "MemoryHub", "tenant_location", "tenant_schema", "tenant_store"]
 
 log = logging.getLogger("memlane.service")
 
@@ -47,12 +51,85 @@ DEFAULT_TENANT = "default"
 DRAIN_SECONDS = 30.0
 
 
+#: PostgreSQL's identifier limit (NAMEDATALEN - 1).
+_PG_MAX_IDENT = 63
+#: Hex digits of the tenant digest in a schema name (80 bits).
+_DIGEST_HEX = 20
+
+
+def tenant_schema(base: str | None, tenant: str) -> str:
+    """The PostgreSQL schema of a (non-default) ``tenant`` whose default tenant uses schema
+    ``base`` (None: the connection's default schema).
+
+    ``<base>_t_<readable>_<digest>`` (``t_<readable>_<digest>`` without a base): ``readable`` is
+    the tenant name lowercased with every run of other characters than ``a-z0-9`` made one
+    ``_`` (for people listing the schemas), cut so the whole name has at most 63 characters;
+    ``digest`` is 20 hex digits of SHA-256 over ``base`` and the whole tenant name, so two
+    tenants whose readable parts agree (``acme``, ``ACME``, ``acme|x`` vs ``acme_x``) still get
+    different schemas. A valid unquoted-style identifier: letters, digits and ``_``, starting
+    with a letter or ``_``.
+    """
+    digest = hashlib.sha256(f"{base or ''}\x1f{tenant}".encode()).hexdigest()[:_DIGEST_HEX]
+    readable = re.sub(r"[^a-z0-9]+", "_", tenant.lower()).strip("_")
+    head = f"{base}_t_{readable}" if base else f"t_{readable}"
+    head = head[: _PG_MAX_IDENT - _DIGEST_HEX - 1].rstrip("_") or "t"
+    return f"{head}_{digest}"
+
+
+def _with_param(url: str, name: str, value: str) -> str:
+    """``url`` with query parameter ``name`` set to ``value`` (added, or replacing the old)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != name]
+    query.append((name, value))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def tenant_location(location: str, tenant: str) -> str:
+    """A shared-server URL (store, session store or job queue) as ``tenant`` uses it.
+
+    * ``postgresql://...``: the same database, schema :func:`tenant_schema` (the ``schema=``
+      parameter added or replaced);
+    * ``redis://...`` / ``rediss://...`` / ``unix://...``: the same server, key prefix
+      ``<prefix>tenant:<percent-encoded tenant>:`` under the configured ``prefix=`` (or the
+      stores' default ``memlane:``), :func:`memlane.stores.redis.url.tenant_url`: the encoding
+      keeps ``:`` out of the tenant part, so no tenant's keys share a prefix with another's
+      nor with the default tenant's.
+
+    The :data:`DEFAULT_TENANT` keeps ``location`` unchanged.
+
+    Raises:
+        ConfigError: ``location`` is not such a URL (files are per tenant through
+            :func:`tenant_store`).
+    """
+    tenant = inputs.identifier(tenant, "tenant")
+    if tenant == DEFAULT_TENANT:
+        return location
+    scheme = location.partition("://")[0].lower() if "://" in location else ""
+    if scheme in ("postgresql", "postgres"):
+        base = dict(parse_qsl(urlsplit(location).query, keep_blank_values=True)).get("schema") or None
+        return _with_param(location, "schema", tenant_schema(base, tenant))
+    if scheme in ("redis", "rediss", "unix"):
+        from memlane.stores.redis.url import tenant_url
+
+        return tenant_url(location, tenant)
+    from memlane.errors import ConfigError
+
+    raise ConfigError(f"no per-tenant location for {location.partition('?')[0]!r}: use a PostgreSQL or Redis URL")
+
+
+def _is_shared_server(location: str) -> bool:
+    return location.partition("://")[0].lower() in ("postgresql", "postgres", "redis", "rediss", "unix")
+
+
 def tenant_store(default_store: str, tenants_dir: str | Path, tenant: str) -> str:
-    """The store location of ``tenant``: the default store for :data:`DEFAULT_TENANT`, else a
-    file of its own in ``tenants_dir`` whose name is the percent-encoded tenant name."""
+    """The store location of ``tenant``: the default store for :data:`DEFAULT_TENANT`; on a
+    PostgreSQL server a schema of its own (:func:`tenant_location`); else a file of its own
+    in ``tenants_dir`` whose name is the percent-encoded tenant name."""
     tenant = inputs.identifier(tenant, "tenant")
     if tenant == DEFAULT_TENANT:
         return default_store
+    if _is_shared_server(default_store):
+        return tenant_location(default_store, tenant)
     return str(Path(tenants_dir) / f"{quote(tenant, safe='')}.db")
 
 
@@ -60,12 +137,16 @@ class _Retired(Exception):
     """The generation was closed while a caller was waiting for it; use the current one."""
 
 
+#: Builds the (unopened) engine of ``(tenant, store location)``.
+TenantFactory = Callable[[str, str], AsyncMemory]
+
+
 class _Generation:
     """The engines built from one configuration."""
 
     def __init__(
         self,
-        factory: Callable[[str], AsyncMemory],
+        factory: TenantFactory,
         default_store: str,
         tenants_dir: str | Path,
         settings: MemlaneSettings | None,
@@ -94,9 +175,9 @@ class _Generation:
             engine = self.engines.get(tenant)
             if engine is None:
                 location = tenant_store(self.default_store, self.tenants_dir, tenant)
-                if tenant != DEFAULT_TENANT:
+                if tenant != DEFAULT_TENANT and not _is_shared_server(location):
                     self.tenants_dir.mkdir(parents=True, exist_ok=True)
-                engine = await self.factory(location).open()
+                engine = await self.factory(tenant, location).open()
                 self.engines[tenant] = engine
         return engine
 
@@ -116,24 +197,35 @@ class MemoryHub:
     engines built from new settings.
 
     Args:
-        factory: builds the (unopened) engine for a store location.
+        factory: builds the (unopened) engine for a store location (the tenant's own,
+            :func:`tenant_store`).
         default_store: the default tenant's store.
-        tenants_dir: where other tenants' stores live.
+        tenants_dir: where other tenants' file stores live.
         settings: the settings the factory was built from (:attr:`settings`), if any.
         drain_seconds: after a reload, how long replaced engines stay open at least (for
             callers of :meth:`get`); leased engines stay open until their leases end.
+        tenant_factory: builds the engine of ``(tenant, store location)`` instead of
+            ``factory`` (:meth:`from_settings` passes one: a tenant's session store and job
+            queue are its own too).
     """
 
     def __init__(
         self,
-        factory: Callable[[str], AsyncMemory],
+        factory: Callable[[str], AsyncMemory] | None,
         default_store: str,
         tenants_dir: str | Path,
         *,
         settings: MemlaneSettings | None = None,
         drain_seconds: float = DRAIN_SECONDS,
+        tenant_factory: TenantFactory | None = None,
     ) -> None:
-        self._gen = _Generation(factory, default_store, tenants_dir, settings, 0)
+        if tenant_factory is None:
+            if factory is None:
+                from memlane.errors import UsageError
+
+                raise UsageError("MemoryHub needs a factory or a tenant_factory")
+            tenant_factory = _by_location(factory)
+        self._gen = _Generation(tenant_factory, default_store, tenants_dir, settings, 0)
         self.drain_seconds = drain_seconds
         self._retiring: dict[_Generation, asyncio.Task[None]] = {}
         self._reload_lock = asyncio.Lock()
@@ -162,9 +254,14 @@ class MemoryHub:
         """
         local_sessions: dict[str, LocalMemory] = {}
         factory = _settings_factory(settings, local_sessions)
-        factory(settings.memory.store)  # no I/O: refuses unusable settings now
+        factory(DEFAULT_TENANT, settings.memory.store)  # no I/O: refuses unusable settings now
         hub = cls(
-            factory, settings.memory.store, settings.server.tenants_dir, settings=settings, drain_seconds=drain_seconds
+            None,
+            settings.memory.store,
+            settings.server.tenants_dir,
+            settings=settings,
+            drain_seconds=drain_seconds,
+            tenant_factory=factory,
         )
         hub._local_sessions = local_sessions
         if watch and settings.config_file and settings.server.reload_interval > 0:
@@ -267,7 +364,7 @@ class MemoryHub:
                 old.number + 1,
             )
             try:
-                new.factory(settings.memory.store)  # no I/O: refuses unusable settings
+                new.factory(DEFAULT_TENANT, settings.memory.store)  # no I/O: refuses unusable settings
                 for tenant in list(old.engines):
                     await new.get(tenant)
             except BaseException:
@@ -314,25 +411,43 @@ class MemoryHub:
         await self._gen.close()
 
 
-def _settings_factory(
-    settings: MemlaneSettings, local_sessions: dict[str, LocalMemory]
-) -> Callable[[str], AsyncMemory]:
-    """Engines for ``settings``; with the in-process ``local`` session backend, one session
-    store per store location, shared by every generation (sessions outlive a reload)."""
-    from memlane.config import build_memory
+def _by_location(factory: Callable[[str], AsyncMemory]) -> TenantFactory:
+    def by_tenant(tenant: str, location: str) -> AsyncMemory:
+        return factory(location)
+
+    return by_tenant
+
+
+def _settings_factory(settings: MemlaneSettings, local_sessions: dict[str, LocalMemory]) -> TenantFactory:
+    """Engines for ``settings``: each tenant on its own store location, its own Redis session
+    prefix (``sessions.backend: redis``) and its own job queue (``memory.queue``:
+    :func:`tenant_location`); with the in-process ``local`` session backend, one session store
+    per store location, shared by every generation (sessions outlive a reload). With
+    ``server.formation_worker`` off the engines run no background formation: jobs are queued
+    for ``memlane worker`` processes (a waiting ``form`` still runs its own job)."""
+    from memlane.config import build_memory, formation_config, session_backend
     from memlane.stores.local import LocalMemory
 
     s = settings.sessions
+    queue: str | None = getattr(settings.memory, "queue", None)
+    formation = None if settings.server.formation_worker else formation_config(settings, background=False)
 
-    def factory(location: str) -> AsyncMemory:
+    def factory(tenant: str, location: str) -> AsyncMemory:
+        jobs = tenant_location(queue, tenant) if queue else None
+        if s.backend == "redis":
+            url = session_backend(settings)  # the configured URL, or ConfigError
+            assert isinstance(url, str)
+            return build_memory(
+                settings, location, sessions=tenant_location(url, tenant), jobs=jobs, formation=formation
+            )
         if s.backend != "local":
-            return build_memory(settings, location)
+            return build_memory(settings, location, jobs=jobs, formation=formation)
         store = local_sessions.get(location)
         if store is None:
             store = local_sessions[location] = LocalMemory(s.max_sessions, s.max_session_events)
         else:  # new limits apply from now on (existing sessions keep their event bound)
             store.max_sessions, store.max_session_events = s.max_sessions, s.max_session_events
-        return build_memory(settings, location, sessions=store)
+        return build_memory(settings, location, sessions=store, jobs=jobs, formation=formation)
 
     return factory
 
