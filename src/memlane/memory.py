@@ -302,6 +302,9 @@ class AsyncMemory:
         await self.sessions.close()
         if self.reflection_store is not self.facts:  # type: ignore[comparison-overlap]
             await self.reflection_store.close()
+        close_contexts = getattr(self.contexts, "close", None)  # a cache holding a database reference
+        if close_contexts is not None:
+            await close_contexts()
         await self.facts.close()
         if self.embedder is not None:
             await self.embedder.aclose()

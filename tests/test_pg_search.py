@@ -1,0 +1,445 @@
+"""PostgreSQL search, reflections and context cache (stores/postgres/search.py, reflections.py,
+context.py) on a real PostgreSQL + pgvector (fixture ``pg_url``: a fresh schema per test).
+
+The mixins are exercised through a small test store (``_Store``) whose rows are written the
+way PgFactStore writes them (search_text, date_words, partitions row, ctx refreshed inside the
+same transaction); the FactStore contract on the real PgFactStore is in test_pg_facts.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg.types.json import Jsonb
+
+from memlane.errors import ConflictError, DimensionMismatchError
+from memlane.models import ConsolidatedMemory, FactFilter, Reflection, Scope, user_partition
+from memlane.retrieval.text import date_words, parse_query
+from memlane.stores.postgres.context import PgContextCache
+from memlane.stores.postgres.db import PgDatabase
+from memlane.stores.postgres.reflections import PgReflectionMixin
+from memlane.stores.postgres.rows import enc, enc_json
+from memlane.stores.postgres.search import PgSearchMixin
+from memlane.testing import ContextCacheContract
+
+DIM = 16
+
+
+class _Store(PgSearchMixin, PgReflectionMixin):
+    """The two mixins on a database, with a bound 16-dimensional embedder (column type and
+    HNSW index as PgFactStore.bind_embedder makes them)."""
+
+    def __init__(self, db: PgDatabase) -> None:
+        self.db = db
+        self.dim = DIM
+
+    async def bind(self) -> None:
+        async with self.db.transaction() as conn:
+            await conn.execute(f"ALTER TABLE facts ALTER COLUMN embedding TYPE vector({DIM})")
+            await conn.execute("CREATE INDEX facts_embedding_hnsw ON facts USING hnsw (embedding vector_cosine_ops)")
+
+    async def add(
+        self,
+        content: str,
+        user: str = "u1",
+        *,
+        agent: str | None = None,
+        kind: str = "fact",
+        session_id: str | None = None,
+        seq: int | None = None,
+        author: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        vec: np.ndarray[Any, Any] | None = None,
+        occurred_at: datetime | None = None,
+    ) -> str:
+        """Insert one valid fact as PgFactStore.put_facts does; its id."""
+        fid = uuid.uuid4().hex
+        part = user_partition(user, agent)
+        now = datetime.now(UTC)
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO facts (id, partition, content, hash, scope, agent_id, user_id, session_id, kind,"
+                " author, seq, occurred_at, formed_at, updated_at, valid_from, metadata, embedding, search_text,"
+                " date_words) VALUES (%s,%s,%s,%s,'user',%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                (fid, part, enc(content), fid, enc(agent), enc(user), enc(session_id), kind, enc(author), seq,
+                 occurred_at, now, now, now, Jsonb(enc_json(metadata or {})), vec,
+                 "" if kind == "document" else enc(content), date_words(occurred_at)),
+            )  # fmt: skip
+            await conn.execute("INSERT INTO partitions (partition) VALUES (%s) ON CONFLICT DO NOTHING", (part,))
+            await conn.execute("UPDATE partitions SET appends = appends + 1 WHERE partition = %s", (part,))
+            if session_id is not None and seq is not None:
+                await self._refresh_context(conn, part, session_id, [seq])
+        return fid
+
+    async def invalidate(self, fid: str) -> None:
+        async with self.db.transaction() as conn:
+            cur = await conn.execute(
+                "UPDATE facts SET invalid_at = now() WHERE id = %s RETURNING partition, session_id, seq", (fid,)
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            if row[1] is not None:
+                await self._refresh_context(conn, row[0], row[1], [row[2]])
+
+    async def ctx_of(self, fid: str) -> str:
+        async with self.db.connection() as conn:
+            row = await (await conn.execute("SELECT ctx FROM facts WHERE id = %s", (fid,))).fetchone()
+            assert row is not None
+            return str(row[0])
+
+
+@pytest.fixture
+async def db(pg_url: str) -> AsyncIterator[PgDatabase]:
+    database = await PgDatabase.open(pg_url)
+    database.acquire()
+    try:
+        yield database
+    finally:
+        await database.release()
+
+
+@pytest.fixture
+async def store(db: PgDatabase) -> _Store:
+    s = _Store(db)
+    await s.bind()
+    return s
+
+
+def _pf(user: str = "u1", agent: str | None = None) -> Any:
+    return Scope(user_id=user, agent_id=agent).partition_filter()
+
+
+def _terms(text: str) -> tuple[str, ...]:
+    return parse_query(text).terms
+
+
+def _unit(rng: np.random.Generator, n: int) -> np.ndarray[Any, Any]:
+    m = rng.standard_normal((n, DIM)).astype(np.float32)
+    return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+# --------------------------------------------------------------------------- context cache
+class TestPgContextCache(ContextCacheContract):
+    @pytest.fixture
+    async def context_cache(self, db: PgDatabase) -> AsyncIterator[PgContextCache]:
+        cache = PgContextCache(db)
+        yield cache
+        await cache.close()
+
+
+async def test_context_cache_holds_one_reference_and_nul_text(pg_url: str) -> None:
+    from memlane.stores.base import CachedContext
+
+    database = await PgDatabase.open(pg_url)
+    cache = PgContextCache(database)  # the only reference: closing the cache closes the pool
+    entry = CachedContext("k\x00", "s\x00", "text with \x00 NUL", datetime.now(UTC), user_id="u\x00", session_id="s")
+    await cache.put_context(entry)
+    assert await cache.get_context("k\x00") == entry
+    assert await cache.get_context("k") is None
+    assert await cache.drop_contexts(user_id="u\x00") == 1
+    await cache.close()
+    await cache.close()  # idempotent: released once
+    assert database.closed
+
+
+# --------------------------------------------------------------------------- keyword search
+async def test_keyword_text_match_ranks_above_neighbour_context_match(store: _Store) -> None:
+    turns = ["we talked about the weather", "I adopted a puppy named Rex", "how lovely", "see you later"]
+    ids = [await store.add(t, kind="message", session_id="s1", seq=i) for i, t in enumerate(turns)]
+    found = await store.keyword_search(_pf(), _terms("puppy"), limit=10)
+    got = [c.fact_id for c in found]
+    # the turn saying it first; its neighbours (within two turns) found through their context
+    assert got[0] == ids[1]
+    assert set(got) == {ids[0], ids[1], ids[2], ids[3]}
+    assert found[0].score > found[1].score
+    assert "puppy" in await store.ctx_of(ids[0]) and "puppy" not in await store.ctx_of(ids[1])
+
+
+async def test_keyword_date_words_and_documents(store: _Store) -> None:
+    when = datetime(2023, 5, 8, 12, tzinfo=UTC)
+    dated = await store.add("went to the museum", occurred_at=when)
+    await store.add("long document body about museums", kind="document")  # its fragments are searched
+    assert [c.fact_id for c in await store.keyword_search(_pf(), _terms("May 2023"), limit=5)] == [dated]
+    assert [c.fact_id for c in await store.keyword_search(_pf(), _terms("museum"), limit=5)] == [dated]
+
+
+async def test_keyword_terms_are_data_not_query_syntax(store: _Store) -> None:
+    fid = await store.add("Bobby's table drop")
+    for hostile in (["'); DROP TABLE facts; --"], ["a & b | !c"], ["<->", ":*"], ["table"], ["\\"]):
+        await store.keyword_search(_pf(), hostile, limit=5)  # never a syntax error
+    assert [c.fact_id for c in await store.keyword_search(_pf(), ["table", "&", "|"], limit=5)] == [fid]
+    assert await store.keyword_search(_pf(), [], limit=5) == []
+    assert await store.keyword_search(_pf(), ["the"], limit=5) == []  # only stopwords: nothing to match
+
+
+async def test_keyword_filters_apply_before_limit(store: _Store) -> None:
+    for i in range(30):
+        await store.add(f"email note {i}", metadata={"source": "chat"})
+    mail = await store.add("the email from Bo", author="Bo", kind="message", metadata={"sender": {"id": "b\x00o"}})
+    for flt in (FactFilter(kind="message"), FactFilter(author="Bo"), FactFilter(metadata=(("sender.id", "b\x00o"),))):
+        found = await store.keyword_search(_pf(), _terms("email"), limit=3, filter=flt)
+        assert [c.fact_id for c in found] == [mail]
+        assert found[0].author == "Bo"
+
+
+# --------------------------------------------------------------------------- vector search
+async def _fill(store: _Store, n: int, *, user: str = "u1", seed: int = 0) -> tuple[list[str], np.ndarray[Any, Any]]:
+    vecs = _unit(np.random.default_rng(seed), n)
+    part = user_partition(user, None)
+    ids = [uuid.uuid4().hex for _ in range(n)]
+    now = datetime.now(UTC)
+    async with store.db.transaction() as conn:
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO facts (id, partition, content, hash, scope, user_id, kind, formed_at, updated_at,"
+                " valid_from, embedding, search_text, metadata)"
+                " VALUES (%s,%s,%s,%s,'user',%s,'fact',%s,%s,%s,%s,%s,%s)",
+                [(fid, part, f"row {i}", fid, user, now, now, now, vecs[i], f"row {i}",
+                  Jsonb({"rare": True} if i % 97 == 5 else {})) for i, fid in enumerate(ids)],
+            )  # fmt: skip
+        await conn.execute("INSERT INTO partitions (partition) VALUES (%s) ON CONFLICT DO NOTHING", (part,))
+        await conn.execute("ANALYZE facts")
+    return ids, vecs
+
+
+async def _plan(store: _Store, sql: str, args: list[Any]) -> str:
+    async with store.db.transaction() as conn:
+        cur = await conn.execute("EXPLAIN " + sql, args)
+        return "\n".join(r[0] for r in await cur.fetchall())
+
+
+async def test_hnsw_path_finds_what_the_exact_scan_finds(store: _Store) -> None:
+    _, vecs = await _fill(store, 600)
+    rng = np.random.default_rng(7)
+    queries = vecs[rng.choice(600, 10, replace=False)] + 0.05 * _unit(rng, 10)
+    store.exact_max = 100_000
+    exact = [await store.vector_search(_pf(), q, limit=10) for q in queries]
+    store.exact_max = 100  # the partition (600 rows) is now "large": the HNSW index serves it
+    approx = [await store.vector_search(_pf(), q, limit=10) for q in queries]
+    for e, a in zip(exact, approx, strict=True):
+        assert a[0].fact_id == e[0].fact_id and a[0].score == pytest.approx(e[0].score, abs=1e-5)
+        assert len({c.fact_id for c in a} & {c.fact_id for c in e}) >= 9  # approximate, but close
+        assert [c.score for c in a] == sorted((c.score for c in a), reverse=True)
+        assert all(-1.0 <= c.score <= 1.0 for c in a)
+    # the two paths really are two plans: the HNSW walk, and a scan that cannot use the index
+    hnsw, exact_sql = store._vector_sql("f.partition = ANY(%s)")
+    q = queries[0]
+    assert "hnsw" in await _plan(store, hnsw, [q, [user_partition("u1", None)], q, 10])
+    assert "hnsw" not in await _plan(store, exact_sql, [q, [user_partition("u1", None)], 10])
+
+
+async def test_filtered_hnsw_search_falls_back_to_exact_for_rare_matches(store: _Store) -> None:
+    ids, vecs = await _fill(store, 600)
+    rare = {ids[i] for i in range(600) if i % 97 == 5}  # 7 rows, spread over the space
+    store.exact_max = 100
+    q = -vecs[5]  # far from most of them: the graph walk meets none
+    found = await store.vector_search(_pf(), q, limit=10, filter=FactFilter(metadata=(("rare", True),)))
+    assert {c.fact_id for c in found} == rare
+    # limit below the number of matches: still the best of them
+    top = await store.vector_search(_pf(), vecs[5], limit=3, filter=FactFilter(metadata=(("rare", True),)))
+    assert top[0].fact_id == ids[5] and len(top) == 3
+
+
+async def test_vector_kind_filter_and_documents(store: _Store) -> None:
+    v = _unit(np.random.default_rng(1), 3)
+    msg = await store.add("a message", kind="message", vec=v[0])
+    frag = await store.add("a fragment", kind="fragment", vec=v[1])
+    await store.add("a document", kind="document", vec=v[0])
+    for exact_max in (100_000, 0):
+        store.exact_max = exact_max
+        got = await store.vector_search(_pf(), v[0], limit=10, filter=FactFilter(kind="fragment"))
+        assert [c.fact_id for c in got] == [frag]
+        every = await store.vector_search(_pf(), v[0], limit=10)
+        assert every[0].fact_id == msg and len(every) == 2  # never the document itself
+        assert every[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+async def test_wrong_dimension_query_and_backfill_are_refused(store: _Store) -> None:
+    with pytest.raises(DimensionMismatchError):
+        await store.vector_search(_pf(), np.ones(DIM + 1, dtype=np.float32), limit=3)
+    fid = await store.add("needs a vector")
+    with pytest.raises(DimensionMismatchError):
+        await store.set_embeddings([fid], np.ones((1, DIM + 1), dtype=np.float32))
+    with pytest.raises(DimensionMismatchError):
+        await store.set_embeddings([fid, fid], np.ones((1, DIM), dtype=np.float32))
+    assert [i for i, _ in await store.missing_embeddings()] == [fid]
+
+
+async def test_zero_vectors_score_zero(store: _Store) -> None:
+    zero = np.zeros(DIM, dtype=np.float32)
+    fid = await store.add("zero", vec=zero)
+    for exact_max in (100_000, 0):
+        store.exact_max = exact_max
+        got = await store.vector_search(_pf(), zero, limit=3)
+        assert [(c.fact_id, c.score) for c in got] == [(fid, 0.0)]
+
+
+# --------------------------------------------------------------------------- embeddings backfill
+async def test_backfill_never_overwrites_a_newer_vector(store: _Store) -> None:
+    v = _unit(np.random.default_rng(2), 3)
+    old = await store.add("old text")
+    doc = await store.add("D" * 5000, kind="document")
+    gone = await store.add("deleted")
+    await store.invalidate(gone)
+    missing = await store.missing_embeddings(limit=10)
+    assert [i for i, _ in missing] == [old, doc]
+    assert len(missing[1][1]) < 5000  # a document's opening only
+    assert await store.missing_embeddings(fact_ids=[doc, gone, "nope"]) == [missing[1]]
+    # the fact was updated meanwhile, with its new text's vector
+    async with store.db.connection() as conn:
+        await conn.execute("UPDATE facts SET embedding = %s WHERE id = %s", (v[0], old))
+    await store.set_embeddings([old, doc, gone], v)  # the backfill's vectors (old is stale)
+    assert await store.missing_embeddings() == []
+    store.exact_max = 100_000
+    got = {c.fact_id: c.score for c in await store.vector_search(_pf(), v[0], limit=5)}
+    assert got[old] == pytest.approx(1.0, abs=1e-5)  # the newer vector stayed
+    async with store.db.connection() as conn:
+        row = await (await conn.execute("SELECT embedding IS NULL FROM facts WHERE id = %s", (gone,))).fetchone()
+    assert row == (True,)  # a deleted fact gets none
+
+
+async def test_set_embeddings_moves_the_partition_counter(store: _Store) -> None:
+    fid = await store.add("to embed")
+
+    async def changes() -> int:
+        async with store.db.connection() as conn:
+            row = await (await conn.execute("SELECT changes FROM partitions")).fetchone()
+            assert row is not None
+            return int(row[0])
+
+    before = await changes()
+    await store.set_embeddings([fid], _unit(np.random.default_rng(3), 1))
+    assert await changes() == before + 1
+
+
+# --------------------------------------------------------------------------- neighbour context
+async def test_context_follows_inserts_and_removals(store: _Store) -> None:
+    a = await store.add("alpha", kind="message", session_id="s", seq=0)
+    b = await store.add("bravo", kind="message", session_id="s", seq=1)
+    c = await store.add("charlie", kind="message", session_id="s", seq=2)
+    d = await store.add("delta", kind="message", session_id="s", seq=3)
+    e = await store.add("echo", kind="message", session_id="s", seq=4)
+    assert await store.ctx_of(c) == "alpha bravo delta echo"
+    assert await store.ctx_of(a) == "bravo charlie"
+    await store.invalidate(b)
+    assert await store.ctx_of(a) == "charlie" and await store.ctx_of(d) == "charlie echo"
+    assert await store.ctx_of(b) == ""  # a removed turn keeps no copy of its neighbours' words
+    assert await store.ctx_of(e) == "charlie delta"  # bravo was never its neighbour
+    other = await store.add("foxtrot", kind="message", session_id="t", seq=1)  # another session
+    assert await store.ctx_of(other) == "" and await store.ctx_of(a) == "charlie"
+    found = await store.keyword_search(_pf(), _terms("bravo"), limit=5)
+    assert found == []  # neither the removed turn nor a neighbour's context holds it
+
+
+# --------------------------------------------------------------------------- partitions never leak
+_WORDS = st.sampled_from(["kiwi", "lime", "mango", "plum", "pear", "fig"])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    facts=st.lists(
+        st.tuples(st.sampled_from(["u1", "u2", "u1|x", "u"]), st.sampled_from([None, "x", "y"]),
+                  st.lists(_WORDS, min_size=1, max_size=3)),
+        min_size=1, max_size=12,
+    ),
+    reader=st.tuples(st.sampled_from(["u1", "u2", "u"]), st.sampled_from([None, "x"])),
+    query=st.lists(_WORDS, min_size=1, max_size=2),
+)  # fmt: skip
+def test_search_never_returns_another_partitions_facts(
+    pg_url: str, facts: list[tuple[str, str | None, list[str]]], reader: tuple[str, str | None], query: list[str]
+) -> None:
+    asyncio.run(_isolation(pg_url, facts, reader, query))
+
+
+async def _isolation(
+    pg_url: str, facts: list[tuple[str, str | None, list[str]]], reader: tuple[str, str | None], query: list[str]
+) -> None:
+    database = await PgDatabase.open(pg_url)
+    database.acquire()
+    try:
+        s = _Store(database)
+        async with database.connection() as conn:
+            bound = await (await conn.execute("SELECT to_regclass('facts_embedding_hnsw')")).fetchone()
+            await conn.execute("TRUNCATE facts, partitions")
+        if bound is None or bound[0] is None:
+            await s.bind()
+        rng = np.random.default_rng(len(facts))
+        owner: dict[str, tuple[str, str | None]] = {}
+        for user, agent, words in facts:
+            fid = await s.add(" ".join(words), user, agent=agent, vec=_unit(rng, 1)[0])
+            owner[fid] = (user, agent)
+        ruser, ragent = reader
+        pf = Scope(user_id=ruser, agent_id=ragent).partition_filter()
+        visible = {f for f, (u, a) in owner.items() if u == ruser and (ragent is None or a == ragent)}
+        for exact_max in (100_000, 0):
+            s.exact_max = exact_max
+            kw = await s.keyword_search(pf, query, limit=50)
+            vec = await s.vector_search(pf, _unit(rng, 1)[0], limit=50)
+            assert {c.fact_id for c in kw} <= visible
+            assert {c.fact_id for c in vec} == visible  # every visible one, nothing else
+    finally:
+        await database.release()
+
+
+# --------------------------------------------------------------------------- reflections
+async def test_concurrent_consolidations_exactly_one_wins(db: PgDatabase) -> None:
+    s = _Store(db)
+    r = await s.put_reflection(Reflection(content="likes tea", scope="user", user_id="u1"))
+
+    async def consolidate(i: int, version: int) -> str:
+        blob = ConsolidatedMemory(scope="user", user_id="u1", consolidated_content=f"VERSION: {version} by {i}",
+                                  word_limit=300, version=version)  # fmt: skip
+        try:
+            await s.put_consolidated(blob, [r.id], expected_version=version - 1)
+        except ConflictError:
+            return "lost"
+        return "won"
+
+    for version in (1, 2):  # first no blob yet (an insert race), then a blob row to lock
+        results = await asyncio.gather(*(consolidate(i, version) for i in range(6)))
+        assert sorted(results) == ["lost"] * 5 + ["won"]
+        got = await s.get_consolidated(scope="user", user_id="u1")
+        assert got is not None and got.version == version
+        assert got.consolidated_content == f"VERSION: {version} by {results.index('won')}"
+
+
+async def test_agent_reflections_record_contributors_and_blobs_inherit_them(db: PgDatabase) -> None:
+    s = _Store(db)
+    r = await s.put_reflection(
+        Reflection(content="club rule", scope="agent", agent_id="club", session_id="s", source_user_ids=["u1", "u2"])
+    )
+    await s.put_reflection(Reflection(content="mine", scope="user", user_id="u3", source_user_ids=["u3"]))
+    blob = ConsolidatedMemory(scope="agent", agent_id="club", consolidated_content="VERSION: 1", word_limit=300,
+                              version=1)  # fmt: skip
+    await s.put_consolidated(blob, [r.id], expected_version=0)
+    async with db.connection() as conn:
+        rows = await (await conn.execute("SELECT user_id, kind, item_id FROM contributors ORDER BY 1, 2")).fetchall()
+    assert rows == [("u1", "blob", blob.id), ("u1", "reflection", r.id), ("u2", "blob", blob.id),
+                    ("u2", "reflection", r.id)]  # fmt: skip
+    [listed] = await s.list_reflections(scope="agent", agent_id="club")
+    assert listed.absorbed and listed.source_user_ids == []  # write-only
+
+
+async def test_reflection_ids_with_nul_and_null_safe_scopes(db: PgDatabase) -> None:
+    s = _Store(db)
+    await s.put_reflection(Reflection(content="x\x00y", scope="session", user_id="u\x00", session_id="s\x00"))
+    await s.put_reflection(Reflection(content="no user", scope="session", session_id="s\x00"))
+    got = await s.list_reflections(scope="session", user_id="u\x00", session_id="s\x00")
+    assert [(r.content, r.user_id, r.session_id) for r in got] == [("x\x00y", "u\x00", "s\x00")]
+    assert [r.content for r in await s.list_reflections(scope="session", session_id="s\x00")] == ["no user"]
+    blob = ConsolidatedMemory(scope="session", user_id="u\x00", session_id="s\x00", consolidated_content="c\x00",
+                              word_limit=200, version=1, unabsorbed_ids=["i\x00"])  # fmt: skip
+    await s.put_consolidated(blob)
+    back = await s.get_consolidated(scope="session", user_id="u\x00", session_id="s\x00")
+    assert back is not None and back.consolidated_content == "c\x00" and back.unabsorbed_ids == ["i\x00"]
+    assert await s.get_consolidated(scope="session", session_id="s\x00") is None
+    assert await s.clear_session_memory(agent_id=None, user_id="u\x00", session_id="s\x00") == 2
+    assert [r.content for r in await s.list_reflections(scope="session", session_id="s\x00")] == ["no user"]
