@@ -111,6 +111,7 @@ SAMPLES: dict[str, str] = {
     "memory.strong_llm": "openai:gpt-4o",
     "memory.embedder": "hash",
     "memory.store": "/tmp/x/memlane.db",
+    "memory.queue": "redis://q:6379/0",
     "sessions.backend": "null",
     "sessions.window_turns": "10",
     "sessions.idle_consolidate_minutes": "2.5",
@@ -336,11 +337,41 @@ async def test_build_memory_null_and_sqlite_sessions(tmp_path: Path) -> None:
         assert type(m.sessions).__name__ == "SqliteSessionStore"
 
 
-def test_redis_sessions_are_refused_until_the_scale_out_work() -> None:
-    s = load_settings(env={"MEMORY_TYPE": "redis", "MEMORY_REDIS_URL": "redis://localhost:6379/0"})
-    assert s.sessions.backend == "redis"  # the model accepts it ...
-    with pytest.raises(ConfigError, match="redis sessions land with the scale-out work"):
-        build_memory(s)  # ... building an engine says why not
+def test_redis_sessions_get_the_local_bounds_as_url_parameters() -> None:
+    from memlane.config import session_backend
+    from memlane.stores.redis.url import parse_redis_url
+
+    env = {"MEMORY_TYPE": "redis", "MEMORY_REDIS_URL": "redis://:hunter2@localhost:6379/0?prefix=app:"}
+    s = load_settings(env={**env, "MEMORY_MAX_SESSIONS": "50", "MEMORY_MAX_SESSION_EVENTS": "40"})
+    url = session_backend(s)
+    assert isinstance(url, str)
+    loc = parse_redis_url(url)
+    assert (loc.prefix, loc.max_sessions, loc.max_session_events) == ("app:", 50, 40)
+    assert loc.url.startswith("redis://:hunter2@localhost:6379/0")
+    # a bound the URL sets itself wins over the setting
+    s = load_settings(env={**env, "MEMORY_REDIS_URL": env["MEMORY_REDIS_URL"] + "&max_sessions=7"})
+    url = session_backend(s)
+    assert isinstance(url, str) and parse_redis_url(url).max_sessions == 7
+
+
+def test_redis_sessions_need_a_good_url() -> None:
+    with pytest.raises(ConfigError, match="needs a URL: set MEMORY_REDIS_URL"):
+        build_memory(load_settings(env={"MEMORY_TYPE": "redis"}))
+    bad = load_settings(env={"MEMORY_TYPE": "redis", "MEMORY_REDIS_URL": "redis://:hunter2@h:6379/0?ttl=-1"})
+    with pytest.raises(ConfigError, match="ttl") as exc:
+        build_memory(bad)
+    assert "hunter2" not in str(exc.value) and "***" in str(exc.value)
+
+
+def test_memory_queue_is_the_job_queue_and_keeps_its_password_in_the_environment(cfg: Path) -> None:
+    s = load_settings(env={"MEMLANE_QUEUE": "redis://:hunter2@q:6379/0?prefix=jobs:"})
+    assert s.memory.queue == "redis://:hunter2@q:6379/0?prefix=jobs:"
+    assert "hunter2" not in json.dumps(s.redacted())
+    assert build_memory(s)._jobs_spec == "redis://:hunter2@q:6379/0?prefix=jobs:"
+    assert build_memory(load_settings(env={}))._jobs_spec is None
+    write(cfg, "memory:\n  queue: redis://:hunter2@q:6379/0\n")
+    with pytest.raises(ConfigError, match="MEMLANE_QUEUE"):
+        load_settings(cfg, env={})
 
 
 def test_bad_provider_names_fail_when_building() -> None:

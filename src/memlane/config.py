@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
@@ -113,6 +113,10 @@ class MemorySettings(BaseModel):
     """``auto``, ``local``, ``local:/path``, ``hash``, ``openai:MODEL``, ``gemini:MODEL``, ``none``."""
     store: str = Field(default_factory=lambda: str(default_data_dir() / "memlane.db"))
     """Long-term store: a SQLite file path, ``:memory:`` or a store URL."""
+    queue: str | None = None
+    """Formation job queue shared by replicas and workers: a Redis URL
+    (``redis://127.0.0.1:6379/0?prefix=memlane:``; a password in it only from ``MEMLANE_QUEUE``).
+    None: the long-term store's own job table."""
 
 
 class SessionSettings(BaseModel):
@@ -122,7 +126,7 @@ class SessionSettings(BaseModel):
 
     backend: Literal["sqlite", "local", "null", "redis"] = "sqlite"
     """``sqlite`` (durable, in the store), ``local`` (in-process, bounded), ``null`` (off),
-    ``redis`` (issue 10)."""
+    ``redis`` (shared by replicas, bounded like ``local``; needs ``redis_url``)."""
     window_turns: int = Field(30, ge=1)
     """Recent user turns replayed to the model."""
     idle_consolidate_minutes: float | None = Field(30.0, gt=0)
@@ -130,9 +134,9 @@ class SessionSettings(BaseModel):
     context_limit: int = Field(6, ge=0)
     """KAOS ``memory_context_limit``: events replayed as model history."""
     max_sessions: int = Field(1000, ge=1)
-    """Sessions the ``local`` backend keeps (the oldest 10% are evicted when full)."""
+    """Sessions the ``local`` and ``redis`` backends keep (the oldest 10% are evicted when full)."""
     max_session_events: int = Field(500, ge=1)
-    """Events per session the ``local`` backend keeps (the oldest are dropped)."""
+    """Events per session the ``local`` and ``redis`` backends keep (the oldest are dropped)."""
     redis_url: str | None = None
     """Redis URL for ``backend: redis`` (a password in it only from ``MEMORY_REDIS_URL``)."""
 
@@ -237,7 +241,7 @@ def _field_names() -> tuple[str, ...]:
 
 
 _FIELDS: tuple[str, ...] = _field_names()
-_URL_FIELDS = frozenset({"memory.store", "sessions.redis_url"})
+_URL_FIELDS = frozenset({"memory.store", "memory.queue", "sessions.redis_url"})
 _PATH_FIELDS = frozenset({"memory.store", "server.keys_file", "server.tenants_dir"})
 
 #: The variable naming the YAML file (``--config`` wins over it).
@@ -260,6 +264,7 @@ ENV_VARS: dict[str, str] = {
     "MEMLANE_STRONG_LLM": "memory.strong_llm",
     "MEMLANE_EMBEDDER": "memory.embedder",
     "MEMLANE_DB": "memory.store",
+    "MEMLANE_QUEUE": "memory.queue",
     "MEMLANE_WINDOW_TURNS": "sessions.window_turns",
     "MEMLANE_IDLE_CONSOLIDATE_MINUTES": "sessions.idle_consolidate_minutes",
     "MEMLANE_HOST": "server.host",
@@ -273,7 +278,9 @@ ENV_VARS: dict[str, str] = {
     "MEMLANE_FORMATION_WORKER": "server.formation_worker",
 }
 _ENV_FOR = {key: name for name, key in ENV_VARS.items()}
-_NULLABLE = frozenset({"memory.strong_llm", "sessions.idle_consolidate_minutes", "sessions.redis_url"})
+_NULLABLE = frozenset(
+    {"memory.strong_llm", "memory.queue", "sessions.idle_consolidate_minutes", "sessions.redis_url"}
+)
 
 #: Secrets memlane's providers read from the environment (never from a file); ``config show``
 #: says only whether each is set.
@@ -534,8 +541,11 @@ def formation_config(settings: MemlaneSettings, **overrides: Any) -> FormationCo
 def session_backend(settings: MemlaneSettings) -> str | SessionStore:
     """The ``sessions=`` argument for :class:`~memlane.memory.AsyncMemory`.
 
+    ``redis``: ``sessions.redis_url`` with ``sessions.max_sessions`` / ``max_session_events``
+    added as URL parameters (parameters the URL already sets win).
+
     Raises:
-        ConfigError: ``redis`` before a Redis session backend exists.
+        ConfigError: ``redis`` without a URL, or a bad Redis URL.
     """
     s = settings.sessions
     if s.backend == "local":
@@ -543,16 +553,15 @@ def session_backend(settings: MemlaneSettings) -> str | SessionStore:
 
         return LocalMemory(max_sessions=s.max_sessions, max_session_events=s.max_session_events)
     if s.backend == "redis":
-        from memlane.registry import SESSION_STORES
-
-        if "redis" not in SESSION_STORES:
-            raise ConfigError(
-                "redis sessions land with the scale-out work (issue 10); use sessions.backend "
-                "sqlite (MEMORY_TYPE=sqlite) or local for now"
-            )
         if not s.redis_url:
             raise ConfigError("sessions.backend redis needs a URL: set MEMORY_REDIS_URL")
-        return s.redis_url
+        from memlane.stores.redis.url import parse_redis_url, with_params
+
+        given = dict(parse_qsl(urlsplit(s.redis_url).query))
+        limits = {"max_sessions": s.max_sessions, "max_session_events": s.max_session_events}
+        url = with_params(s.redis_url, **{k: v for k, v in limits.items() if k not in given})
+        parse_redis_url(url)  # a bad URL fails here, with the password hidden
+        return url
     return s.backend
 
 
@@ -577,8 +586,8 @@ def build_memory(
             (the service turns background formation off for ``server.formation_worker: false``).
 
     Raises:
-        ConfigError: a setting the engine cannot use (e.g. ``redis`` sessions, an unknown
-            embedder name).
+        ConfigError: a setting the engine cannot use (e.g. ``redis`` sessions without a URL,
+            an unknown embedder name).
     """
     from memlane.memory import AsyncMemory
 
@@ -587,7 +596,7 @@ def build_memory(
         store if store is not None else m.store,
         embedder=m.embedder,
         sessions=sessions if sessions is not None else session_backend(settings),
-        jobs=jobs if jobs is not None else getattr(m, "queue", None),
+        jobs=jobs if jobs is not None else m.queue,
         formation=formation if formation is not None else formation_config(settings),
         llm=m.llm,
         strong_llm=m.strong_llm,
