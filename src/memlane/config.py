@@ -278,9 +278,7 @@ ENV_VARS: dict[str, str] = {
     "MEMLANE_FORMATION_WORKER": "server.formation_worker",
 }
 _ENV_FOR = {key: name for name, key in ENV_VARS.items()}
-_NULLABLE = frozenset(
-    {"memory.strong_llm", "memory.queue", "sessions.idle_consolidate_minutes", "sessions.redis_url"}
-)
+_NULLABLE = frozenset({"memory.strong_llm", "memory.queue", "sessions.idle_consolidate_minutes", "sessions.redis_url"})
 
 #: Secrets memlane's providers read from the environment (never from a file); ``config show``
 #: says only whether each is set.
