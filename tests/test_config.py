@@ -263,6 +263,7 @@ def test_a_url_without_password_is_fine_in_yaml_and_a_password_is_fine_in_env(cf
 
 def test_redact_url() -> None:
     assert redact_url("redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
+    assert redact_url("redis://:pw@h:port/0") == "redis://:***@h:port/0"  # a bad port still hides the password
     assert redact_url("postgresql://app:pw@db/x?sslmode=require") == "postgresql://app:***@db/x?sslmode=require"
     assert redact_url("redis://h:6379/0") == "redis://h:6379/0"
     assert redact_url("/var/lib/memlane.db") == "/var/lib/memlane.db"

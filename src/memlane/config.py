@@ -310,10 +310,8 @@ def redact_url(value: str) -> str:
         return value
     if not password:
         return value
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
+    userinfo, _, host = parts.netloc.rpartition("@")  # the host as written: a bad port must not raise
+    user = userinfo.partition(":")[0]
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
