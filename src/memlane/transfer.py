@@ -335,7 +335,9 @@ class _PgSide:
         for r in raw:
             row: Row = {}
             for name, v in zip(names, r, strict=True):
-                if name in table.json:
+                if name == "embedding" and v is not None:
+                    v = np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, dtype=np.float32)
+                elif name in table.json:
                     v = self._dec_json(v)
                 elif isinstance(v, str):
                     v = self._dec(v)
