@@ -234,3 +234,32 @@ async def test_session_export_and_forget_in_groups(pg_url: str) -> None:
         assert [e.content for e in group.events] == ["numeric id", "reply"]
     finally:
         await store.close()
+
+
+async def test_async_memory_uses_the_postgres_stores_own_sessions_and_jobs(pg_url: str) -> None:
+    """``AsyncMemory(postgresql://..., sessions="sqlite")``: "the store's own" session store is the
+    PostgreSQL one, so a second engine (another replica) reads what the first wrote."""
+    from memlane import AsyncMemory
+
+    first = AsyncMemory(pg_url, embedder="hash", sessions="sqlite")
+    second = AsyncMemory(pg_url, embedder="hash", sessions="sqlite")
+    try:
+        await first.open()
+        assert isinstance(first.sessions, PgSessionStore) and isinstance(first.jobs, PgJobStore)
+        await first.sessions.get_or_create_session(session_id="ann:cli", user_ids=["ann"])
+        await first.add_event("ann:cli", Event(content="I moved to Lisbon", author="ann"))
+        await first.add_event("ann:cli", Event(type=EventType.AGENT_RESPONSE, content="Noted!", author="bot"))
+        await second.open()
+        events = await second.sessions.get_events("ann:cli")
+        assert [e.content for e in events] == ["I moved to Lisbon", "Noted!"]
+        cursor = await second.jobs.get_cursor("default", "ann:cli")
+        assert cursor is not None and cursor.pending_messages == 2 and cursor.user_ids == ["ann"]
+        exported = await second.export_user("ann")
+        assert [s["id"] for s in exported["sessions"]] == ["ann:cli"] and exported["not_exported"] == []
+        assert [c["session_id"] for c in exported["formation_cursors"]] == ["ann:cli"]
+        await second.forget("ann")
+        assert await first.sessions.get_session("ann:cli") is None
+        assert await first.jobs.get_cursor("default", "ann:cli") is None
+    finally:
+        await first.close()
+        await second.close()
