@@ -86,6 +86,9 @@ HNSW_MAX_DIM = 2000
 #: pgvector's largest ``vector`` dimension.
 VECTOR_MAX_DIM = 16_000
 
+#: How long the keyword-index rebuild after a purge waits for older transactions.
+SCRUB_LOCK_TIMEOUT_S = 60
+
 Row = tuple[Any, ...]
 
 
@@ -125,6 +128,10 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
             releases it once on :meth:`close`).
         ctx_weight, date_weight, exact_max: search settings of
             :class:`~memlane.stores.postgres.search.PgSearchMixin` (its defaults when None).
+        purge_rewrite: after ``purge_user``, rewrite the tables (``VACUUM FULL``) instead of
+            vacuuming them: PostgreSQL does not zero the space its vacuum frees, so only a
+            rewrite takes the deleted bytes out of the table files; it locks the tables
+            (reads and writes wait) for as long as the rewrite takes.
     """
 
     db: PgDatabase
@@ -136,8 +143,10 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         ctx_weight: float | None = None,
         date_weight: float | None = None,
         exact_max: int | None = None,
+        purge_rewrite: bool = False,
     ) -> None:
         self.db = db.acquire()
+        self.purge_rewrite = purge_rewrite
         if ctx_weight is not None:
             self.ctx_weight = ctx_weight
         if date_weight is not None:
@@ -611,10 +620,16 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         rebuilds it without the user). ``shared="keep"`` keeps those agent memories for the
         agent's other users and only removes their link to the user.
 
-        Afterwards the touched tables are vacuumed, so the deleted rows leave the heap pages
-        and indexes rather than waiting for autovacuum (as SQLite merges its keyword index
-        and truncates its WAL). PostgreSQL's WAL and backups keep the old pages until they
-        are recycled: that is the operator's retention policy.
+        Afterwards (as SQLite merges its keyword index and truncates its WAL) the touched
+        tables are vacuumed, so the deleted rows leave every index rather than waiting for
+        autovacuum, and the keyword index is rebuilt (``REINDEX INDEX CONCURRENTLY facts_tsv``:
+        a GIN index keeps a deleted row's words as keys until it is rebuilt; the rebuild
+        blocks neither reads nor writes). Vacuum does not zero the space it frees, so bytes
+        of deleted rows can stay in the table files until new rows overwrite them; with
+        ``purge_rewrite=True`` the tables are rewritten instead (``VACUUM FULL``), which takes
+        them out of the files but locks the tables meanwhile. All of this is best effort: a
+        failure is logged, and autovacuum and the next purge catch up. PostgreSQL's WAL,
+        standbys and backups keep old pages until they are recycled: the operator's retention.
         """
         if not isinstance(user_id, str) or not user_id.strip():
             raise ScopeError("purge_user needs a non-empty user_id")
@@ -682,7 +697,7 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
                         (part, part),
                     )
             await conn.execute("UPDATE meta SET value = (CAST(value AS BIGINT) + 1)::text WHERE key='generation'")
-        await self._vacuum()
+        await self._scrub(reindex=bool(victims))
         return int(removed)
 
     @staticmethod
@@ -704,13 +719,32 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         await conn.execute(f"UPDATE reflections SET absorbed=FALSE WHERE {where}", args)
         return int((await conn.execute("DELETE FROM consolidated WHERE id=%s", (blob_id,))).rowcount)
 
-    async def _vacuum(self) -> None:
-        """Vacuum the tables a purge deletes from (best effort: a failure is logged)."""
+    async def _scrub(self, *, reindex: bool) -> None:
+        """After a purge: vacuum the tables it deleted from and, when facts went, rebuild the
+        keyword index (best effort: a failure is logged, never raised; the purge committed)."""
         try:
             async with self.db.connection() as conn:
-                await conn.execute("VACUUM facts, history, reflections, consolidated, contributors, applied_batches")
+                await conn.execute(
+                    f"VACUUM {'FULL ' if self.purge_rewrite else ''}facts, history, reflections, consolidated,"
+                    " contributors, applied_batches, partitions, authors"
+                )
+                if reindex and not self.purge_rewrite:  # a rewrite rebuilt every index
+                    # it waits for transactions older than it: bounded, so forget cannot hang
+                    await conn.execute(f"SET lock_timeout = '{SCRUB_LOCK_TIMEOUT_S}s'")
+                    try:
+                        await conn.execute("REINDEX INDEX CONCURRENTLY facts_tsv")
+                    except psycopg.Error:
+                        # a failed concurrent rebuild leaves its unfinished copy behind: drop it
+                        await conn.execute("DROP INDEX CONCURRENTLY IF EXISTS facts_tsv_ccnew")
+                        raise
+                    finally:
+                        await conn.execute("RESET lock_timeout")
         except psycopg.Error as exc:
-            log.warning("memlane: VACUUM after forget failed (%s); autovacuum will reclaim the rows", exc)
+            log.warning(
+                "memlane: cleaning up after forget failed (%s); autovacuum reclaims the rows, and the"
+                " keyword index keeps the deleted words as keys until it is rebuilt",
+                exc.diag.message_primary or exc,
+            )
 
     # ------------------------------------------------------------------ reads
     async def get_fact(self, fact_id: str, scope: Scope) -> Fact | None:
