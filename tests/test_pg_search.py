@@ -29,6 +29,7 @@ from memlane.stores.postgres.reflections import PgReflectionMixin
 from memlane.stores.postgres.rows import enc, enc_json
 from memlane.stores.postgres.search import PgSearchMixin
 from memlane.testing import ContextCacheContract
+from services import with_params
 
 DIM = 16
 
@@ -192,19 +193,29 @@ async def test_keyword_filters_apply_before_limit(store: _Store) -> None:
 
 # --------------------------------------------------------------------------- vector search
 async def _fill(store: _Store, n: int, *, user: str = "u1", seed: int = 0) -> tuple[list[str], np.ndarray[Any, Any]]:
+    """``n`` facts with random unit vectors in ``user``'s partition, every 97th (from the 6th)
+    with ``metadata.rare``; copied in bulk and the HNSW index built afterwards (fast)."""
     vecs = _unit(np.random.default_rng(seed), n)
     part = user_partition(user, None)
     ids = [uuid.uuid4().hex for _ in range(n)]
     now = datetime.now(UTC)
     async with store.db.transaction() as conn:
+        await conn.execute("DROP INDEX facts_embedding_hnsw")
         async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO facts (id, partition, content, hash, scope, user_id, kind, formed_at, updated_at,"
-                " valid_from, embedding, search_text, metadata)"
-                " VALUES (%s,%s,%s,%s,'user',%s,'fact',%s,%s,%s,%s,%s,%s)",
-                [(fid, part, f"row {i}", fid, user, now, now, now, vecs[i], f"row {i}",
-                  Jsonb({"rare": True} if i % 97 == 5 else {})) for i, fid in enumerate(ids)],
-            )  # fmt: skip
+            copy_sql = (
+                "COPY facts (id, partition, content, hash, scope, user_id, kind, formed_at, updated_at,"
+                " valid_from, embedding, search_text, metadata) FROM STDIN"
+            )
+            async with cur.copy(copy_sql) as copy:
+                for i, fid in enumerate(ids):
+                    meta = Jsonb({"rare": True} if i % 97 == 5 else {})
+                    await copy.write_row(
+                        (fid, part, f"row {i}", fid, "user", user, "fact", now, now, now, vecs[i], f"row {i}", meta)
+                    )
+        await conn.execute(  # a sparser graph than the store's (m 16, ef_construction 64): quicker to build
+            "CREATE INDEX facts_embedding_hnsw ON facts USING hnsw (embedding vector_cosine_ops)"
+            " WITH (m = 8, ef_construction = 16)"
+        )
         await conn.execute("INSERT INTO partitions (partition) VALUES (%s) ON CONFLICT DO NOTHING", (part,))
         await conn.execute("ANALYZE facts")
     return ids, vecs
@@ -222,8 +233,10 @@ async def test_hnsw_path_finds_what_the_exact_scan_finds(store: _Store) -> None:
     queries = vecs[rng.choice(600, 10, replace=False)] + 0.05 * _unit(rng, 10)
     store.exact_max = 100_000
     exact = [await store.vector_search(_pf(), q, limit=10) for q in queries]
+    assert store.last_vector_path == "exact"
     store.exact_max = 100  # the partition (600 rows) is now "large": the HNSW index serves it
     approx = [await store.vector_search(_pf(), q, limit=10) for q in queries]
+    assert store.last_vector_path == "hnsw"
     for e, a in zip(exact, approx, strict=True):
         assert a[0].fact_id == e[0].fact_id and a[0].score == pytest.approx(e[0].score, abs=1e-5)
         assert len({c.fact_id for c in a} & {c.fact_id for c in e}) >= 9  # approximate, but close
@@ -237,15 +250,26 @@ async def test_hnsw_path_finds_what_the_exact_scan_finds(store: _Store) -> None:
 
 
 async def test_filtered_hnsw_search_falls_back_to_exact_for_rare_matches(store: _Store) -> None:
-    ids, vecs = await _fill(store, 600)
-    rare = {ids[i] for i in range(600) if i % 97 == 5}  # 7 rows, spread over the space
-    store.exact_max = 100
-    q = -vecs[5]  # far from most of them: the graph walk meets none
-    found = await store.vector_search(_pf(), q, limit=10, filter=FactFilter(metadata=(("rare", True),)))
-    assert {c.fact_id for c in found} == rare
-    # limit below the number of matches: still the best of them
-    top = await store.vector_search(_pf(), vecs[5], limit=3, filter=FactFilter(metadata=(("rare", True),)))
-    assert top[0].fact_id == ids[5] and len(top) == 3
+    n = 8_000  # enough rows that the planner takes the HNSW index despite the filter
+    ids, vecs = await _fill(store, n)
+    rare = {ids[i] for i in range(n) if i % 97 == 5}  # 83 rows, spread over the space
+    flt = FactFilter(metadata=(("rare", True),))
+    store.exact_max = 1000
+    q = vecs[6]  # not a rare row: the graph walk (ef_search 40) meets few rare ones, if any
+    # what the index alone gives: a starved list (pgvector 0.6 filters after the walk)
+    hnsw_sql, _ = store._vector_sql("f.partition = ANY(%s) AND (f.metadata #> %s::text[]) = %s")
+    args = [q, [user_partition("u1", None)], ["rare"], Jsonb(True), q, 10]
+    assert "hnsw" in await _plan(store, hnsw_sql, args)
+    async with store.db.transaction() as conn:
+        await conn.execute("SET LOCAL hnsw.ef_search = 40")
+        starved = await (await conn.execute(hnsw_sql, args)).fetchall()
+    assert len(starved) < 10
+    found = await store.vector_search(_pf(), q, limit=10, filter=flt)
+    assert store.last_vector_path == "hnsw+exact"
+    best = sorted(rare, key=lambda fid: -float(vecs[ids.index(fid)] @ q))[:10]
+    assert [c.fact_id for c in found] == best
+    store.exact_max = 100_000
+    assert await store.vector_search(_pf(), q, limit=10, filter=flt) == found  # as the exact path
 
 
 async def test_vector_kind_filter_and_documents(store: _Store) -> None:
@@ -390,8 +414,17 @@ async def _isolation(
 
 
 # --------------------------------------------------------------------------- reflections
-async def test_concurrent_consolidations_exactly_one_wins(db: PgDatabase) -> None:
-    s = _Store(db)
+async def test_concurrent_consolidations_exactly_one_wins(pg_url: str) -> None:
+    # six connections open up front, so the six writers really overlap (not one after another)
+    db = await PgDatabase.open(with_params(pg_url, pool_min="6", pool_max="6"))
+    db.acquire()
+    try:
+        await _race_consolidations(_Store(db))
+    finally:
+        await db.release()
+
+
+async def _race_consolidations(s: _Store) -> None:
     r = await s.put_reflection(Reflection(content="likes tea", scope="user", user_id="u1"))
 
     async def consolidate(i: int, version: int) -> str:

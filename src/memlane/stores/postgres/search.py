@@ -66,6 +66,9 @@ class PgSearchMixin:
     date_weight: float = 1.0
     exact_max: int = 10_000
     rank_normalization: int = 1
+    last_vector_path: str | None = None
+    """How the last vector search ran: ``"exact"``, ``"hnsw"``, or ``"hnsw+exact"`` (the index
+    returned too few rows and the exact scan answered); for diagnostics and tests."""
 
     # ------------------------------------------------------------------ keyword
     def _rank_weights(self) -> list[float]:
@@ -153,7 +156,11 @@ class PgSearchMixin:
                 cur = await conn.execute(hnsw_sql, [q, *wargs, q, limit])
                 rows = await cur.fetchall()
                 if len(rows) >= limit:
+                    self.last_vector_path = "hnsw"
                     return [Candidate(r[0], _similarity(r[1])) for r in rows]
+                self.last_vector_path = "hnsw+exact"
+            else:
+                self.last_vector_path = "exact"
             # small partitions, and the fallback: every matching row scored, an exact top ``limit``
             cur = await conn.execute(exact_sql, [q, *wargs, limit])
             return [Candidate(r[0], _similarity(r[1])) for r in await cur.fetchall()]
