@@ -152,28 +152,52 @@ async def test_concurrent_coalesce_from_two_pools_makes_one_job(pg_url: str) -> 
         await b.close()
 
 
-async def test_what_postgresql_cannot_store_is_bad_input_and_writes_nothing(pg_url: str) -> None:
+async def test_nul_and_the_codec_escape_round_trip_nan_is_bad_input(pg_url: str) -> None:
+    """PostgreSQL text and jsonb cannot hold NUL; SQLite can. Through the stores' codec every
+    string comes back as written (and ids holding NUL still match), as on SQLite. NaN, which
+    jsonb refuses, is bad input and writes nothing."""
     store = await PgSessionStore.open(pg_url)
     jobs = PgJobStore(store.db)
+    odd = "a\x00b \U0010fffe0 c"  # NUL, and the codec's own escape character followed by "0"
     try:
-        await store.create_session(session_id="s")
-        with pytest.raises(InvalidInputError):
-            await store.add_event("s", Event(content="ok", metadata={"x": "nul\x00"}))
-        with pytest.raises(InvalidInputError):
-            await store.add_event("s", Event(content="ok", author="a\x00b"))
+        await store.create_session(session_id=odd, app=odd, user_ids=[odd], channel=odd, state={odd: [odd]})
+        sent = Event(content={"t": odd}, author=odd, id=odd, metadata={odd: {"k": odd}, "user_id": odd})
+        assert await store.add_event(odd, sent, app=odd) == sent
+        got = await store.get_session(odd, app=odd)
+        assert got is not None and (got.id, got.app, got.user_ids, got.channel) == (odd, odd, [odd], odd)
+        assert got.state == {odd: [odd]} and [e.model_dump() for e in got.events] == [sent.model_dump()]
+        assert [s.id for s in await store.list_sessions(app=odd, user_id=odd)] == [odd]
+        assert (await store.export_user(odd))["sessions"][0]["events"][0]["author"] == odd
+        await store.create_session(session_id="plain", user_ids=[odd, "v"])
+        await store.add_event("plain", Event(content="by odd", metadata={"user_id": odd}))
+        assert await store.delete_user_sessions(odd) == 2  # the solo session, odd's event of "plain"
+        assert await store.get_events("plain") == []
         with pytest.raises(InvalidInputError):
             await store.create_session(session_id="t", state={"x": float("nan")})
-        assert await store.get_events("s") == [] and await store.get_session("t") is None
-        # a NUL inside event content is fine: content is stored as JSON text
-        await store.add_event("s", Event(content="nul\x00inside"))
-        assert [e.content for e in await store.get_events("s")] == ["nul\x00inside"]
         with pytest.raises(InvalidInputError):
-            await jobs.enqueue("form", "k", {"text": "nul\x00"})
+            await store.add_event("plain", Event(content="ok", metadata={"x": float("inf")}))
+        assert await store.get_session("t") is None and await store.get_events("plain") == []
+
+        job = await jobs.enqueue("form", odd, {odd: odd}, user_id=odd)
+        merged = await jobs.enqueue("form", odd, {"more": odd}, user_id=odd, coalesce=True)
+        assert merged.id == job.id and merged.payload == {odd: odd, "more": odd} and merged.key == odd
+        claimed = await jobs.claim(odd, lease_seconds=30)
+        assert claimed is not None and claimed.worker == odd and await jobs.renew(job.id, odd, lease_seconds=30)
+        await jobs.checkpoint(job.id, {"s": odd})
+        failed = await jobs.fail(job.id, f"boom {odd}", retry_in=None)
+        assert failed.status == "failed" and failed.last_error == f"boom {odd}" and failed.state == {"s": odd}
+        assert [j.id for j in await jobs.list(key=odd)] == [job.id]
+        assert (await jobs.export_user(odd))["jobs"][0]["payload"] == {odd: odd, "more": odd}
+        cursor = await jobs.touch(odd, odd, user_ids=[odd], agent_id=odd, tier=None, messages=1, tokens=1)
+        assert (cursor.app, cursor.session_id, cursor.user_ids, cursor.agent_id) == (odd, odd, [odd], odd)
+        await jobs.advance(odd, odd, last_event_id=odd, formed=1)
+        again = await jobs.get_cursor(odd, odd)
+        assert again is not None and again.last_event_id == odd
+        assert await jobs.purge_user(odd) == 2
+        assert await jobs.get(job.id) is None and await jobs.get_cursor(odd, odd) is None
+        with pytest.raises(InvalidInputError):
+            await jobs.enqueue("form", "k", {"x": float("nan")})
         assert await jobs.counts() == {}
-        job = await jobs.enqueue("form", "k", {})
-        assert await jobs.claim("w", lease_seconds=30) is not None
-        failed = await jobs.fail(job.id, "boom\x00", retry_in=None)
-        assert failed.status == "failed" and failed.last_error == "boom\\x00"
         with pytest.raises(NotFoundError):
             await jobs.fail("nope", "x", retry_in=None)
     finally:

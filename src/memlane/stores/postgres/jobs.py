@@ -12,6 +12,8 @@ The port of :mod:`memlane.stores.sqlite.jobs` for many workers and replicas on o
 * Every time is the database server's (``now()``: the transaction's start), never a replica's
   clock, so leases mean the same thing on every machine. ``idle_cursors(before)`` compares the
   server's activity stamps with the caller's ``before``.
+* Strings (ids, keys, errors, JSON strings in payloads, checkpoints and results) go through
+  the NUL-safe codec of :mod:`memlane.stores.postgres.rows`, as in every PostgreSQL store.
 * ``enqueue(coalesce=True)`` holds a per-key advisory lock (another lock space than
   ``claim``'s) so two replicas coalescing into one key at once still make one job.
 """
@@ -30,6 +32,7 @@ from psycopg.types.json import Jsonb
 from memlane.errors import InvalidInputError, NotFoundError, StorageError
 from memlane.models import FormationCursor, Job, as_utc, new_id
 from memlane.stores.postgres.db import PgDatabase
+from memlane.stores.postgres.rows import dec, dec_json, enc, enc_json
 
 __all__ = ["PgJobStore"]
 
@@ -56,18 +59,24 @@ _KEY_FREE = (
 
 def _job(r: Sequence[Any]) -> Job:
     return Job(
-        id=r[0], kind=r[1], key=r[2], user_id=r[3], status=r[4], payload=r[5], state=r[6], result=r[7],
-        attempts=r[8], max_attempts=r[9], last_error=r[10], next_run_at=as_utc(r[11]), created_at=as_utc(r[12]),
-        updated_at=as_utc(r[13]), worker=r[14], lease_until=as_utc(r[15]) if r[15] is not None else None,
+        id=dec(r[0]), kind=r[1], key=dec(r[2]), user_id=dec(r[3]), status=r[4], payload=dec_json(r[5]),
+        state=dec_json(r[6]), result=dec_json(r[7]), attempts=r[8], max_attempts=r[9], last_error=dec(r[10]),
+        next_run_at=as_utc(r[11]), created_at=as_utc(r[12]), updated_at=as_utc(r[13]), worker=dec(r[14]),
+        lease_until=as_utc(r[15]) if r[15] is not None else None,
     )  # fmt: skip
 
 
 def _cursor(r: Sequence[Any]) -> FormationCursor:
     return FormationCursor(
-        app=r[0], session_id=r[1], user_ids=r[2], agent_id=r[3], tier=r[4], last_event_id=r[5],
-        formed_events=r[6], pending_messages=r[7], pending_tokens=r[8], last_activity_at=as_utc(r[9]),
-        last_formed_at=as_utc(r[10]) if r[10] is not None else None,
+        app=dec(r[0]), session_id=dec(r[1]), user_ids=dec_json(r[2]), agent_id=dec(r[3]), tier=r[4],
+        last_event_id=dec(r[5]), formed_events=r[6], pending_messages=r[7], pending_tokens=r[8],
+        last_activity_at=as_utc(r[9]), last_formed_at=as_utc(r[10]) if r[10] is not None else None,
     )  # fmt: skip
+
+
+def _json(value: Any) -> Jsonb:
+    """JSON data as ``jsonb`` can hold it (strings through the NUL-safe codec)."""
+    return Jsonb(enc_json(value))
 
 
 def _limit(limit: int) -> int | None:
@@ -75,9 +84,9 @@ def _limit(limit: int) -> int | None:
     return None if limit < 0 else limit
 
 
-def _iso(row: dict[str, Any]) -> dict[str, Any]:
-    """A row for an export: timestamps as ISO-8601 text (what the SQLite export holds)."""
-    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+def _export_row(names: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
+    """A row for an export: decoded, timestamps as ISO-8601 text (what the SQLite export holds)."""
+    return {k: v.isoformat() if isinstance(v, datetime) else dec_json(v) for k, v in zip(names, row, strict=True)}
 
 
 class PgJobStore:
@@ -103,7 +112,7 @@ class PgJobStore:
     # ------------------------------------------------------------------ plumbing
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """One transaction; a value PostgreSQL refuses (a NUL character, say) is bad input
+        """One transaction; a value PostgreSQL refuses (NaN in ``jsonb``, say) is bad input
         (nothing is written), any other database failure a StorageError."""
         if self._closed:
             raise StorageError("this PgJobStore is closed; open a new one")
@@ -131,7 +140,7 @@ class PgJobStore:
                 " GROUP BY key HAVING count(*)>1 ORDER BY key LIMIT 100"
             )
             for key, n in await cur.fetchall():
-                problems.append(f"jobs: key {key!r} has {n} jobs running at once")
+                problems.append(f"jobs: key {dec(key)!r} has {n} jobs running at once")
         return problems
 
     # ------------------------------------------------------------------ jobs
@@ -150,17 +159,17 @@ class PgJobStore:
         async with self._tx() as conn:
             if coalesce:
                 # Two replicas coalescing into one key at once must still make one job.
-                await conn.execute(f"SELECT pg_advisory_xact_lock({_ENQUEUE_SPACE}, hashtext(%s))", (key,))
+                await conn.execute(f"SELECT pg_advisory_xact_lock({_ENQUEUE_SPACE}, hashtext(%s))", (enc(key),))
                 cur = await conn.execute(
                     "SELECT id FROM jobs WHERE key=%s AND kind=%s AND status='queued' AND state='{}'::jsonb"
                     " ORDER BY created_at LIMIT 1 FOR UPDATE",
-                    (key, kind),
+                    (enc(key), enc(kind)),
                 )
                 row = await cur.fetchone()
                 if row is not None:
                     cur = await conn.execute(
                         f"UPDATE jobs SET payload=payload || %s, updated_at=now() WHERE id=%s RETURNING {_JOB_READ}",
-                        (Jsonb(payload), row[0]),
+                        (_json(payload), row[0]),
                     )
                     merged = await cur.fetchone()
                     assert merged is not None
@@ -168,7 +177,7 @@ class PgJobStore:
             cur = await conn.execute(
                 f"INSERT INTO jobs ({_JOB_COLS}) VALUES"
                 f" (%s,%s,%s,%s,'queued',%s,'{{}}',NULL,0,%s,NULL,now(),now(),now()) RETURNING {_JOB_READ}",
-                (new_id(), kind, key, user_id, Jsonb(payload), max_attempts),
+                (new_id(), enc(kind), enc(key), enc(user_id), _json(payload), max_attempts),
             )
             row = await cur.fetchone()
             assert row is not None
@@ -183,7 +192,7 @@ class PgJobStore:
         args: builtins.list[Any] = []
         if job_id is not None:
             where = "j.id=%s AND (j.status='queued' OR (j.status='running' AND j.lease_until<now()))"
-            args = [job_id]
+            args = [enc(job_id)]
         order = "ORDER BY j.next_run_at, j.created_at LIMIT 1"
         skip_keys: builtins.list[str] = []
         async with self._tx() as conn:
@@ -215,7 +224,7 @@ class PgJobStore:
                 cur = await conn.execute(
                     "UPDATE jobs SET status='running', lease_until=now() + make_interval(secs => %s), worker=%s,"
                     f" updated_at=now() WHERE id=%s RETURNING {_JOB_READ}",
-                    (float(lease_seconds), worker, row[0]),
+                    (float(lease_seconds), enc(worker), row[0]),
                 )
                 taken = await cur.fetchone()
                 assert taken is not None
@@ -229,35 +238,33 @@ class PgJobStore:
             cur = await conn.execute(
                 "UPDATE jobs SET lease_until=now() + make_interval(secs => %s)"
                 " WHERE id=%s AND status='running' AND worker=%s",
-                (float(lease_seconds), job_id, worker),
+                (float(lease_seconds), enc(job_id), enc(worker)),
             )
             return cur.rowcount == 1
 
     async def checkpoint(self, job_id: str, state: dict[str, Any]) -> None:
         """Save step outputs so a replay does not call the model again."""
         async with self._tx() as conn:
-            await conn.execute("UPDATE jobs SET state=%s, updated_at=now() WHERE id=%s", (Jsonb(state), job_id))
+            await conn.execute("UPDATE jobs SET state=%s, updated_at=now() WHERE id=%s", (_json(state), enc(job_id)))
 
     async def complete(self, job_id: str, result: dict[str, Any]) -> None:
         async with self._tx() as conn:
             await conn.execute(
                 "UPDATE jobs SET status='done', result=%s, lease_until=NULL, last_error=NULL, updated_at=now()"
                 " WHERE id=%s",
-                (Jsonb(result), job_id),
+                (_json(result), enc(job_id)),
             )
 
     async def fail(self, job_id: str, error: str, *, retry_in: float | None) -> Job:
         """Count a failed attempt: back to ``queued`` after ``retry_in`` seconds, or ``failed``
         when ``retry_in`` is None or the attempts are used up."""
-        # A NUL cannot be stored in a PostgreSQL text column: keep it visible, not fatal.
-        message = error[:2000].replace("\x00", "\\x00")
         async with self._tx() as conn:
             cur = await conn.execute(
                 "UPDATE jobs SET attempts=attempts+1,"
                 " status=CASE WHEN %s OR attempts+1>=max_attempts THEN 'failed' ELSE 'queued' END,"
                 " last_error=%s, next_run_at=now() + make_interval(secs => %s), lease_until=NULL, updated_at=now()"
                 f" WHERE id=%s RETURNING {_JOB_READ}",
-                (retry_in is None, message, float(retry_in or 0), job_id),
+                (retry_in is None, enc(error[:2000]), float(retry_in or 0), enc(job_id)),
             )
             row = await cur.fetchone()
             if row is None:
@@ -269,7 +276,7 @@ class PgJobStore:
         async with self._tx() as conn:
             await conn.execute(
                 "UPDATE jobs SET status='queued', lease_until=NULL, updated_at=now() WHERE id=%s AND status='running'",
-                (job_id,),
+                (enc(job_id),),
             )
 
     async def retry(self, job_id: str) -> Job:
@@ -278,9 +285,9 @@ class PgJobStore:
             await conn.execute(
                 "UPDATE jobs SET status='queued', attempts=0, next_run_at=now(), updated_at=now()"
                 " WHERE id=%s AND status IN ('failed', 'queued')",
-                (job_id,),
+                (enc(job_id),),
             )
-            cur = await conn.execute(f"SELECT {_JOB_READ} FROM jobs WHERE id=%s", (job_id,))
+            cur = await conn.execute(f"SELECT {_JOB_READ} FROM jobs WHERE id=%s", (enc(job_id),))
             row = await cur.fetchone()
             if row is None:
                 raise NotFoundError(f"no job {job_id!r}")
@@ -288,7 +295,7 @@ class PgJobStore:
 
     async def get(self, job_id: str) -> Job | None:
         async with self._tx() as conn:
-            cur = await conn.execute(f"SELECT {_JOB_READ} FROM jobs WHERE id=%s", (job_id,))
+            cur = await conn.execute(f"SELECT {_JOB_READ} FROM jobs WHERE id=%s", (enc(job_id),))
             row = await cur.fetchone()
             return _job(row) if row is not None else None
 
@@ -297,10 +304,10 @@ class PgJobStore:
         where, args = ["TRUE"], []
         if status is not None:
             where.append("status=%s")
-            args.append(status)
+            args.append(enc(status))
         if key is not None:
             where.append("key=%s")
-            args.append(key)
+            args.append(enc(key))
         async with self._tx() as conn:
             cur = await conn.execute(
                 f"SELECT {_JOB_READ} FROM jobs WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT %s",
@@ -346,7 +353,16 @@ class PgJobStore:
                 " pending_messages=formation_cursors.pending_messages+excluded.pending_messages,"
                 " pending_tokens=formation_cursors.pending_tokens+excluded.pending_tokens,"
                 f" last_activity_at=excluded.last_activity_at RETURNING {_CURSOR_COLS}",
-                (app, session_id, Jsonb(list(user_ids)), agent_id, tier or 0, messages, float(tokens), tier),
+                (
+                    enc(app),
+                    enc(session_id),
+                    _json(list(user_ids)),
+                    enc(agent_id),
+                    tier or 0,
+                    messages,
+                    float(tokens),
+                    tier,
+                ),
             )
             row = await cur.fetchone()
             assert row is not None
@@ -355,7 +371,8 @@ class PgJobStore:
     async def get_cursor(self, app: str, session_id: str) -> FormationCursor | None:
         async with self._tx() as conn:
             cur = await conn.execute(
-                f"SELECT {_CURSOR_COLS} FROM formation_cursors WHERE app=%s AND session_id=%s", (app, session_id)
+                f"SELECT {_CURSOR_COLS} FROM formation_cursors WHERE app=%s AND session_id=%s",
+                (enc(app), enc(session_id)),
             )
             row = await cur.fetchone()
             return _cursor(row) if row is not None else None
@@ -365,7 +382,7 @@ class PgJobStore:
         async with self._tx() as conn:
             await conn.execute(
                 "UPDATE formation_cursors SET pending_messages=0, pending_tokens=0 WHERE app=%s AND session_id=%s",
-                (app, session_id),
+                (enc(app), enc(session_id)),
             )
 
     async def advance(self, app: str, session_id: str, *, last_event_id: str, formed: int) -> None:
@@ -379,12 +396,14 @@ class PgJobStore:
                 " last_event_id=excluded.last_event_id,"
                 " formed_events=formation_cursors.formed_events+excluded.formed_events,"
                 " last_formed_at=excluded.last_formed_at",
-                (app, session_id, last_event_id, formed),
+                (enc(app), enc(session_id), enc(last_event_id), formed),
             )
 
     async def delete_cursor(self, app: str, session_id: str) -> None:
         async with self._tx() as conn:
-            await conn.execute("DELETE FROM formation_cursors WHERE app=%s AND session_id=%s", (app, session_id))
+            await conn.execute(
+                "DELETE FROM formation_cursors WHERE app=%s AND session_id=%s", (enc(app), enc(session_id))
+            )
 
     async def idle_cursors(self, before: datetime, *, limit: int = 1000) -> builtins.list[FormationCursor]:
         """Sessions whose last activity is older than ``before``, oldest first."""
@@ -404,17 +423,17 @@ class PgJobStore:
             cur = await conn.execute(
                 "SELECT id, kind, key, status, payload, attempts, max_attempts, last_error, next_run_at, created_at,"
                 " updated_at FROM jobs WHERE user_id=%s ORDER BY created_at, id",
-                (user_id,),
+                (enc(user_id),),
             )
             names = [d.name for d in cur.description or ()]
-            jobs = [_iso(dict(zip(names, r, strict=True))) for r in await cur.fetchall()]
+            jobs = [_export_row(names, r) for r in await cur.fetchall()]
             cur = await conn.execute(
                 f"SELECT {_CURSOR_COLS} FROM formation_cursors WHERE user_ids @> jsonb_build_array(%s::text)"
                 " ORDER BY app, session_id",
-                (user_id,),
+                (enc(user_id),),
             )
             names = [d.name for d in cur.description or ()]
-            cursors = [_iso(dict(zip(names, r, strict=True))) for r in await cur.fetchall()]
+            cursors = [_export_row(names, r) for r in await cur.fetchall()]
         return {"jobs": jobs, "formation_cursors": cursors}
 
     async def purge_user(self, user_id: str, *, cursors: bool = True) -> int:
@@ -425,18 +444,19 @@ class PgJobStore:
         candidates in their checkpoints, the agent blob or a replaced agent fact in their
         results. Checkpoints of jobs not running now are dropped (a replay recomputes them) and
         those texts are removed from finished jobs' results. One transaction."""
+        user = enc(user_id)
         async with self._tx() as conn:
-            cur = await conn.execute("DELETE FROM jobs WHERE user_id=%s", (user_id,))
+            cur = await conn.execute("DELETE FROM jobs WHERE user_id=%s", (user,))
             n = cur.rowcount
             if cursors:
-                cur = await conn.execute("DELETE FROM formation_cursors WHERE user_ids=%s", (Jsonb([user_id]),))
+                cur = await conn.execute("DELETE FROM formation_cursors WHERE user_ids=%s", (Jsonb([user]),))
                 n += cur.rowcount
                 # a group session's cursor stays, without the user (as the session's participants)
                 await conn.execute(
                     "UPDATE formation_cursors SET user_ids=COALESCE((SELECT jsonb_agg(u.v ORDER BY u.i)"
                     " FROM jsonb_array_elements(user_ids) WITH ORDINALITY AS u(v, i) WHERE u.v <> to_jsonb(%s::text)),"
                     " '[]'::jsonb) WHERE user_ids @> jsonb_build_array(%s::text)",
-                    (user_id, user_id),
+                    (user, user),
                 )
             await conn.execute("UPDATE jobs SET state='{}'::jsonb WHERE status<>'running' AND state<>'{}'::jsonb")
             cur = await conn.execute(
@@ -450,5 +470,6 @@ class PgJobStore:
                 result["consolidated"] = []
                 for ch in changes:
                     ch["previous"] = None
+                # ``result`` is as stored (encoded): written back as is
                 await conn.execute("UPDATE jobs SET result=%s WHERE id=%s", (Jsonb(result), job_id))
             return int(n)

@@ -14,8 +14,10 @@ A session and its events are read in one ``REPEATABLE READ`` snapshot.
 Encodings: session and event timestamps are ``timestamptz`` (microseconds, UTC, taken from
 this process's clock, as the SQLite store does, so a created session equals what a later read
 returns); event content is JSON text (exact round trip), event metadata, session state and
-user ids are ``jsonb``. PostgreSQL refuses a NUL character in text and in ``jsonb`` strings,
-and NaN/Infinity in ``jsonb``: such input raises InvalidInputError and nothing is written.
+user ids are ``jsonb``. Every string goes through the PostgreSQL stores' NUL-safe codec
+(:func:`memlane.stores.postgres.rows.enc`; ``memlane migrate`` uses it too), so ids and text
+holding NUL round-trip as on SQLite. ``jsonb`` refuses NaN and Infinity: such state or
+metadata raises InvalidInputError and nothing is written.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from memlane.sessions import (
     to_utc,
 )
 from memlane.stores.postgres.db import PgDatabase
+from memlane.stores.postgres.rows import dec, dec_json, enc, enc_json
 
 __all__ = ["PgSessionStore"]
 
@@ -137,12 +140,12 @@ class PgSessionStore:
         order = "ORDER BY s.updated_at DESC, s.created_at DESC, s.id DESC"
         async with self._tx() as conn:
             if user_id is None:
-                cur = await conn.execute(f"SELECT {cols} FROM sessions s WHERE s.app = %s {order}", (app,))
+                cur = await conn.execute(f"SELECT {cols} FROM sessions s WHERE s.app = %s {order}", (enc(app),))
             else:
                 cur = await conn.execute(
                     f"SELECT {cols} FROM sessions s JOIN session_users u ON u.app = s.app AND u.session_id = s.id"
                     f" WHERE s.app = %s AND u.user_id = %s {order}",
-                    (app, user_id),
+                    (enc(app), enc(user_id)),
                 )
             return [self._session_from_row(r) for r in await cur.fetchall()]
 
@@ -152,7 +155,7 @@ class PgSessionStore:
         check_session_id(session_id)
         async with self._tx() as conn:
             # session_users and events go by ON DELETE CASCADE
-            cur = await conn.execute("DELETE FROM sessions WHERE app = %s AND id = %s", (app, session_id))
+            cur = await conn.execute("DELETE FROM sessions WHERE app = %s AND id = %s", (enc(app), enc(session_id)))
             return cur.rowcount > 0
 
     async def counts(self) -> tuple[int, int]:
@@ -168,31 +171,32 @@ class PgSessionStore:
         sessions, delete the user's own events (author or ``metadata["user_id"]`` is the user)
         and remove the user from the participants. Returns the rows deleted. One transaction."""
         check_user_ids([user_id])
+        user = enc(user_id)
         async with self._tx() as conn:
             cur = await conn.execute(
                 "DELETE FROM sessions WHERE (app, id) IN ("
                 " SELECT app, session_id FROM session_users GROUP BY app, session_id"
                 " HAVING COUNT(*) = 1 AND MAX(user_id) = %s)",
-                (user_id,),
+                (user,),
             )
             n = cur.rowcount
-            cur = await conn.execute("SELECT app, session_id FROM session_users WHERE user_id = %s", (user_id,))
+            cur = await conn.execute("SELECT app, session_id FROM session_users WHERE user_id = %s", (user,))
             for app, sid in await cur.fetchall():
                 deleted = await conn.execute(
                     "DELETE FROM events WHERE app = %s AND session_id = %s"
                     " AND (author = %s OR metadata->'user_id' = to_jsonb(%s::text))",
-                    (app, sid, user_id, user_id),
+                    (app, sid, user, user),
                 )
                 n += deleted.rowcount
                 await conn.execute(
                     "DELETE FROM session_users WHERE app = %s AND session_id = %s AND user_id = %s",
-                    (app, sid, user_id),
+                    (app, sid, user),
                 )
                 await conn.execute(
                     "UPDATE sessions SET user_ids = COALESCE((SELECT jsonb_agg(u.v ORDER BY u.i)"
                     " FROM jsonb_array_elements(user_ids) WITH ORDINALITY AS u(v, i) WHERE u.v <> to_jsonb(%s::text)),"
                     " '[]'::jsonb) WHERE app = %s AND id = %s",
-                    (user_id, app, sid),
+                    (user, app, sid),
                 )
             return n
 
@@ -202,11 +206,11 @@ class PgSessionStore:
         check_user_ids([user_id])
         async with self._snapshot() as conn:
             cur = await conn.execute(
-                "SELECT app, session_id FROM session_users WHERE user_id = %s ORDER BY app, session_id", (user_id,)
+                "SELECT app, session_id FROM session_users WHERE user_id = %s ORDER BY app, session_id", (enc(user_id),)
             )
             out: list[dict[str, Any]] = []
             for app, sid in await cur.fetchall():
-                session = await self._read_in(conn, app, sid)
+                session = await self._read_in(conn, dec(app) or "", dec(sid) or "")
                 if session is not None:
                     out.append(export_session(session, user_id))
         return {"sessions": out}
@@ -220,7 +224,7 @@ class PgSessionStore:
         Raises:
             NotFoundError: no such session in ``app``; nothing is written.
             InvalidInputError: the event's content or metadata is not JSON (or holds what
-                PostgreSQL cannot store, such as a NUL character); nothing is written.
+                ``jsonb`` cannot store: NaN, Infinity); nothing is written.
         """
         check_app(app)
         check_session_id(session_id)
@@ -233,15 +237,25 @@ class PgSessionStore:
         async with self._tx() as conn:
             # Locks the session's row: writers of one session go one at a time, in seq order.
             cur = await conn.execute(
-                "UPDATE sessions SET updated_at = %s WHERE app = %s AND id = %s", (utcnow(), app, session_id)
+                "UPDATE sessions SET updated_at = %s WHERE app = %s AND id = %s",
+                (utcnow(), enc(app), enc(session_id)),
             )
             if cur.rowcount == 0:
                 raise NotFoundError(
                     f"no session {session_id!r} in app {app!r}; create it first (get_or_create_session)"
                 )
             await conn.execute(
-                f"INSERT INTO events (app, session_id, {_EVENT_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb)",
-                (app, session_id, stored.id, stored.type.value, stored.timestamp, stored.author, content, metadata),
+                f"INSERT INTO events (app, session_id, {_EVENT_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    enc(app),
+                    enc(session_id),
+                    enc(stored.id),
+                    stored.type.value,
+                    stored.timestamp,
+                    enc(stored.author),
+                    enc(content),
+                    Jsonb(enc_json(stored.metadata)),
+                ),
             )
         return stored
 
@@ -264,7 +278,7 @@ class PgSessionStore:
         if limit == 0 or types == frozenset():
             return []
         sql = f"SELECT {_EVENT_COLS} FROM events WHERE app = %s AND session_id = %s"
-        args: list[Any] = [app, session_id]
+        args: list[Any] = [enc(app), enc(session_id)]
         if types is not None:
             sql += " AND type = ANY(%s)"
             args.append(sorted(t.value for t in types))
@@ -285,20 +299,21 @@ class PgSessionStore:
         async with self._tx() as conn:
             # Lock the session first: a concurrent pop or add waits, then sees the new newest event.
             cur = await conn.execute(
-                "SELECT 1 FROM sessions WHERE app = %s AND id = %s FOR NO KEY UPDATE", (app, session_id)
+                "SELECT 1 FROM sessions WHERE app = %s AND id = %s FOR NO KEY UPDATE", (enc(app), enc(session_id))
             )
             if await cur.fetchone() is None:
                 return None
             cur = await conn.execute(
                 f"DELETE FROM events WHERE seq = (SELECT seq FROM events WHERE app = %s AND session_id = %s"
                 f" ORDER BY seq DESC LIMIT 1) RETURNING {_EVENT_COLS}",
-                (app, session_id),
+                (enc(app), enc(session_id)),
             )
             row = await cur.fetchone()
             if row is None:
                 return None
             await conn.execute(
-                "UPDATE sessions SET updated_at = %s WHERE app = %s AND id = %s", (utcnow(), app, session_id)
+                "UPDATE sessions SET updated_at = %s WHERE app = %s AND id = %s",
+                (utcnow(), enc(app), enc(session_id)),
             )
             return self._event_from_row(row)
 
@@ -352,12 +367,12 @@ class PgSessionStore:
             f"INSERT INTO sessions ({_SESSION_COLS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (app, id) DO NOTHING",
             (
-                session.app,
-                session.id,
-                Jsonb(session.user_ids),
-                session.agent_id,
-                session.channel,
-                Jsonb(session.state),
+                enc(session.app),
+                enc(session.id),
+                Jsonb(enc_json(session.user_ids)),
+                enc(session.agent_id),
+                enc(session.channel),
+                Jsonb(enc_json(session.state)),
                 session.created_at,
                 session.updated_at,
             ),
@@ -368,7 +383,7 @@ class PgSessionStore:
             async with conn.cursor() as c:
                 await c.executemany(
                     "INSERT INTO session_users (app, session_id, user_id) VALUES (%s, %s, %s)",
-                    [(session.app, session.id, u) for u in session.user_ids],
+                    [(enc(session.app), enc(session.id), enc(u)) for u in session.user_ids],
                 )
         return True
 
@@ -377,12 +392,13 @@ class PgSessionStore:
             return await self._read_in(conn, app, session_id)
 
     async def _read_in(self, conn: Conn, app: str, session_id: str) -> Session | None:
-        cur = await conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE app = %s AND id = %s", (app, session_id))
+        key = (enc(app), enc(session_id))
+        cur = await conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE app = %s AND id = %s", key)
         row = await cur.fetchone()
         if row is None:
             return None
         cur = await conn.execute(
-            f"SELECT {_EVENT_COLS} FROM events WHERE app = %s AND session_id = %s ORDER BY seq", (app, session_id)
+            f"SELECT {_EVENT_COLS} FROM events WHERE app = %s AND session_id = %s ORDER BY seq", key
         )
         session = self._session_from_row(row)
         session.events = [self._event_from_row(r) for r in await cur.fetchall()]
@@ -392,12 +408,12 @@ class PgSessionStore:
     def _session_from_row(row: Sequence[Any]) -> Session:
         app, sid, user_ids, agent_id, channel, state, created_at, updated_at = row
         return Session(
-            app=app,
-            id=sid,
-            user_ids=user_ids,
-            agent_id=agent_id,
-            channel=channel,
-            state=state,
+            app=dec(app),
+            id=dec(sid),
+            user_ids=dec_json(user_ids),
+            agent_id=dec(agent_id),
+            channel=dec(channel),
+            state=dec_json(state),
             created_at=_utc(created_at),
             updated_at=_utc(updated_at),
         )
@@ -406,12 +422,12 @@ class PgSessionStore:
     def _event_from_row(row: Sequence[Any]) -> Event:
         eid, etype, ts, author, content, metadata = row
         return Event(
-            id=eid,
+            id=dec(eid),
             type=EventType(etype),
             timestamp=_utc(ts),
-            author=author,
-            content=json.loads(content) if content is not None else None,
-            metadata=metadata,
+            author=dec(author),
+            content=json.loads(dec(content) or "null") if content is not None else None,
+            metadata=dec_json(metadata),
         )
 
 
