@@ -434,3 +434,14 @@ async def test_memory_forms_through_the_redis_queue(tmp_path: Path, redis_url: s
         assert (await jobs.counts()).get("done") == 1
     async with await RedisSessionStore.open(redis_url) as sessions:
         assert len(await sessions.get_events("s")) == 2
+
+
+async def test_rediss_urls_reach_the_redis_stores() -> None:
+    """``rediss://`` (TLS) names the same stores: the registry opens them (here: nothing listens)."""
+    from memlane.registry import open_job_store, open_session_store
+
+    with pytest.raises(StorageError, match="cannot reach Redis"):
+        await open_session_store("rediss://:hunter2@127.0.0.1:1/0", None)  # type: ignore[arg-type]
+    with pytest.raises(StorageError, match="cannot reach Redis") as exc:
+        await open_job_store("rediss://:hunter2@127.0.0.1:1/0", None)  # type: ignore[arg-type]
+    assert "hunter2" not in str(exc.value)

@@ -54,6 +54,7 @@ SESSION_STORES: dict[str, tuple[str, str, str]] = {
     "sqlite": ("memlane.stores.sqlite.sessions", "SqliteSessionStore", "core"),
     "postgresql": ("memlane.stores.postgres.sessions", "PgSessionStore", "postgres"),
     "redis": ("memlane.stores.redis.sessions", "RedisSessionStore", "redis"),
+    "rediss": ("memlane.stores.redis.sessions", "RedisSessionStore", "redis"),  # Redis over TLS
 }
 
 _IN_PROCESS_SESSIONS = frozenset({"local", "null"})
@@ -68,6 +69,7 @@ STORES: dict[str, tuple[str, str, str]] = {
 #: long-term backend's own job store is used when ``jobs=`` is not given.
 JOB_STORES: dict[str, tuple[str, str, str]] = {
     "redis": ("memlane.stores.redis.jobs", "RedisJobStore", "redis"),
+    "rediss": ("memlane.stores.redis.jobs", "RedisJobStore", "redis"),  # Redis over TLS
 }
 
 
