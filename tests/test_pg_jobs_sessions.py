@@ -5,8 +5,9 @@ replicas or workers would)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -16,22 +17,50 @@ from memlane.stores.postgres.db import PgDatabase
 from memlane.stores.postgres.jobs import PgJobStore
 from memlane.stores.postgres.sessions import PgSessionStore
 from memlane.testing import JobStoreContract, SessionStoreContract
+from services import drop_schema, with_params
+
+
+@pytest.fixture(scope="module")
+def contract_url(pg_server: str) -> Iterator[str]:
+    """One schema for the contract suites, emptied before each test (:func:`_emptied`):
+    migrating a fresh schema per test would dominate this file's run time."""
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    yield with_params(pg_server, schema=schema)
+    drop_schema(pg_server, schema)
+
+
+async def _emptied(url: str) -> PgDatabase:
+    """A new pool on ``url`` with the job and session tables empty (as a fresh store sees them)."""
+    db = await PgDatabase.open(url)
+    async with db.connection() as conn:
+        await conn.execute("TRUNCATE jobs, formation_cursors, events, session_users, sessions")
+    return db
 
 
 class TestPgJobStore(JobStoreContract):
     @pytest.fixture
-    async def job_store(self, pg_url: str) -> AsyncIterator[PgJobStore]:
-        store = PgJobStore(await PgDatabase.open(pg_url))
+    async def job_store(self, contract_url: str) -> AsyncIterator[PgJobStore]:
+        store = PgJobStore(await _emptied(contract_url))
         yield store
         await store.close()
 
 
 class TestPgSessionStore(SessionStoreContract):
     @pytest.fixture
-    async def session_store(self, pg_url: str) -> AsyncIterator[PgSessionStore]:
-        store = await PgSessionStore.open(pg_url)
+    async def session_store(self, contract_url: str) -> AsyncIterator[PgSessionStore]:
+        store = PgSessionStore(await _emptied(contract_url))
         yield store
         await store.close()
+
+
+async def test_open_owns_its_database(pg_url: str) -> None:
+    """``PgSessionStore.open(url)`` (``sessions="postgresql://..."``) opens a pool of its own
+    and closes it on close."""
+    store = await PgSessionStore.open(pg_url)
+    await store.create_session(session_id="s")
+    assert [s.id for s in await store.list_sessions()] == ["s"]
+    await store.close()
+    assert store.db.closed
 
 
 async def _job_stores(pg_url: str, n: int) -> list[PgJobStore]:
