@@ -476,3 +476,69 @@ async def test_reflection_ids_with_nul_and_null_safe_scopes(db: PgDatabase) -> N
     assert await s.get_consolidated(scope="session", session_id="s\x00") is None
     assert await s.clear_session_memory(agent_id=None, user_id="u\x00", session_id="s\x00") == 2
     assert [r.content for r in await s.list_reflections(scope="session", session_id="s\x00")] == ["no user"]
+
+
+# --------------------------------------------------------------------------- the engine on PgFactStore
+async def test_engine_search_on_postgres_keeps_to_the_kind_filter_and_the_speaker(pg_url: str) -> None:
+    from memlane import AsyncMemory
+
+    async with AsyncMemory(pg_url, embedder="hash", sessions="null") as mem:
+        turns = [
+            {"role": "user", "content": "we talked about the weather"},
+            {"role": "assistant", "content": "I adopted a puppy named Rex"},
+            {"role": "user", "content": "how lovely"},
+        ]
+        said = await mem.add(turns, user_id="u", session_id="s1", kind="message")
+        await mem.add_document("A guide to puppy training. " * 20, title="guide", user_id="u")
+        await mem.add("Rex the puppy likes walks", user_id="u2")  # another user's
+        msgs = await mem.search("puppy", user_id="u", filters={"kind": "message"})
+        assert msgs.hits and {h.fact.kind for h in msgs.hits} == {"message"}
+        assert msgs.hits[0].fact.id == said[1].id  # the turn saying it, above its neighbours
+        frags = await mem.search("puppy", user_id="u", filters={"kind": "fragment"})
+        assert frags.hits and {h.fact.kind for h in frags.hits} == {"fragment"}  # never messages (past bug)
+        assert all(h.vector_rank is None or h.fact.kind == "fragment" for h in frags.hits)
+        every = await mem.search("puppy", user_id="u", top_k=20)
+        assert {h.fact.user_id for h in every.hits} == {"u"}
+        assert "document" not in {h.fact.kind for h in every.hits}
+
+
+@pytest.mark.parametrize("change", ["update", "delete"])
+async def test_engine_queue_never_writes_a_stale_vector_on_postgres(pg_url: str, change: str) -> None:
+    from memlane import AsyncMemory
+    from memlane.providers.embed.hashing import HashEmbedder
+    from memlane.retrieval.hybrid import RetrievalConfig
+
+    class FirstCallHeld:
+        """The "hash" embedder whose first call (the queue worker's) waits at the gate."""
+
+        def __init__(self) -> None:
+            self.inner = HashEmbedder(64)
+            self.name, self.dim = self.inner.name, self.inner.dim
+            self.started, self.gate = asyncio.Event(), asyncio.Event()
+
+        async def embed_batch(self, texts: list[str]) -> Any:
+            if not self.started.is_set():
+                self.started.set()
+                await self.gate.wait()
+            return await self.inner.embed_batch(texts)
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    emb = FirstCallHeld()
+    keyword_only = RetrievalConfig(vector_weight=0.0)
+    async with AsyncMemory(pg_url, embedder=emb, sessions="null", retrieval=keyword_only) as m:
+        (fact,) = await m.add("the old text about apples", user_id="u", embed="low")
+        await asyncio.wait_for(emb.started.wait(), 10)  # the worker holds the old text at the gate
+        if change == "update":
+            await m.update(fact.id, "completely new words about rockets", user_id="u")
+        else:
+            await m.delete(fact.id, user_id="u")
+        emb.gate.set()
+        await m.drain_embeddings()
+        row = await m.facts.get_fact(fact.id, Scope(user_id="u"))
+        if change == "update":
+            [new] = await HashEmbedder(64).embed_batch(["completely new words about rockets"])
+            assert row is not None and row.embedding is not None and np.allclose(row.embedding, new)
+        else:
+            assert row is None or row.embedding is None
