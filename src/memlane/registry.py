@@ -55,6 +55,7 @@ SESSION_STORES: dict[str, tuple[str, str, str]] = {
     "postgresql": ("memlane.stores.postgres.sessions", "PgSessionStore", "postgres"),
     "redis": ("memlane.stores.redis.sessions", "RedisSessionStore", "redis"),
     "rediss": ("memlane.stores.redis.sessions", "RedisSessionStore", "redis"),  # Redis over TLS
+    "unix": ("memlane.stores.redis.sessions", "RedisSessionStore", "redis"),  # Redis on a unix socket
 }
 
 _IN_PROCESS_SESSIONS = frozenset({"local", "null"})
@@ -70,6 +71,7 @@ STORES: dict[str, tuple[str, str, str]] = {
 JOB_STORES: dict[str, tuple[str, str, str]] = {
     "redis": ("memlane.stores.redis.jobs", "RedisJobStore", "redis"),
     "rediss": ("memlane.stores.redis.jobs", "RedisJobStore", "redis"),  # Redis over TLS
+    "unix": ("memlane.stores.redis.jobs", "RedisJobStore", "redis"),  # Redis on a unix socket
 }
 
 
