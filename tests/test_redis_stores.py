@@ -437,7 +437,8 @@ async def test_memory_forms_through_the_redis_queue(tmp_path: Path, redis_url: s
 
 
 async def test_rediss_urls_reach_the_redis_stores() -> None:
-    """``rediss://`` (TLS) names the same stores: the registry opens them (here: nothing listens)."""
+    """``rediss://`` (TLS) and ``unix://`` name the same stores: the registry opens them (here:
+    nothing listens)."""
     from memlane.registry import open_job_store, open_session_store
 
     with pytest.raises(StorageError, match="cannot reach Redis"):
@@ -445,3 +446,5 @@ async def test_rediss_urls_reach_the_redis_stores() -> None:
     with pytest.raises(StorageError, match="cannot reach Redis") as exc:
         await open_job_store("rediss://:hunter2@127.0.0.1:1/0", None)  # type: ignore[arg-type]
     assert "hunter2" not in str(exc.value)
+    with pytest.raises(StorageError, match="cannot reach Redis"):
+        await open_session_store("unix:///nonexistent/redis.sock?prefix=x:", None)  # type: ignore[arg-type]
