@@ -111,13 +111,15 @@ class PgJobStore:
 
     # ------------------------------------------------------------------ plumbing
     @asynccontextmanager
-    async def _tx(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """One transaction; a value PostgreSQL refuses (NaN in ``jsonb``, say) is bad input
-        (nothing is written), any other database failure a StorageError."""
+    async def _tx(self, *, single: bool = False) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """One transaction (``single``: an autocommit connection, for one statement, which is
+        atomic by itself and saves the BEGIN/COMMIT round trips); a value PostgreSQL refuses
+        (NaN in ``jsonb``, say) is bad input (nothing is written), any other database failure a
+        StorageError."""
         if self._closed:
             raise StorageError("this PgJobStore is closed; open a new one")
         try:
-            async with self._db.transaction() as conn:
+            async with self._db.connection() if single else self._db.transaction() as conn:
                 yield conn
         except psycopg.DataError as exc:
             raise InvalidInputError(f"PostgreSQL refused a job value: {exc.diag.message_primary or exc}") from exc
@@ -234,7 +236,7 @@ class PgJobStore:
         """Heartbeat: extend ``worker``'s lease on a running job to now + ``lease_seconds``.
         False when the job is no longer running under this worker (done, released, or
         claimed by another worker after the lease expired)."""
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             cur = await conn.execute(
                 "UPDATE jobs SET lease_until=now() + make_interval(secs => %s)"
                 " WHERE id=%s AND status='running' AND worker=%s",
@@ -244,11 +246,11 @@ class PgJobStore:
 
     async def checkpoint(self, job_id: str, state: dict[str, Any]) -> None:
         """Save step outputs so a replay does not call the model again."""
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             await conn.execute("UPDATE jobs SET state=%s, updated_at=now() WHERE id=%s", (_json(state), enc(job_id)))
 
     async def complete(self, job_id: str, result: dict[str, Any]) -> None:
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             await conn.execute(
                 "UPDATE jobs SET status='done', result=%s, lease_until=NULL, last_error=NULL, updated_at=now()"
                 " WHERE id=%s",
@@ -258,7 +260,7 @@ class PgJobStore:
     async def fail(self, job_id: str, error: str, *, retry_in: float | None) -> Job:
         """Count a failed attempt: back to ``queued`` after ``retry_in`` seconds, or ``failed``
         when ``retry_in`` is None or the attempts are used up."""
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             cur = await conn.execute(
                 "UPDATE jobs SET attempts=attempts+1,"
                 " status=CASE WHEN %s OR attempts+1>=max_attempts THEN 'failed' ELSE 'queued' END,"
@@ -273,7 +275,7 @@ class PgJobStore:
 
     async def release(self, job_id: str) -> None:
         """Give a running job back (worker stopping): queued again, attempt not counted."""
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             await conn.execute(
                 "UPDATE jobs SET status='queued', lease_until=NULL, updated_at=now() WHERE id=%s AND status='running'",
                 (enc(job_id),),
@@ -294,7 +296,7 @@ class PgJobStore:
             return _job(row)
 
     async def get(self, job_id: str) -> Job | None:
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             cur = await conn.execute(f"SELECT {_JOB_READ} FROM jobs WHERE id=%s", (enc(job_id),))
             row = await cur.fetchone()
             return _job(row) if row is not None else None
@@ -308,7 +310,7 @@ class PgJobStore:
         if key is not None:
             where.append("key=%s")
             args.append(enc(key))
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             cur = await conn.execute(
                 f"SELECT {_JOB_READ} FROM jobs WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT %s",
                 (*args, _limit(limit)),
@@ -318,7 +320,7 @@ class PgJobStore:
     async def next_due(self) -> datetime | None:
         """When the earliest queued job becomes due, or a running job's lease runs out (None
         when there is neither)."""
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             cur = await conn.execute(
                 "SELECT LEAST((SELECT MIN(next_run_at) FROM jobs WHERE status='queued'),"
                 " (SELECT MIN(lease_until) FROM jobs WHERE status='running'))"
@@ -327,7 +329,7 @@ class PgJobStore:
             return as_utc(row[0]) if row is not None and row[0] is not None else None
 
     async def counts(self) -> dict[str, int]:
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             cur = await conn.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status")
             return {s: int(n) for s, n in await cur.fetchall()}
 
@@ -344,7 +346,7 @@ class PgJobStore:
         tokens: float,
     ) -> FormationCursor:
         """Record activity on a session: pending counters grow, ``last_activity_at`` = now."""
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             cur = await conn.execute(
                 f"INSERT INTO formation_cursors ({_CURSOR_COLS}) VALUES (%s,%s,%s,%s,%s,NULL,0,%s,%s,now(),NULL)"
                 " ON CONFLICT (app, session_id) DO UPDATE SET user_ids=excluded.user_ids,"
@@ -369,7 +371,7 @@ class PgJobStore:
             return _cursor(row)
 
     async def get_cursor(self, app: str, session_id: str) -> FormationCursor | None:
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             cur = await conn.execute(
                 f"SELECT {_CURSOR_COLS} FROM formation_cursors WHERE app=%s AND session_id=%s",
                 (enc(app), enc(session_id)),
@@ -379,7 +381,7 @@ class PgJobStore:
 
     async def reset_pending(self, app: str, session_id: str) -> None:
         """A formation was scheduled: the trigger counters start again from zero."""
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             await conn.execute(
                 "UPDATE formation_cursors SET pending_messages=0, pending_tokens=0 WHERE app=%s AND session_id=%s",
                 (enc(app), enc(session_id)),
@@ -387,7 +389,7 @@ class PgJobStore:
 
     async def advance(self, app: str, session_id: str, *, last_event_id: str, formed: int) -> None:
         """Events up to ``last_event_id`` are formed."""
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             # An upsert: a session whose events were written straight to the session store
             # has no cursor yet, and must not be formed again from its first event.
             await conn.execute(
@@ -400,14 +402,14 @@ class PgJobStore:
             )
 
     async def delete_cursor(self, app: str, session_id: str) -> None:
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             await conn.execute(
                 "DELETE FROM formation_cursors WHERE app=%s AND session_id=%s", (enc(app), enc(session_id))
             )
 
     async def idle_cursors(self, before: datetime, *, limit: int = 1000) -> builtins.list[FormationCursor]:
         """Sessions whose last activity is older than ``before``, oldest first."""
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             cur = await conn.execute(
                 f"SELECT {_CURSOR_COLS} FROM formation_cursors WHERE last_activity_at<%s"
                 " ORDER BY last_activity_at LIMIT %s",

@@ -138,7 +138,7 @@ class PgSessionStore:
         check_app(app)
         cols = ", ".join(f"s.{c.strip()}" for c in _SESSION_COLS.split(","))
         order = "ORDER BY s.updated_at DESC, s.created_at DESC, s.id DESC"
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             if user_id is None:
                 cur = await conn.execute(f"SELECT {cols} FROM sessions s WHERE s.app = %s {order}", (enc(app),))
             else:
@@ -153,14 +153,14 @@ class PgSessionStore:
         """Delete a session and its events; True if it existed."""
         check_app(app)
         check_session_id(session_id)
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             # session_users and events go by ON DELETE CASCADE
             cur = await conn.execute("DELETE FROM sessions WHERE app = %s AND id = %s", (enc(app), enc(session_id)))
             return cur.rowcount > 0
 
     async def counts(self) -> tuple[int, int]:
         """(sessions, events) in the store (this schema)."""
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             cur = await conn.execute("SELECT (SELECT COUNT(*) FROM sessions), (SELECT COUNT(*) FROM events)")
             row = await cur.fetchone()
             assert row is not None
@@ -282,7 +282,7 @@ class PgSessionStore:
         if types is not None:
             sql += " AND type = ANY(%s)"
             args.append(sorted(t.value for t in types))
-        async with self._tx() as conn:
+        async with self._tx(single=True) as conn:
             if limit is None:
                 cur = await conn.execute(sql + " ORDER BY seq", args)
                 rows = await cur.fetchall()
@@ -338,13 +338,14 @@ class PgSessionStore:
 
     # ------------------------------------------------------------------ internals
     @asynccontextmanager
-    async def _tx(self) -> AsyncIterator[Conn]:
-        """One transaction; a value PostgreSQL refuses is bad input (nothing is written), any
-        other database failure a StorageError."""
+    async def _tx(self, *, single: bool = False) -> AsyncIterator[Conn]:
+        """One transaction (``single``: an autocommit connection, for one statement); a value
+        PostgreSQL refuses is bad input (nothing is written), any other database failure a
+        StorageError."""
         if self._closed:
             raise StorageError("this PgSessionStore is closed; open a new one")
         try:
-            async with self.db.transaction() as conn:
+            async with self.db.connection() if single else self.db.transaction() as conn:
                 yield conn
         except psycopg.DataError as exc:
             raise InvalidInputError(
