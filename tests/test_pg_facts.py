@@ -5,6 +5,7 @@ exactly once between them, and schemas (one per location or tenant) never see ea
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -102,10 +103,23 @@ async def test_binding_sets_vector_type_and_hnsw_index_and_is_seen_by_other_repl
         await b.close()
 
 
-async def test_large_dimensions_skip_the_hnsw_index(pg_url: str) -> None:
+async def test_replicas_binding_at_once_bind_once(pg_url: str) -> None:
+    stores = [await PgFactStore.open(pg_url) for _ in range(3)]
+    try:
+        await asyncio.gather(*(s.bind_embedder("hash:64", 64) for s in stores))
+        assert {(s.dim, s.embedder_name) for s in stores} == {(64, "hash:64")}
+        assert await stores[0].check() == []
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_large_dimensions_skip_the_hnsw_index(pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
     store = await PgFactStore.open(pg_url)
     try:
-        await store.bind_embedder("big:2048", 2048)
+        with caplog.at_level(logging.INFO, logger="memlane"):
+            await store.bind_embedder("big:2048", 2048)
+        assert any("HNSW limit of 2000" in r.getMessage() for r in caplog.records)
         async with store.db.connection() as conn:
             cur = await conn.execute(
                 "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'facts_embedding_hnsw'"
