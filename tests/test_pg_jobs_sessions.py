@@ -8,6 +8,7 @@ import asyncio
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -316,3 +317,25 @@ async def test_async_memory_uses_the_postgres_stores_own_sessions_and_jobs(pg_ur
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_late_heartbeat_cannot_revive_a_lease_once_the_key_moved_on(pg_url: str) -> None:
+    """A worker whose lease ran out while another job of its key was claimed (by id, as
+    ``form(wait=True)`` does) gets False from renew: two jobs of one key never run at once."""
+    a, b = await _job_stores(pg_url, 2)
+    try:
+        first = await a.enqueue("form", "k", {})
+        second = await a.enqueue("form", "k", {})
+        assert await a.claim("slow", lease_seconds=0.2, job_id=first.id) is not None
+        await asyncio.sleep(0.3)
+        assert await a.renew(first.id, "slow", lease_seconds=0.2) is True  # late, but nobody moved on: kept
+        await asyncio.sleep(0.3)
+        assert await b.claim("inline", lease_seconds=30, job_id=second.id) is not None
+        assert await a.renew(first.id, "slow", lease_seconds=30) is False
+        running = await a.list(status="running")
+        live = [j for j in running if j.lease_until is not None and j.lease_until > datetime.now(UTC)]
+        assert [j.id for j in live] == [second.id]
+        assert await b.check() == []
+    finally:
+        await a.close()
+        await b.close()

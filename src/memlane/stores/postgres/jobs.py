@@ -235,11 +235,19 @@ class PgJobStore:
     async def renew(self, job_id: str, worker: str, *, lease_seconds: float) -> bool:
         """Heartbeat: extend ``worker``'s lease on a running job to now + ``lease_seconds``.
         False when the job is no longer running under this worker (done, released, or
-        claimed by another worker after the lease expired)."""
-        async with self._tx(single=True) as conn:
+        claimed by another worker after the lease expired), and also when its lease expired
+        and another job of its key has been claimed since: a late heartbeat never makes two
+        jobs of one key run at once. Under the key's claim lock, so no claim slips in between."""
+        async with self._tx() as conn:
+            cur = await conn.execute("SELECT key FROM jobs WHERE id=%s", (enc(job_id),))
+            row = await cur.fetchone()
+            if row is None:
+                return False
+            # Blocking is safe: claimers hold this lock briefly and never wait for anything.
+            await conn.execute(f"SELECT pg_advisory_xact_lock({_CLAIM_SPACE}, hashtext(%s))", (row[0],))
             cur = await conn.execute(
-                "UPDATE jobs SET lease_until=now() + make_interval(secs => %s)"
-                " WHERE id=%s AND status='running' AND worker=%s",
+                "UPDATE jobs j SET lease_until=now() + make_interval(secs => %s)"
+                f" WHERE j.id=%s AND j.status='running' AND j.worker=%s AND {_KEY_FREE}",
                 (float(lease_seconds), enc(job_id), enc(worker)),
             )
             return cur.rowcount == 1
