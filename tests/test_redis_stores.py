@@ -17,6 +17,7 @@ from memlane import AsyncMemory
 from memlane.errors import ConfigError, InvalidInputError, NotFoundError, StorageError
 from memlane.formation.runner import FormationResult
 from memlane.models import Event, EventType, Session
+from memlane.stores.base import Checkable
 from memlane.stores.redis.jobs import RedisJobStore
 from memlane.stores.redis.sessions import RedisSessionStore
 from memlane.stores.redis.url import parse_redis_url, tenant_url, with_params, with_prefix
@@ -429,6 +430,12 @@ async def test_memory_forms_through_the_redis_queue(tmp_path: Path, redis_url: s
         assert cursor is not None and cursor.formed_events == 2
         hits = (await m.search("vegetarian", user_id="sam")).hits
         assert [h.fact.content for h in hits] == ["Sam is vegetarian"]
+        assert (await m.check()).ok  # memlane check covers the Redis stores too
+        stats = await m.stats()
+        assert (stats.sessions, stats.events) == (1, 2)
+        export = await m.export_user("sam")
+        assert [len(x["events"]) for x in export["sessions"]] == [2] and export["not_exported"] == []
+        assert [c["session_id"] for c in export["formation_cursors"]] == ["s"]
     # the queue and the sessions outlive the engine: they are in Redis
     async with await RedisJobStore.open(redis_url) as jobs:
         assert (await jobs.counts()).get("done") == 1
@@ -448,3 +455,60 @@ async def test_rediss_urls_reach_the_redis_stores() -> None:
     assert "hunter2" not in str(exc.value)
     with pytest.raises(StorageError, match="cannot reach Redis"):
         await open_session_store("unix:///nonexistent/redis.sock?prefix=x:", None)  # type: ignore[arg-type]
+
+
+async def test_check_reports_index_entries_without_their_data(redis_url: str) -> None:
+    async with await RedisSessionStore.open(redis_url) as sessions, await RedisJobStore.open(redis_url) as jobs:
+        assert isinstance(sessions, Checkable) and isinstance(jobs, Checkable)
+        await sessions.create_session(session_id="s")
+        job = await jobs.enqueue("form", "k", {})
+        assert await sessions.check() == [] and await jobs.check() == []
+        client = raw_client(redis_url)
+        try:  # damage behind the stores' backs
+            client.delete(f"{sessions.prefix}session:default:s", f"{jobs.prefix}job:{job.id}")
+        finally:
+            client.close()
+        assert await sessions.check() == ["session index entry default:s has no session"]
+        problems = await jobs.check()
+        assert f"job {job.id} is indexed as queued but is missing" in problems
+        assert f"job {job.id} is in jobs:due but is missing" in problems
+
+
+def redis_text(url: str) -> str:
+    """Every key and value under the URL's prefix, as one string (to look for a user's words)."""
+    client = raw_client(url)
+    parts: list[str] = []
+    try:
+        for key in client.scan_iter(match=f"{parse_redis_url(url).prefix}*", count=1000):
+            kind = client.type(key)
+            parts.append(key)
+            if kind == "hash":
+                parts += [f"{k}={v}" for k, v in client.hgetall(key).items()]
+            elif kind == "list":
+                parts += client.lrange(key, 0, -1)
+            elif kind == "set":
+                parts += list(client.smembers(key))
+            elif kind == "zset":
+                parts += client.zrange(key, 0, -1)
+            elif kind == "string":
+                parts.append(str(client.get(key)))
+    finally:
+        client.close()
+    return "\n".join(parts)
+
+
+async def test_forget_leaves_none_of_the_users_words_in_redis(tmp_path: Path, redis_url: str) -> None:
+    async with AsyncMemory(tmp_path / "f.db", embedder="hash", sessions=redis_url, jobs=redis_url) as m:
+        await m.sessions.create_session(user_ids=["sam"], session_id="s")
+        await m.add_event("s", Event(type=EventType.USER_MESSAGE, author="Sam", content="I'm vegetarian."))
+        await m.add_event("s", Event(type=EventType.AGENT_RESPONSE, author="bot", content="Noted!"))
+        await m.form("s")
+        await m.sessions.create_session(user_ids=["ann"], session_id="t")
+        await m.add_event("t", Event(type=EventType.USER_MESSAGE, author="Ann", content="I'm a pianist."))
+        assert "vegetarian" in redis_text(redis_url)
+        assert await m.forget("sam") > 0
+        assert await m.sessions.get_session("s") is None
+        assert await m.jobs.get_cursor("default", "s") is None
+        left = redis_text(redis_url)
+        assert "vegetarian" not in left and "sam" not in left.lower()
+        assert "pianist" in left  # another user's session stays

@@ -456,6 +456,30 @@ return 0
 )
 
 
+# ARGV: P -> problems (read only)
+_CHECK = """
+local P = ARGV[1]
+local out = {}
+for _, status in ipairs({'queued', 'running', 'done', 'failed'}) do
+  for _, id in ipairs(redis.call('ZRANGE', P .. 'jobs:status:' .. status, 0, -1)) do
+    local st = redis.call('HGET', P .. 'job:' .. id, 'status')
+    if st ~= status then
+      table.insert(out, 'job ' .. id .. ' is indexed as ' .. status .. ' but is ' .. tostring(st or 'missing'))
+    end
+  end
+end
+for _, pair in ipairs({{'jobs:due', 'queued'}, {'jobs:leases', 'running'}}) do
+  for _, id in ipairs(redis.call('ZRANGE', P .. pair[1], 0, -1)) do
+    local st = redis.call('HGET', P .. 'job:' .. id, 'status')
+    if st ~= pair[2] then
+      table.insert(out, 'job ' .. id .. ' is in ' .. pair[1] .. ' but is ' .. tostring(st or 'missing'))
+    end
+  end
+end
+return out
+"""
+
+
 def _quotes_memory(result: Any) -> bool:
     """Whether a done job's result holds memory text a purge must remove (the agent blob or
     a replaced fact's previous text), as :meth:`SqliteJobStore.purge_user` checks."""
@@ -543,6 +567,7 @@ class RedisJobStore:
             reg(_PURGE),
             reg(_SCRUB),
         )
+        self._check = reg(_CHECK)
 
     @classmethod
     async def open(cls, url: str) -> RedisJobStore:
@@ -555,6 +580,10 @@ class RedisJobStore:
         location = parse_redis_url(url)
         client = await connect(location)
         return cls(client, prefix=location.prefix, owns_client=True)
+
+    async def check(self) -> builtins.list[str]:
+        """Index entries that disagree with their job (empty when healthy; ``memlane check``). Reads only."""
+        return [text(p) for p in await self._script(self._check)]
 
     async def close(self) -> None:
         """Close the client if this store opened it (idempotent); the jobs stay in Redis."""

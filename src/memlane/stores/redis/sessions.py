@@ -290,6 +290,23 @@ return n
 )
 
 
+# ARGV: P, ttl -> problems (read only: expired sessions not dropped yet are not problems)
+_CHECK = """
+local P = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for _, m in ipairs(redis.call('ZRANGE', P .. 'sessions:created', 0, -1)) do
+  local exp = redis.call('ZSCORE', P .. 'sessions:expiry', m)
+  local expired = exp and tonumber(exp) <= now
+  if not expired and redis.call('EXISTS', P .. 'session:' .. m) == 0 then
+    table.insert(out, 'session index entry ' .. m .. ' has no session')
+  end
+end
+return out
+"""
+
+
 def _ts(value: datetime) -> str:
     """Fixed-width ISO-8601 UTC text (``2024-05-01T12:00:00.000000+00:00``)."""
     return to_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
@@ -407,6 +424,7 @@ class RedisSessionStore:
         self._create, self._get, self._add, self._pop = reg(_CREATE), reg(_GET), reg(_ADD), reg(_POP)
         self._delete, self._list, self._counts = reg(_DELETE), reg(_LIST), reg(_COUNTS)
         self._delete_user = reg(_DELETE_USER)
+        self._check = reg(_CHECK)
 
     @classmethod
     async def open(cls, url: str) -> RedisSessionStore:
@@ -613,6 +631,10 @@ class RedisSessionStore:
         now = utcnow()
         entry = await self._script(self._pop, self._member(app, session_id), _ts(now), to_us(now))
         return None if entry is None else _event(text(entry))
+
+    async def check(self) -> list[str]:
+        """Index entries without their session (empty when healthy; ``memlane check``). Reads only."""
+        return [text(p) for p in await self._script(self._check)]
 
     # ------------------------------------------------------------------ lifecycle
     async def close(self) -> None:
