@@ -223,6 +223,21 @@ async def test_ttl_expiry_removes_a_session_from_every_index(redis_url: str) -> 
         assert again.events == [] and await store.get_events("old") == []
 
 
+async def test_erasing_a_users_words_from_a_group_keeps_the_events_expiry(redis_url: str) -> None:
+    url = with_params(redis_url, ttl="60")
+    async with await RedisSessionStore.open(url) as store:
+        await store.create_session(session_id="g", user_ids=["u", "v"])
+        await store.add_event("g", ev("from u", author="u"))
+        await store.add_event("g", ev("from v", author="v"))
+        assert await store.delete_user_sessions("u") == 1
+        assert [e.content for e in await store.get_events("g")] == ["from v"]
+        client = raw_client(url)
+        try:
+            assert 0 < client.pttl(f"{store.prefix}events:default:g") <= 120_000
+        finally:
+            client.close()
+
+
 async def test_without_ttl_keys_do_not_expire(redis_url: str) -> None:
     async with await RedisSessionStore.open(redis_url) as store:
         await store.create_session(session_id="s")

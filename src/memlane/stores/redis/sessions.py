@@ -267,10 +267,12 @@ for _, m in ipairs(redis.call('SMEMBERS', ukey)) do
         if h[1] == user or h[2] == user then n = n + 1 else table.insert(kept, e) end
       end
       if #kept < #evs then
+        local pttl = redis.call('PTTL', ek)
         redis.call('DEL', ek)
         for s = 1, #kept, 1000 do
           redis.call('RPUSH', ek, unpack(kept, s, math.min(s + 999, #kept)))
         end
+        if pttl > 0 and #kept > 0 then redis.call('PEXPIRE', ek, pttl) end
       end
       local ukeys = cjson.decode(redis.call('HGET', sk, 'ukeys'))
       local nu, nk = {}, {}
