@@ -202,6 +202,31 @@ async def test_same_key_applied_concurrently_by_two_replicas_applies_once(pg_url
         await b.close()
 
 
+async def test_record_access_never_waits_on_one_row_while_holding_another(pg_url: str) -> None:
+    a, b = await _replicas(pg_url)
+    try:
+        [(f1, _), (f2, _)] = await a.put_facts([_fact("first"), _fact("second")], None)
+        scope = Scope(user_id="u1")
+        async with a.db.transaction() as writer, a.db.connection() as probe:
+            await writer.execute("SELECT 1 FROM facts WHERE id = %s FOR UPDATE", (f1.id,))  # a writer holds f1
+            task = asyncio.create_task(b.record_access([f2.id, f1.id]))
+            for _ in range(500):  # until record_access waits for f1
+                cur = await probe.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+                if (await cur.fetchone()) != (0,):
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                pytest.fail("record_access never waited for the locked row")
+            counted = await b.get_fact(f2.id, scope)
+            assert counted is not None and counted.access_count == 1  # committed, holding no lock
+        await task
+        got = await b.get_facts([f1.id, f2.id], scope)
+        assert (got[f1.id].access_count, got[f2.id].access_count) == (1, 1)
+    finally:
+        await a.close()
+        await b.close()
+
+
 async def test_failed_batch_leaves_its_key_free(pg_url: str) -> None:
     [store] = await _replicas(pg_url, 1)
     try:

@@ -477,21 +477,32 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         async with self._tx() as conn:
             rows = [await self._visible_row(conn, fid, scope) for fid in ids]
             await self._lock(conn, {r[2] for r in rows})
-            out: list[Fact] = []
-            for row in rows:
+            out: dict[int, Fact] = {}
+            for row in sorted(rows, key=lambda r: int(r[0])):  # row locks in rowid order
                 fresh = await self._one(conn, f"SELECT {FACT_COLS} FROM facts WHERE rowid=%s FOR UPDATE", (row[0],))
                 if fresh is None:  # purged meanwhile
                     raise NotFoundError(f"no fact {dec(row[1])!r} in this scope")
-                out.append(await self._invalidate_row(conn, fresh, actor))
-            return out
+                out[row[0]] = await self._invalidate_row(conn, fresh, actor)
+            return [out[row[0]] for row in rows]
 
     async def record_access(self, fact_ids: Sequence[str]) -> None:
         """Increment ``access_count`` of retrieved facts (ids from scoped searches)."""
         ids = [enc(i) for i in dict.fromkeys(fact_ids)]
         if not ids:
             return
-        async with self._tx() as conn:
-            await conn.execute("UPDATE facts SET access_count = access_count + 1 WHERE id = ANY(%s)", (ids,))
+        # Never hold one row's lock while waiting for another's (a writer may hold that one and
+        # want this one: a deadlock): the unlocked rows in one statement, then any row a writer
+        # holds right now on its own, each statement its own transaction.
+        async with self._read() as conn:
+            cur = await conn.execute(
+                "UPDATE facts SET access_count = access_count + 1 WHERE rowid IN"
+                " (SELECT rowid FROM facts WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED) RETURNING id",
+                (ids,),
+            )
+            done = {r[0] for r in await cur.fetchall()}
+            for fid in ids:
+                if fid not in done:
+                    await conn.execute("UPDATE facts SET access_count = access_count + 1 WHERE id = %s", (fid,))
 
     # ------------------------------------------------------------------ formation batches
     async def apply_changes(
