@@ -339,3 +339,23 @@ async def test_a_late_heartbeat_cannot_revive_a_lease_once_the_key_moved_on(pg_u
     finally:
         await a.close()
         await b.close()
+
+
+async def test_check_reports_broken_job_invariants(pg_url: str) -> None:
+    store = PgJobStore(await PgDatabase.open(pg_url))
+    try:
+        a = await store.enqueue("form", "k", {})
+        b = await store.enqueue("form", "k", {})
+        assert await store.claim("w", lease_seconds=30, job_id=a.id) is not None
+        assert await store.check() == []
+        async with store._db.connection() as conn:  # damage no store call can make
+            await conn.execute(
+                "UPDATE jobs SET status='running', worker='w2', lease_until=now() + interval '1 minute' WHERE id=%s",
+                (b.id,),
+            )
+            c = await store.enqueue("form", "other", {})
+            await conn.execute("UPDATE jobs SET status='running' WHERE id=%s", (c.id,))
+        problems = await store.check()
+        assert problems == ["jobs: 1 running job(s) without a lease holder", "jobs: key 'k' has 2 jobs running at once"]
+    finally:
+        await store.close()
