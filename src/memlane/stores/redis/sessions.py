@@ -25,8 +25,11 @@ Redis's own clock, so all replicas agree on what expired. Activity (create, resu
 carry a Redis expiry of twice the ``ttl``, so a prefix nobody uses any more empties itself.
 All replicas sharing a prefix must use the same ``ttl`` and bounds.
 
-Scripts reach keys they compute (not declared ``KEYS``): use a single Redis server (or a
-Sentinel-managed primary), not Redis Cluster.
+Timestamps shown on sessions and events (``created_at``, ``updated_at``) come from the writing
+process's clock, like the other stores; ``ttl`` expiry uses Redis's clock only.
+
+Scripts reach keys they compute (not declared ``KEYS``) and write after reading ``TIME``
+(Redis >= 5): use a single Redis server (or a Sentinel-managed primary), not Redis Cluster.
 """
 
 from __future__ import annotations
