@@ -149,16 +149,40 @@ class Interrupt(Exception):
     pass
 
 
-def _stop_after(n: int) -> Any:
-    seen = 0
+def _stop_at(table: str, batch: int) -> Any:
+    """An ``after_batch`` hook that interrupts the copy after ``batch`` batches of ``table``."""
 
-    def hook(table: str, batches: int) -> None:
-        nonlocal seen
-        seen += 1
-        if seen == n:
-            raise Interrupt(f"stopped after {n} batches ({table} batch {batches})")
+    def hook(name: str, batches: int) -> None:
+        if name == table and batches == batch:
+            raise Interrupt(f"stopped after {table} batch {batch}")
 
     return hook
+
+
+def _hnsw(url: str) -> list[str]:
+    import psycopg
+
+    from memlane.stores.postgres.db import parse_pg_location
+
+    base, schema, _, _ = parse_pg_location(url)
+    with psycopg.connect(base) as conn:
+        rows = conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND indexdef ILIKE '%% USING hnsw %%'", (schema,)
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _pg_meta(url: str, key: str) -> str | None:
+    import psycopg
+    from psycopg import sql
+
+    from memlane.stores.postgres.db import parse_pg_location
+
+    base, schema, _, _ = parse_pg_location(url)
+    with psycopg.connect(base) as conn:
+        query = sql.SQL("SELECT value FROM {}.meta WHERE key = %s").format(sql.Identifier(schema or "public"))
+        row = conn.execute(query, (key,)).fetchone()
+    return row[0] if row else None
 
 
 @pytest.mark.parametrize("direction", ["to_pg", "to_sqlite"])
@@ -172,8 +196,14 @@ def test_an_interrupted_copy_resumes_without_duplicates(tmp_path: Path, pg_url: 
         source, target = pg_url, str(tmp_path / "b.db")
     total = {t.name: n for t, n in zip(TABLES, map(len, _snapshot(a).values()), strict=False)}
     with pytest.raises(Interrupt):  # mid-facts: sessions, users and events are through
-        asyncio.run(migrate(source, target, batch_size=2, after_batch=_stop_after(30)))
-    first = asyncio.run(migrate(source, target, batch_size=2, after_batch=_stop_after(50)))  # 2nd run: finishes
+        asyncio.run(migrate(source, target, batch_size=2, after_batch=_stop_at("facts", 3)))
+    if direction == "to_pg":  # the HNSW index is rebuilt after the facts: gone for now, its definition kept
+        assert _hnsw(pg_url) == [] and _pg_meta(pg_url, "migrate:index:facts_embedding_hnsw")
+    batches: dict[str, int] = {}
+    first = asyncio.run(migrate(source, target, batch_size=2, after_batch=lambda t, n: batches.__setitem__(t, n)))
+    # resumed: the tables done before are not read again, facts continue after their 3rd batch
+    assert "sessions" not in batches and "events" not in batches
+    assert batches["facts"] == -(-(total["facts"] - 6) // 2)
     assert first.ok, first.problems
     resumed = [t.name for t in first.tables if t.resumed]
     assert resumed and resumed[0] == "sessions", resumed
@@ -182,6 +212,7 @@ def test_an_interrupted_copy_resumes_without_duplicates(tmp_path: Path, pg_url: 
     assert sum(t.copied for t in first.tables) < sum(total.values())
     if direction == "to_sqlite":
         assert _snapshot(Path(target)) == _snapshot(a)
+    assert _hnsw(pg_url) == ["facts_embedding_hnsw"] and not _pg_meta(pg_url, "migrate:index:facts_embedding_hnsw")
     # a third run copies nothing; --restart scans again and still copies nothing
     again = asyncio.run(migrate(source, target))
     assert again.ok and sum(t.copied for t in again.tables) == 0

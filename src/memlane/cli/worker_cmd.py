@@ -377,16 +377,16 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     s = sub.add_parser(
         "worker", parents=[common], help="run formation jobs from the queue (long-running; any number of them)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Run memory-formation jobs from the configured store / queue until stopped: the same "
-        "settings as `memlane serve` (--config, MEMLANE_DB, MEMLANE_QUEUE, MEMORY_TYPE, MEMORY_REDIS_URL, "
-        "--db, --queue), the same embedder and --llm.\n\n"
-        "Any number of workers may run at once, on one or many hosts: each job is leased to one worker, its "
-        "lease renewed while it runs; a dead worker's job is taken over when the lease expires and applied "
-        "once. Failed jobs are retried with backoff. The worker also queues idle formation for sessions silent "
-        "for sessions.idle_consolidate_minutes. SIGTERM / Ctrl-C: stop claiming, release the running jobs "
-        "(queued again), exit 0.\n\n"
-        "Logs one line per job (stdout): time, tenant, job id, kind, then done (what changed), retry, failed "
-        "or released.",
+        description="Run memory-formation jobs from the configured store / queue until stopped. Same\n"
+        "settings as `memlane serve` (--config, MEMLANE_DB, MEMLANE_QUEUE, MEMORY_TYPE, MEMORY_REDIS_URL,\n"
+        "--db, --queue), same embedder and --llm.\n\n"
+        "Any number of workers may run at once, on one or many hosts: each job is leased to one worker\n"
+        "and its lease renewed while it runs; a dead worker's job is taken over when the lease expires\n"
+        "and applied once. Failed jobs are retried with backoff. The worker also queues idle formation\n"
+        "for sessions silent for sessions.idle_consolidate_minutes. SIGTERM / Ctrl-C: stop claiming,\n"
+        "release the running jobs (queued again, attempt not counted), exit 0.\n\n"
+        "Logs one line per job on stdout: time, tenant, job id, kind, then done (what changed),\n"
+        "retry, failed or released (--json: one JSON object per line).",
         epilog="Examples:\n  memlane worker --db postgresql://memlane@db/memlane --queue redis://cache:6379/0\n"
         "  memlane worker --concurrency 4 --tenant default --tenant acme\n"
         "  memlane worker --once          # drain due jobs, then exit (cron)",
