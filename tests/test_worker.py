@@ -242,3 +242,37 @@ def test_worker_help_and_bad_options(tmp_path: Path) -> None:
                               text=True, env=_env(tmp_path), timeout=60).stdout  # fmt: skip
     for option in ("--concurrency", "--once", "--tenant", "--queue", "SIGTERM"):
         assert option in helptext
+
+
+def test_worker_on_postgresql_with_a_redis_queue(tmp_path: Path, pg_url: str, redis_url: str) -> None:
+    """--db postgresql://... --queue redis://...: the jobs an engine queued in Redis are run
+    against the PostgreSQL store (the sessions in the store too)."""
+
+    async def queue() -> list[Job]:
+        jobs = []
+        async with AsyncMemory(pg_url, embedder="hash", jobs=redis_url, formation=QUEUE_ONLY) as m:
+            for user in ("sam", "kim"):
+                await m.sessions.create_session(user_ids=[user], session_id=f"s-{user}")
+                for text in (f"I'm vegetarian, says {user}", f"I live in Lisbon, says {user}"):
+                    await m.add_event(f"s-{user}", Event(type=EventType.USER_MESSAGE, author=user, content=text))
+                    await m.add_event(f"s-{user}", Event(type=EventType.AGENT_RESPONSE, author="bot", content="ok"))
+                job = await m.end_session(f"s-{user}", wait=False)
+                assert isinstance(job, Job)
+                jobs.append(job)
+        return jobs
+
+    async def after(ids: list[str]) -> tuple[list[str], list[str]]:
+        async with AsyncMemory(pg_url, embedder="hash", jobs=redis_url, formation=QUEUE_ONLY) as m:
+            statuses = [(await m.get_job(i)).status for i in ids]
+            facts = [f.content for u in ("sam", "kim") for f in (await m.list(user_id=u)).items]
+            return statuses, facts
+
+    jobs = asyncio.run(queue())
+    cmd = [sys.executable, "-m", "memlane.cli.main", "worker", "--db", pg_url, "--queue", redis_url,
+           "--embedder", "hash", "--once", "--json"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert _job_lines(proc.stdout) == {j.id: ["done"] for j in jobs}
+    statuses, facts = asyncio.run(after([j.id for j in jobs]))
+    assert statuses == ["done", "done"]
+    assert any("sam" in f.lower() for f in facts) and any("kim" in f.lower() for f in facts), facts
