@@ -263,6 +263,122 @@ async def load_store(mem: AsyncMemory, data: CaseData, label: str) -> dict[str, 
     return {"load_s": round(secs, 1), "rows_per_s": round(data.total / secs, 1)}
 
 
+FACT_COPY_COLS = (
+    "id, partition, content, hash, scope, agent_id, user_id, session_id, kind, author, seq, occurred_at,"
+    " formed_at, updated_at, access_count, version, source_event_ids, valid_from, invalid_at, metadata,"
+    " embedding, search_text, ctx, date_words"
+)
+FACT_COPY_TYPES = [
+    *["text"] * 10, "int4", *["timestamptz"] * 3, "int4", "int4", "jsonb", "timestamptz", "timestamptz", "jsonb",
+    "vector", "text", "text", "text",
+]  # fmt: skip
+
+
+async def bulk_load_pg(url: str, schema: str, data: CaseData, label: str = "pg bulk") -> dict[str, float]:
+    """Write the rows ``PgFactStore.put_facts`` would write, with ``COPY`` instead of five
+    statements per row: ``facts`` (the same column values, computed with the store's own
+    helpers: ``enc``, ``_search_text``, ``date_words``, ``neighbour_context``), one ``ADD``
+    ``history`` row per fact, ``partitions`` and ``authors``. :func:`check_bulk` compares the
+    result with ``put_facts``'s on a sample; the script refuses to run when they differ."""
+    import psycopg
+    from pgvector.psycopg import register_vector_async
+    from psycopg.types.json import Jsonb
+
+    from memlane.models import new_id, utcnow
+    from memlane.retrieval.context import neighbour_context
+    from memlane.retrieval.text import date_words
+    from memlane.stores.postgres.facts import _search_text
+    from memlane.stores.postgres.rows import enc, enc_json
+
+    t0 = time.perf_counter()
+    done, next_log = 0, 30.0
+    parts: set[str] = set()
+    authors: set[tuple[str, str]] = set()
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(f"SET search_path TO {schema}, public")
+        await register_vector_async(conn)
+        for facts, vecs in data.batches():
+            now = utcnow()
+            by_session: dict[tuple[str, str | None], dict[int, str]] = {}
+            for f in facts:
+                if f.seq is not None:
+                    by_session.setdefault((f.partition, f.session_id), {})[f.seq] = enc(f.content) or ""
+            async with conn.transaction():
+                async with conn.cursor().copy(f"COPY facts ({FACT_COPY_COLS}) FROM STDIN (FORMAT BINARY)") as cp:
+                    cp.set_types(FACT_COPY_TYPES)
+                    for f, vec in zip(facts, vecs, strict=True):
+                        part = f.partition
+                        ctx = neighbour_context(by_session[(part, f.session_id)], f.seq) if f.seq is not None else ""
+                        await cp.write_row((
+                            enc(f.id), part, enc(f.content), f.hash, f.scope, enc(f.agent_id), enc(f.user_id),
+                            enc(f.session_id), f.kind, enc(f.author), f.seq, f.occurred_at, f.formed_at,
+                            f.updated_at, f.access_count, f.version, Jsonb(enc_json(f.source_event_ids)),
+                            f.valid_from, f.invalid_at, Jsonb(enc_json(f.metadata)), vec,
+                            enc(_search_text(f.kind, f.content)), ctx, date_words(f.occurred_at),
+                        ))  # fmt: skip
+                        parts.add(part)
+                        if f.author:
+                            authors.add((part, enc(f.author) or ""))
+                cols = "id, fact_id, user_id, event, old_content, new_content, actor, at"
+                async with conn.cursor().copy(f"COPY history ({cols}) FROM STDIN") as cp:
+                    for f in facts:
+                        await cp.write_row(
+                            (new_id(), enc(f.id), enc(f.user_id), "ADD", None, enc(f.content), "api", now)
+                        )
+            done += len(facts)
+            el = time.perf_counter() - t0
+            if el > next_log:
+                log(f"  {label}: loaded {done}/{data.total} ({done / el:.0f} rows/s)")
+                next_log = el + 30
+        async with conn.transaction():
+            await conn.cursor().executemany(
+                "INSERT INTO partitions (partition, appends) VALUES (%s, 1)"
+                " ON CONFLICT (partition) DO UPDATE SET appends = partitions.appends + 1",
+                [(p,) for p in sorted(parts)],
+            )
+            await conn.cursor().executemany(
+                "INSERT INTO authors (partition, author) VALUES (%s, %s) ON CONFLICT DO NOTHING", sorted(authors)
+            )
+    secs = time.perf_counter() - t0
+    return {"load_s": round(secs, 1), "rows_per_s": round(data.total / secs, 1)}
+
+
+COMPARE_SQL = [
+    "SELECT id, partition, content, hash, scope, agent_id, user_id, session_id, kind, author, seq, occurred_at,"
+    " access_count, version, source_event_ids, invalid_at, metadata, embedding::text, search_text, ctx, date_words,"
+    " tsv::text FROM facts ORDER BY rowid",
+    "SELECT fact_id, user_id, event, old_content, new_content, actor FROM history ORDER BY rowid",
+    "SELECT partition FROM partitions ORDER BY partition",
+    "SELECT partition, author FROM authors ORDER BY partition, author",
+]
+
+
+async def check_bulk(url: str, embedder: Any, seed: int, case: str = "users-2k") -> dict[str, Any]:
+    """Load one small case through ``put_facts`` and through :func:`bulk_load_pg` into two
+    schemas and compare every stored column (facts, history, partitions, authors); timestamps
+    set at write time (``formed_at``, ``updated_at``, ``valid_from``, history ``at``) and
+    history ids are left out (they are "now" / random)."""
+    data = CaseData(case, seed)
+    await data.embed(embedder)
+    a, b = "bench_check_api", "bench_check_bulk"
+    await pg_exec(url, "public", [f"DROP SCHEMA IF EXISTS {a} CASCADE", f"DROP SCHEMA IF EXISTS {b} CASCADE"])
+    mem_a = await open_pg(url, a, embedder)
+    api = await load_store(mem_a, data, "check api")
+    await mem_a.close()
+    mem_b = await open_pg(url, b, embedder)
+    await mem_b.close()
+    bulk = await bulk_load_pg(url, b, data, "check bulk")
+    ra = await pg_exec(url, a, COMPARE_SQL)
+    rb = await pg_exec(url, b, COMPARE_SQL)
+    same = {name: x == y for name, x, y in zip(("facts", "history", "partitions", "authors"), ra, rb, strict=True)}
+    await pg_exec(url, "public", [f"DROP SCHEMA {a} CASCADE", f"DROP SCHEMA {b} CASCADE"])
+    out = {"case": case, "rows": data.total, "identical": same, "put_facts": api, "bulk": bulk}
+    log(f"bulk check: {out}")
+    if not all(same.values()):
+        raise SystemExit(f"the bulk path does not write what put_facts writes: {same}")
+    return out
+
+
 async def open_pg(url: str, schema: str, embedder: Any) -> AsyncMemory:
     return await AsyncMemory(f"{url}?schema={schema}", embedder=SharedEmbedder(embedder), sessions="null").open()
 
@@ -308,7 +424,10 @@ async def prepare(
             pinfo["hnsw_indexes"] = [d for _, d in indexes]
             if args.pg_load == "bulk" and indexes:
                 await pg_exec(pg_url, schema, [f"DROP INDEX {name}" for name, _ in indexes])
-            pinfo.update(await load_store(pg, data, "pg"))
+            if args.pg_load == "bulk":
+                pinfo.update(await bulk_load_pg(pg_url, schema, data))
+            else:
+                pinfo.update(await load_store(pg, data, "pg"))
             if args.pg_load == "bulk" and indexes:
                 t = time.perf_counter()
                 mwm = f"SET maintenance_work_mem = '{args.maintenance_work_mem}'"
@@ -349,6 +468,26 @@ def overlap(a: list[str], b: list[str]) -> float:
     if not a and not b:
         return 1.0
     return len(set(a) & set(b)) / max(len(a), len(b))
+
+
+async def count_statements(mem: AsyncMemory, query: str, user: str) -> dict[str, int]:
+    """SQL statements one ``search`` sends (each a round trip to the server), by kind."""
+    import psycopg
+
+    counts: dict[str, int] = {}
+    original = psycopg.AsyncCursor.execute
+
+    async def counting(self: Any, q: Any, *a: Any, **k: Any) -> Any:
+        key = " ".join(str(q).split()[:4])[:60]
+        counts[key] = counts.get(key, 0) + 1
+        return await original(self, q, *a, **k)
+
+    psycopg.AsyncCursor.execute = counting  # type: ignore[method-assign]
+    try:
+        await mem.search(query, user_id=user, top_k=10)
+    finally:
+        psycopg.AsyncCursor.execute = original  # type: ignore[method-assign]
+    return {"total": sum(counts.values()), **counts}
 
 
 async def measure(
@@ -410,6 +549,10 @@ async def measure(
             kw_ids[n].append([c.fact_id for c in kw[:10]])
             kw_counts[n].append(len(kw))
             se_ids[n].append([h.fact.id for h in hits.hits])
+    if "pg" in stores:
+        res["pg"]["statements_per_search"] = await count_statements(
+            stores["pg"], queries[0][0], data.users[queries[0][1]]
+        )
     for n in names:
         res[n].update({f"{op}_ms": summary(v) for op, v in timings[n].items()})
         res[n]["vector_recall@10"] = round(float(np.mean(recall[n])), 4)
@@ -432,12 +575,16 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--queries", type=int, default=200, help="timed queries per case (default 200)")
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--pg", default=None, help="PostgreSQL base URL (default: start one in <workdir>/pg)")
-    ap.add_argument("--pg-load", choices=("bulk", "api"), default="bulk")
+    ap.add_argument(
+        "--pg-load", choices=("bulk", "api"), default="bulk", help="bulk: COPY (checked first), api: put_facts"
+    )
+    ap.add_argument("--no-check", action="store_true", help="skip the bulk-vs-put_facts equality check")
     ap.add_argument("--maintenance-work-mem", default="3GB", help="for the HNSW rebuild of --pg-load bulk")
     ap.add_argument("--stores", default="sqlite,pg", help="which stores to measure")
     ap.add_argument("--workdir", default="/tmp/memlane-bench")
     ap.add_argument("--reuse", action="store_true", help="reuse both stores of a case loaded earlier")
     ap.add_argument("--keep", action="store_true", help="keep the stores afterwards")
+    ap.add_argument("--load-only", action="store_true", help="load the stores (with --keep), measure nothing")
     ap.add_argument("--seed", type=int, default=4242)
     ap.add_argument("--out", default=str(ROOT / "results" / "pg_search.json"))
     a = ap.parse_args()
@@ -464,7 +611,7 @@ async def main() -> None:
             server = start_postgres(work / "pg")
             pg_url = server.url
         names = "'server_version', 'shared_buffers', 'work_mem', 'maintenance_work_mem', 'effective_cache_size', 'jit'"
-        settings = [f"SELECT name, setting || COALESCE(unit, '') FROM pg_settings WHERE name IN ({names})"]
+        settings = [f"SELECT name, current_setting(name) FROM pg_settings WHERE name IN ({names})"]
         server_info = {str(r[0]): str(r[1]) for r in (await pg_exec(pg_url, "public", settings))[0]}
         vector = ["SELECT extversion FROM pg_extension WHERE extname = 'vector'"]
         server_info["vector"] = str(((await pg_exec(pg_url, "public", vector))[0] or [["?"]])[0][0])
@@ -472,7 +619,10 @@ async def main() -> None:
     embedder = make_embedder(EMBEDDER)
     assert embedder is not None
     results: dict[str, Any] = {}
+    bulk_check = None
     try:
+        if pg_url is not None and args.pg_load == "bulk" and not args.no_check:
+            bulk_check = await check_bulk(pg_url, embedder, args.seed)
         for name in [c.strip() for c in args.cases.split(",") if c.strip()]:
             data = CaseData(name, args.seed)
             embed_s = await data.embed(embedder)
@@ -480,6 +630,11 @@ async def main() -> None:
             schema = "bench_" + name.replace("-", "_")
             sqlite_path = work / f"pg_search-{name}-s{args.seed}.db"
             stores, info = await prepare(data, sqlite_path, pg_url, schema, embedder, args)
+            if args.load_only:
+                for mem in stores.values():
+                    await mem.close()
+                results[name] = {"load": info}
+                continue
             la = os.getloadavg()[0]
             r = await measure(data, stores, embedder, args.queries, args.warmup)
             r.update(
@@ -513,6 +668,8 @@ async def main() -> None:
             "loadavg_end": os.getloadavg(),
         },
         "postgres": server_info,
+        "pg_load": args.pg_load,
+        "bulk_check": bulk_check,
         "embedder": EMBEDDER,
         "queries_per_case": args.queries,
         "cases": results,
@@ -521,7 +678,8 @@ async def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str))
-    print_table(report)
+    if not args.load_only:
+        print_table(report)
     log(f"wrote {out} ({report['elapsed_s']} s)")
 
 

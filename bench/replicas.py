@@ -103,6 +103,27 @@ def with_query(url: str, **params: str) -> str:
     return url + sep + "&".join(f"{k}={v}" for k, v in params.items())
 
 
+def count_schemas(pg_url: str, prefix: str) -> int:
+    """Schemas the case created (its own and one per tenant): evidence the stores were PostgreSQL."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        pattern = prefix.replace("_", r"\_") + "%"
+        row = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE %s", (pattern,)).fetchone()
+        return int(row[0]) if row else 0
+
+
+def count_redis_keys(redis_url: str, prefix: str) -> int:
+    """Keys under the case's Redis prefix: evidence the sessions were in Redis."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url.partition("?")[0])
+    try:
+        return sum(1 for _ in client.scan_iter(match=prefix + "*", count=1000))
+    finally:
+        client.close()
+
+
 def drop_schemas(pg_url: str, prefix: str) -> None:
     """Drop the case's schemas (its own and its tenants')."""
     import psycopg
@@ -191,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                     )  # fmt: skip
                     try:
                         result = sl.run_case(workdir, deployment=deployment, **common)  # type: ignore[arg-type]
+                        result["pg_schemas"] = count_schemas(pg_url, schema)
+                        result["redis_keys"] = count_redis_keys(redis_url, prefix)
                     finally:
                         with contextlib.suppress(Exception):
                             drop_schemas(pg_url, schema)
@@ -213,12 +236,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
-    print("\n| case | requests | errors | lost writes | elapsed s | req/s | p50 ms | p99 ms | RSS MiB after |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print(
+        "\n| case | requests | errors | lost writes | elapsed s | req/s | p50 ms | p99 ms | RSS MiB | schemas, keys |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for r in results:
         print(
             f"| {r['case']} | {r['requests_sent']:,} | {r['errors']} | {r['lost_writes']} | {r['elapsed_s']} "
-            f"| **{r['throughput_rps']}** | {r['p50_ms']} | {r['p99_ms']} | {', '.join(map(str, r['rss_mib_after']))} |"
+            f"| **{r['throughput_rps']}** | {r['p50_ms']} | {r['p99_ms']} | {', '.join(map(str, r['rss_mib_after']))} "
+            f"| {r.get('pg_schemas', '-')}, {r.get('redis_keys', '-')} |"
         )
     ops = list(results[0]["per_op"]) if results else []
     print("\nPer operation p50 / p99 ms:\n")
