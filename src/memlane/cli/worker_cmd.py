@@ -139,9 +139,12 @@ class Worker:
         ``once``, until none is due). Returns the counts."""
         for tenant in self.tenants:
             engine = await self.hub.get(tenant)
+            runner = engine.formation
+            # this loop runs the jobs: never the engine's own background task as well
+            update: dict[str, Any] = {"background": False}
             if self.lease_seconds is not None:
-                runner = engine.formation
-                runner.config = runner.config.model_copy(update={"lease_seconds": self.lease_seconds})
+                update["lease_seconds"] = self.lease_seconds
+            runner.config = runner.config.model_copy(update=update)
             self._engines[tenant] = engine
         await self._sweep()
         sweeper = None
