@@ -127,6 +127,7 @@ SAMPLES: dict[str, str] = {
     "server.rate_limit": "0",
     "server.tenants_dir": "/tmp/x/tenants",
     "server.reload_interval": "0.5",
+    "server.formation_worker": "false",
 }
 
 

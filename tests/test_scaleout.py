@@ -60,6 +60,10 @@ LEASE_SECONDS = 2.0
 #: Readiness / completion waits (never asserted as timings).
 READY_SECONDS = 60.0
 KZ = re.compile(r"kz\d+")
+#: What the scripted model extracts: "<what> code (is|changed to) kz..." -> "Sam's <what> code is kz...".
+CODE = re.compile(r"(locker|bike lock) code (?:is|changed to) (kz\d+)")
+DEDUP_ITEM = re.compile(r"\[(\d+)\] NEW: ([^\n]*)((?:\n    [^\n]*)*)")
+CANDIDATE = re.compile(r"- id=(\S+) \([^)]*\): ([^\n]*)")
 ZQ = re.compile(r"zq\d+t\d+")
 
 
@@ -89,11 +93,15 @@ TASKS = (
 
 def _answer(state: Llm, task: str, said: str) -> dict[str, Any]:
     if task == "extract":
-        return {
-            "facts": [{"content": f"Sam's code word is {t}", "scope": "user"} for t in sorted(set(KZ.findall(said)))]
-        }
-    if task == "dedup":
-        return {"decisions": []}  # every fact new
+        found = dict.fromkeys(f"Sam's {what} code is {code}" for what, code in CODE.findall(said))
+        return {"facts": [{"content": fact, "scope": "user"} for fact in found]}
+    if task == "dedup":  # a new locker code replaces the stored one; the rest is new
+        decisions = []
+        for index, new, block in DEDUP_ITEM.findall(said):
+            old = [fid for fid, content in CANDIDATE.findall(block) if "locker" in content]
+            if "locker" in new and old:
+                decisions.append({"index": int(index), "event": "UPDATE", "fact_id": old[0], "text": new.strip()})
+        return {"decisions": decisions}
     if task == "reflect":
         return {
             "user": [f"Sam collects code words ({state.marker})"],
@@ -321,17 +329,22 @@ def _pid_of(worker_id: str | None) -> int:
 
 
 def test_killing_a_worker_mid_job_loses_nothing_and_applies_nothing_twice(deployment: Deployment) -> None:
+    """The job updates a stored fact and adds one: a second application would show as a
+    third version / a second UPDATE in the history, or a second fact."""
     d, llm = deployment, deployment.llm
-    codes = [f"kz{n}{uuid.uuid4().int % 10**6:06d}" for n in (1, 2)]
-    sid = f"ks-{codes[0]}"
+    old, new, bike = (f"kz{n}{uuid.uuid4().int % 10**6:06d}" for n in (1, 2, 3))
+    sid = f"ks-{new}"
     llm.held.clear()
     llm.release.clear()
-    llm.hold = True
     before = Counter(llm.calls)
     with d.client(d.a) as a, d.client(d.b) as b:
+        r = a.post("/v1/memories", json={"text": f"Sam's locker code is {old}", "user_id": "sam"})
+        assert r.status_code == 201, r.text
+        locker_id = r.json()["memories"][0]["id"]
+        llm.hold = True
         assert a.post("/v1/sessions", json={"session_id": sid, "user_ids": ["sam"]}).status_code == 201
-        turns = [("user_message", f"My locker code is {codes[0]}."), ("agent_response", "Noted."),
-                 ("user_message", f"And my bike lock code is {codes[1]}."), ("agent_response", "Got it.")]  # fmt: skip
+        turns = [("user_message", f"My locker code changed to {new}."), ("agent_response", "Noted."),
+                 ("user_message", f"And my bike lock code is {bike}."), ("agent_response", "Got it.")]  # fmt: skip
         for n, (kind, text) in enumerate(turns):
             writer = a if n % 2 == 0 else b
             author = "sam" if kind == "user_message" else "agent"
@@ -345,10 +358,12 @@ def test_killing_a_worker_mid_job_loses_nothing_and_applies_nothing_twice(deploy
         assert llm.held.wait(READY_SECONDS), "no worker reached the consolidation step"
         job = _stored_job(d.queue_url, job_id)
         assert job.status == "running"
-        holder = next(w for w in d.workers if w.popen.pid == _pid_of(job.worker))
+        holders = [w for w in d.workers if w.popen.pid == _pid_of(job.worker)]
+        assert holders, f"job {job_id} is held by {job.worker}, not by a memlane worker (a replica formed it?)"
+        holder = holders[0]
         survivor = next(w for w in d.workers if w is not holder)
-        formed = a.get("/v1/memories", params={"user_id": "sam"}).text
-        assert all(code in formed for code in codes), formed  # applied before the kill
+        locker = a.get(f"/v1/memories/{locker_id}", params={"user_id": "sam"}).json()
+        assert (locker["content"], locker["version"]) == (f"Sam's locker code is {new}", 2), locker  # applied
         holder.popen.send_signal(signal.SIGKILL)
         holder.popen.wait(10)
         llm.hold = False
@@ -366,19 +381,21 @@ def test_killing_a_worker_mid_job_loses_nothing_and_applies_nothing_twice(deploy
         assert f"job {job_id} form(end) done" in survivor.text(), survivor.text()
 
         calls = llm.calls - before
-        # extraction and reflection ran once: the survivor replayed the saved steps
-        assert calls["extract"] == 1 and calls["reflect"] == 1, calls
+        # extraction, dedup and reflection ran once: the survivor replayed the saved steps
+        assert (calls["extract"], calls["dedup"], calls["reflect"]) == (1, 1, 1), calls
         assert calls["consolidate"] > 1, calls  # the held call(s), then the survivor's
 
         export = b.get("/v1/users/sam/export").json()
-        for code in codes:
-            facts = [f for f in export["facts"] if code in f["content"]]
-            assert len(facts) == 1, facts  # once, not twice
-            assert [h["event"] for h in facts[0]["history"]] == ["ADD"], facts[0]["history"]
+        facts = {f["content"]: f for f in export["facts"] if KZ.search(f["content"])}
+        assert sorted(facts) == sorted([f"Sam's bike lock code is {bike}", f"Sam's locker code is {new}"]), facts
+        locker = facts[f"Sam's locker code is {new}"]
+        assert locker["id"] == locker_id and locker["version"] == 2, locker  # updated once, not twice
+        assert [h["event"] for h in locker["history"]] == ["ADD", "UPDATE"], locker["history"]
+        assert [h["event"] for h in facts[f"Sam's bike lock code is {bike}"]["history"]] == ["ADD"]
         mine = [r["content"] for r in export["reflections"] if llm.marker in r["content"]]
         assert mine and len(mine) == len(set(mine)), mine  # each reflection once
         listed = a.get("/v1/memories", params={"user_id": "sam", "limit": 100}).json()["memories"]
-        assert sorted(sum(code in m["content"] for m in listed) for code in codes) == [1, 1], listed
+        assert sorted(m["content"] for m in listed if KZ.search(m["content"])) == sorted(facts), listed
 
 
 # --------------------------------------------------------------------------- (c) isolation

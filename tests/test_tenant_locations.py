@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import pytest
 from hypothesis import given
@@ -132,9 +132,10 @@ def test_the_hub_builds_each_tenant_on_its_own_store_sessions_and_queue(tmp_path
     hub = MemoryHub.from_settings(settings, watch=False)
     default, acme = _engine(hub, DEFAULT_TENANT), _engine(hub, "acme")
     assert default.db_path == "postgresql://h/db?schema=base"
-    assert default._specs[1] == "redis://h:6379/0?prefix=s:" and default._jobs_spec == "redis://h:6379/1?prefix=q:"
+    assert _params(default._specs[1])["prefix"] == "s:" and default._jobs_spec == "redis://h:6379/1?prefix=q:"
     assert acme.db_path == tenant_location("postgresql://h/db?schema=base", "acme")
-    assert acme._specs[1] == "redis://h:6379/0?prefix=s%3Atenant%3Aacme%3A"
+    assert _params(acme._specs[1])["prefix"] == "s:tenant:acme:"
+    assert urlsplit(acme._specs[1]).netloc == "h:6379" and urlsplit(acme._specs[1]).path == "/0"
     assert acme._jobs_spec == "redis://h:6379/1?prefix=q%3Atenant%3Aacme%3A"
     assert not (tmp_path / "tenants").exists()  # no tenant files on a shared server
 
@@ -187,3 +188,61 @@ async def test_without_the_formation_worker_jobs_wait_in_the_queue_and_form_runs
         assert (await m.get_job(queued.id)).status == "done"
     finally:
         await hub.aclose()
+
+
+async def test_two_tenants_on_one_postgresql_and_one_redis_never_meet(pg_url: str, redis_url: str) -> None:
+    """End to end on real servers: each tenant's facts are rows of its own schema, its sessions
+    and jobs keys under its own prefix; neither tenant reads the other's."""
+    import psycopg
+    import redis
+
+    from services import with_params
+
+    base_schema = _params(pg_url)["schema"]
+    base_prefix = _params(redis_url)["prefix"]
+    settings = load_settings(
+        env={
+            "MEMLANE_DB": pg_url,
+            "MEMLANE_EMBEDDER": "hash",
+            "MEMORY_TYPE": "redis",
+            "MEMORY_REDIS_URL": with_params(redis_url, prefix=f"{base_prefix}s:"),
+            "MEMLANE_QUEUE": with_params(redis_url, prefix=f"{base_prefix}q:"),
+            "MEMLANE_FORMATION_WORKER": "false",
+        }
+    )
+    hub = MemoryHub.from_settings(settings, watch=False)
+    schemas = {t: tenant_schema(base_schema, t) for t in ("acme", "acme|x")}
+    try:
+        for tenant in ("default", "acme", "acme|x"):
+            m = await hub.get(tenant)
+            await m.add(f"alice's secret in {tenant} is tea", user_id="alice")
+            await m.sessions.create_session(session_id=f"s-{tenant}", user_ids=["alice"])
+            await m.add(f"alice also likes {tenant} biscuits", user_id="alice", infer=True, wait=False)
+        for tenant in ("default", "acme", "acme|x"):
+            m = await hub.get(tenant)
+            page = await m.list(user_id="alice")
+            assert [f.content for f in page.items] == [f"alice's secret in {tenant} is tea"]
+            assert [s.id for s in (await m.sessions.list_sessions())] == [f"s-{tenant}"]
+            assert len(await m.list_jobs()) == 1
+    finally:
+        await hub.aclose()
+    base = urlsplit(pg_url)._replace(query="").geturl()
+    with psycopg.connect(base, autocommit=True) as conn:
+        for tenant, schema in (("default", base_schema), *schemas.items()):
+            rows = conn.execute(f'SELECT content FROM "{schema}".facts').fetchall()
+            assert rows == [(f"alice's secret in {tenant} is tea",)], (tenant, rows)
+        for schema in schemas.values():
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    client = redis.Redis.from_url(urlsplit(redis_url)._replace(query="").geturl())
+    try:
+        keys = [k.decode() for k in client.scan_iter(match=f"{base_prefix}*", count=1000)]
+    finally:
+        client.close()
+    for kind in ("s:", "q:"):
+        tenant_keys = {
+            t: [k for k in keys if k.startswith(f"{base_prefix}{kind}tenant:{quote(t, safe='')}:")]
+            for t in ("acme", "acme|x")
+        }
+        assert all(tenant_keys.values()), (kind, keys)
+        assert not set(tenant_keys["acme"]) & set(tenant_keys["acme|x"])
+        assert any(k.startswith(f"{base_prefix}{kind}") and "tenant:" not in k for k in keys), (kind, keys)
