@@ -227,6 +227,32 @@ async def test_record_access_never_waits_on_one_row_while_holding_another(pg_url
         await b.close()
 
 
+async def test_dotted_metadata_filters_compare_json_values_in_sql(pg_url: str) -> None:
+    from memlane.models import FactFilter
+
+    [store] = await _replicas(pg_url, 1)
+    try:
+        await store.put_facts(
+            [_fact("from ann", metadata={"sender": {"id": "ann", "n": 2}}), _fact("from bo", metadata={"sender": "bo"}),
+             _fact("numeric text", metadata={"sender": {"id": "2"}}), _fact("null one", metadata={"x": None})],
+            None,
+        )  # fmt: skip
+        scope = Scope(user_id="u1")
+
+        async def listed(*pairs: tuple[str, object]) -> list[str]:
+            page = await store.list_facts(scope, filter=FactFilter(metadata=tuple(pairs)))
+            return sorted(f.content for f in page.items)
+
+        assert await listed(("sender.id", "ann")) == ["from ann"]
+        assert await listed(("sender.n", 2)) == await listed(("sender.n", 2.0)) == ["from ann"]
+        assert await listed(("sender.id", 2)) == []  # the string "2" is not the number 2
+        assert await listed(("sender", "bo")) == ["from bo"]
+        assert await listed(("x", None)) == ["null one"]
+        assert await listed(("missing", None)) == []
+    finally:
+        await store.close()
+
+
 async def test_failed_batch_leaves_its_key_free(pg_url: str) -> None:
     [store] = await _replicas(pg_url, 1)
     try:
