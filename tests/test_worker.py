@@ -276,3 +276,50 @@ def test_worker_on_postgresql_with_a_redis_queue(tmp_path: Path, pg_url: str, re
     statuses, facts = asyncio.run(after([j.id for j in jobs]))
     assert statuses == ["done", "done"]
     assert any("sam" in f.lower() for f in facts) and any("kim" in f.lower() for f in facts), facts
+
+
+def test_two_workers_on_postgresql_and_redis_run_each_job_exactly_once(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """Two workers x concurrency 2 on one Redis queue and one PostgreSQL store: every job is
+    run by one worker once, and its batch is applied once."""
+    users = [f"user{i:02d}" for i in range(12)]
+
+    async def queue() -> list[Job]:
+        jobs = []
+        async with AsyncMemory(pg_url, embedder="hash", jobs=redis_url, formation=QUEUE_ONLY) as m:
+            for user in users:
+                await m.sessions.create_session(user_ids=[user], session_id=f"s-{user}")
+                for text in (f"I'm vegetarian, says {user}", f"I live in Lisbon, says {user}"):
+                    await m.add_event(f"s-{user}", Event(type=EventType.USER_MESSAGE, author=user, content=text))
+                    await m.add_event(f"s-{user}", Event(type=EventType.AGENT_RESPONSE, author="bot", content="ok"))
+                job = await m.end_session(f"s-{user}", wait=False)
+                assert isinstance(job, Job)
+                jobs.append(job)
+        return jobs
+
+    async def store_rows() -> tuple[list[str], int, int, list[int]]:
+        async with AsyncMemory(pg_url, embedder="hash", jobs=redis_url, formation=QUEUE_ONLY) as m:
+            statuses = [(await m.get_job(j.id)).status for j in jobs]
+            db = m.facts.db  # type: ignore[attr-defined]
+            async with db.connection() as conn:
+                applied = (await (await conn.execute("SELECT count(*) FROM applied_batches")).fetchone())[0]
+                doubled = (await (await conn.execute(
+                    "SELECT count(*) FROM (SELECT fact_id FROM history WHERE event='ADD' GROUP BY fact_id"
+                    " HAVING count(*) > 1) d")).fetchone())[0]  # fmt: skip
+                per_user = [r[0] for r in await (await conn.execute(
+                    "SELECT count(*) FROM facts WHERE invalid_at IS NULL GROUP BY user_id")).fetchall()]  # fmt: skip
+            return statuses, applied, doubled, per_user
+
+    jobs = asyncio.run(queue())
+    cmd = [sys.executable, "-m", "memlane.cli.main", "worker", "--db", pg_url, "--queue", redis_url,
+           "--embedder", "hash", "--once", "--concurrency", "2", "--json"]  # fmt: skip
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+             for _ in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
+    ran = [job for out, _ in outs for job, outcomes in _job_lines(out).items() for o in outcomes if o == "done"]
+    assert sorted(ran) == sorted(j.id for j in jobs)
+    statuses, applied, doubled, per_user = asyncio.run(store_rows())
+    assert statuses == ["done"] * len(jobs) and applied == len(jobs) and doubled == 0
+    assert len(per_user) == len(users) and len(set(per_user)) == 1, per_user
