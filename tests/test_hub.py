@@ -61,7 +61,7 @@ async def test_from_settings_one_store_per_tenant(tmp_path: Path, cfg: Path) -> 
 
 def test_from_settings_refuses_unusable_settings() -> None:
     s = load_settings(env={"MEMORY_TYPE": "redis"})
-    with pytest.raises(ConfigError, match="sessions.backend redis needs a URL"):
+    with pytest.raises(ConfigError, match=r"sessions\.backend redis needs a URL"):
         MemoryHub.from_settings(s)
 
 
