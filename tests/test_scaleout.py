@@ -310,11 +310,10 @@ def test_a_write_through_one_replica_is_read_through_the_other(deployment: Deplo
 
 # --------------------------------------------------------------------------- (b) a worker dies
 def _stored_job(queue_url: str, job_id: str) -> Any:
-    from memlane.registry import JOB_STORES, _load
+    from memlane.stores.redis.jobs import RedisJobStore
 
     async def get() -> Any:
-        module, cls_name, extra = JOB_STORES["redis"]
-        store = await _load(module, cls_name, extra).open(queue_url)
+        store = await RedisJobStore.open(queue_url)
         try:
             return await store.get(job_id)
         finally:
