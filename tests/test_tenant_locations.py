@@ -108,6 +108,9 @@ def test_no_tenant_prefix_is_a_prefix_of_another(a: str, b: str) -> None:
 def test_a_file_url_has_no_per_tenant_location() -> None:
     with pytest.raises(ConfigError, match="per-tenant"):
         tenant_location("sqlite:///a.db", "acme")
+    with pytest.raises(ConfigError, match="per-tenant") as err:
+        tenant_location("mysql://me:hunter2@db/mem", "acme")
+    assert "hunter2" not in str(err.value)
 
 
 # --------------------------------------------------------------------------- the hub

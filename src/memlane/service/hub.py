@@ -112,9 +112,11 @@ def tenant_location(location: str, tenant: str) -> str:
         from memlane.stores.redis.url import tenant_url
 
         return tenant_url(location, tenant)
+    from memlane.config import redact_url
     from memlane.errors import ConfigError
 
-    raise ConfigError(f"no per-tenant location for {location.partition('?')[0]!r}: use a PostgreSQL or Redis URL")
+    shown = redact_url(location.partition("?")[0])
+    raise ConfigError(f"no per-tenant location for {shown!r}: use a PostgreSQL or Redis URL")
 
 
 def _is_shared_server(location: str) -> bool:
