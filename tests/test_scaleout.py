@@ -308,6 +308,25 @@ def test_a_write_through_one_replica_is_read_through_the_other(deployment: Deplo
         assert word not in a.post("/v1/search", json={"query": word, "user_id": "rita"}).text
 
 
+def test_each_tenant_has_its_own_job_queue_across_replicas(deployment: Deployment) -> None:
+    """Jobs queued through A for two tenants (no worker serves them: they stay queued) are
+    listed and fetched through B by their own tenant only."""
+    d = deployment
+    ids: dict[str, str] = {}
+    for tenant in TENANTS:
+        with d.client(d.a, tenant) as a:
+            r = a.post("/v1/memories", json={"text": f"{tenant} note: kz999 tea", "user_id": "alice", "infer": True})
+            assert r.status_code == 202, r.text
+            ids[tenant] = r.json()["job_id"]
+    for tenant in TENANTS:
+        other = next(t for t in TENANTS if t != tenant)
+        with d.client(d.b, tenant) as b:
+            listed = {j["id"] for j in b.get("/v1/jobs", params={"limit": 100}).json()["jobs"]}
+            assert ids[tenant] in listed and ids[other] not in listed, (tenant, listed)
+            assert b.get(f"/v1/jobs/{ids[tenant]}").json()["status"] == "queued"
+            assert b.get(f"/v1/jobs/{ids[other]}").status_code == 404
+
+
 # --------------------------------------------------------------------------- (b) a worker dies
 def _stored_job(queue_url: str, job_id: str) -> Any:
     from memlane.stores.redis.jobs import RedisJobStore
