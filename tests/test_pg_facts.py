@@ -389,6 +389,25 @@ async def test_purge_leaves_no_words_in_the_indexes_or_with_rewrite_the_files(pg
         await store.close()
 
 
+async def test_replicas_forgetting_at_once_all_scrub(pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    a, b, c = await _replicas(pg_url, 3)
+    try:
+        for user in ("u1", "u2", "u3"):
+            await a.put_facts([_fact(f"qxzcanary of {user}", user=user)], None)
+        async with a.db.connection() as conn:  # what an interrupted rebuild leaves behind
+            await conn.execute("CREATE INDEX facts_tsv_ccnew ON facts (id)")
+            await conn.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'facts_tsv_ccnew'::regclass")
+        assert any("facts_tsv_ccnew" in p for p in await a.check())
+        with caplog.at_level(logging.WARNING, logger="memlane"):
+            await asyncio.gather(a.purge_user("u1"), b.purge_user("u2"), c.purge_user("u3"))
+        assert [r.getMessage() for r in caplog.records if r.name == "memlane"] == []  # every scrub ran
+        assert not set(await _files_holding(a, b"qxzcanar")) - {"facts", "history"}
+        assert await a.check() == []  # the leftover copy was dropped, the rebuilt index is valid
+    finally:
+        for s in (a, b, c):
+            await s.close()
+
+
 async def test_check_reports_an_invalid_index(pg_url: str) -> None:
     [store] = await _replicas(pg_url, 1)
     try:

@@ -14,6 +14,7 @@ reflections in :mod:`memlane.stores.postgres.reflections` (mixins of :class:`PgF
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -732,30 +733,55 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
 
     async def _scrub(self, *, reindex: bool) -> None:
         """After a purge: vacuum the tables it deleted from and, when facts went, rebuild the
-        keyword index (best effort: a failure is logged, never raised; the purge committed)."""
+        keyword index (best effort: a failure is logged, never raised; the purge committed).
+
+        One replica scrubs a schema at a time (a session advisory lock, waited for by polling:
+        a scrub that started before this purge committed may not have seen its deletions), and
+        every wait is bounded, so ``forget`` cannot hang behind a long transaction.
+        """
+        key = _lock_key(self.db.schema, "\x00scrub")  # partition keys are percent-encoded: no clash
         try:
             async with self.db.connection() as conn:
-                await conn.execute(
-                    f"VACUUM {'FULL ' if self.purge_rewrite else ''}facts, history, reflections, consolidated,"
-                    " contributors, applied_batches, partitions, authors"
-                )
-                if reindex and not self.purge_rewrite:  # a rewrite rebuilt every index
-                    # it waits for transactions older than it: bounded, so forget cannot hang
-                    await conn.execute(f"SET lock_timeout = '{SCRUB_LOCK_TIMEOUT_S}s'")
+                await conn.execute(f"SET lock_timeout = '{SCRUB_LOCK_TIMEOUT_S}s'")
+                try:
+                    await self._scrub_lock(conn, key)
                     try:
-                        await conn.execute("REINDEX INDEX CONCURRENTLY facts_tsv")
-                    except psycopg.Error:
-                        # a failed concurrent rebuild leaves its unfinished copy behind: drop it
+                        # copies an interrupted concurrent rebuild left behind (invalid, still written to)
                         await conn.execute("DROP INDEX CONCURRENTLY IF EXISTS facts_tsv_ccnew")
-                        raise
+                        await conn.execute("DROP INDEX CONCURRENTLY IF EXISTS facts_tsv_ccold")
+                        await conn.execute(
+                            f"VACUUM {'FULL ' if self.purge_rewrite else ''}facts, history, reflections,"
+                            " consolidated, contributors, applied_batches, partitions, authors"
+                        )
+                        if reindex and not self.purge_rewrite:  # a rewrite rebuilt every index
+                            await conn.execute("REINDEX INDEX CONCURRENTLY facts_tsv")
                     finally:
-                        await conn.execute("RESET lock_timeout")
-        except psycopg.Error as exc:
+                        await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                finally:
+                    await conn.execute("RESET lock_timeout")
+        except (psycopg.Error, TimeoutError) as exc:
             log.warning(
                 "memlane: cleaning up after forget failed (%s); autovacuum reclaims the rows, and the"
-                " keyword index keeps the deleted words as keys until it is rebuilt",
-                exc.diag.message_primary or exc,
+                " keyword index keeps the deleted words as keys until the next forget rebuilds it",
+                (exc.diag.message_primary if isinstance(exc, psycopg.Error) else None) or exc,
             )
+
+    @staticmethod
+    async def _scrub_lock(conn: Conn, key: int) -> None:
+        """Take the scrub lock, polling: a session blocked in ``pg_advisory_lock`` holds a
+        snapshot, and the holder's ``REINDEX CONCURRENTLY`` waits for every older snapshot:
+        a deadlock. Between polls this session holds none."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SCRUB_LOCK_TIMEOUT_S
+        delay = 0.01
+        while True:
+            got = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))).fetchone()
+            if got is not None and got[0]:
+                return
+            if loop.time() >= deadline:
+                raise TimeoutError(f"another replica kept the scrub lock for {SCRUB_LOCK_TIMEOUT_S} s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     # ------------------------------------------------------------------ reads
     async def get_fact(self, fact_id: str, scope: Scope) -> Fact | None:
