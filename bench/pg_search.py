@@ -490,8 +490,54 @@ async def count_statements(mem: AsyncMemory, query: str, user: str) -> dict[str,
     return {"total": sum(counts.values()), **counts}
 
 
+async def explain_pg(
+    mem: AsyncMemory, url: str, schema: str, pf: Any, terms: list[str], qv: np.ndarray, depth: int
+) -> dict[str, list[str]]:
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of the statements the store's ``keyword_search`` and
+    ``vector_search`` send for one query: they are captured as the store sends them, then
+    replayed in one transaction, each search's statements in order, the ones scoring rows
+    (``ts_rank_cd`` / ``<=>``) explained."""
+    import psycopg
+    from pgvector.psycopg import register_vector_async
+
+    captured: list[tuple[str, Any]] = []
+    original = psycopg.AsyncCursor.execute
+
+    async def capture(self: Any, q: Any, params: Any = None, *a: Any, **k: Any) -> Any:
+        captured.append((q if isinstance(q, str) else q.as_string(self), params))
+        return await original(self, q, params, *a, **k)
+
+    plans: dict[str, list[str]] = {}
+    psycopg.AsyncCursor.execute = capture  # type: ignore[method-assign]
+    try:
+        await mem.facts.keyword_search(pf, terms, limit=depth)
+        kw = list(captured)
+        captured.clear()
+        await mem.facts.vector_search(pf, qv, limit=depth)
+        vec = list(captured)
+    finally:
+        psycopg.AsyncCursor.execute = original  # type: ignore[method-assign]
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(f"SET search_path TO {schema}, public")
+        await register_vector_async(conn)
+        for name, stmts in (("keyword", kw), ("vector", vec)):
+            async with conn.transaction():
+                for i, (q, params) in enumerate(stmts):
+                    if "ts_rank_cd" in q or "<=>" in q:
+                        cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + q, params)
+                        plans[f"{name}_{i}"] = [str(r[0])[:300] for r in await cur.fetchall()]
+                    else:
+                        await conn.execute(q, params)
+    return plans
+
+
 async def measure(
-    data: CaseData, stores: dict[str, AsyncMemory], embedder: Any, n_queries: int, warmup: int
+    data: CaseData,
+    stores: dict[str, AsyncMemory],
+    embedder: Any,
+    n_queries: int,
+    warmup: int,
+    pg_target: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     queries = data.queries(n_queries + warmup)
     texts = [q for q, _ in queries]
@@ -553,6 +599,12 @@ async def measure(
         res["pg"]["statements_per_search"] = await count_statements(
             stores["pg"], queries[0][0], data.users[queries[0][1]]
         )
+    if "pg" in stores and pg_target is not None:
+        q0, u0 = queries[warmup + 1]  # a recall question (real matches)
+        pf0 = Scope(user_id=data.users[u0]).partition_filter()
+        terms0 = list(parse_query(q0, authors.get("pg", [])).terms)
+        res["pg"]["explain_query"] = q0
+        res["pg"]["explain"] = await explain_pg(stores["pg"], *pg_target, pf0, terms0, qvecs[warmup + 1], depth)
     for n in names:
         res[n].update({f"{op}_ms": summary(v) for op, v in timings[n].items()})
         res[n]["vector_recall@10"] = round(float(np.mean(recall[n])), 4)
@@ -636,7 +688,8 @@ async def main() -> None:
                 results[name] = {"load": info}
                 continue
             la = os.getloadavg()[0]
-            r = await measure(data, stores, embedder, args.queries, args.warmup)
+            target = (pg_url, schema) if pg_url is not None else None
+            r = await measure(data, stores, embedder, args.queries, args.warmup, target)
             r.update(
                 memories=data.total,
                 users=data.n_users,
