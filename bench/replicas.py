@@ -98,6 +98,64 @@ class PgRedisDeployment(sl.Deployment):
         self.worker_procs = []
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (gone ones count 0)."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
+
+
+def children(ppid: int) -> list[int]:
+    """Processes whose parent is ``ppid`` (a postmaster's backends and workers)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError):
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == ppid:
+                    out.append(int(d.name))
+    return out
+
+
+class CpuMeter:
+    """CPU seconds the servers and the PostgreSQL server spend during the timed run: wraps
+    ``service_load.run_generator`` and samples around the call with the run's own seed (the
+    warm-up uses seed + 1)."""
+
+    def __init__(self, postmaster: int | None, seed: int) -> None:
+        self.postmaster, self.seed = postmaster, seed
+        self.deployment: sl.Deployment | None = None
+        self.result: dict[str, float] = {}
+        self._inner = sl.run_generator
+
+    def __call__(self, urls: list[str], callers: Any, workdir: Path, requests: int, *rest: Any) -> dict[str, Any]:
+        timed = rest[-1] == self.seed
+        if not timed:
+            return self._inner(urls, callers, workdir, requests, *rest)
+        pg_before = {p: cpu_seconds([p]) for p in children(self.postmaster)} if self.postmaster else {}
+        servers = [sv.proc.pid for sv in self.deployment.servers] if self.deployment else []
+        srv_before = cpu_seconds(servers)
+        out = self._inner(urls, callers, workdir, requests, *rest)
+        srv = cpu_seconds(servers) - srv_before
+        pg = 0.0
+        if self.postmaster:
+            for p in children(self.postmaster):
+                pg += cpu_seconds([p]) - pg_before.get(p, 0.0)
+        n = max(1, int(out["requests_sent"]))
+        self.result = {
+            "servers_cpu_s": round(srv, 2),
+            "postgres_cpu_s": round(pg, 2),
+            "servers_cpu_ms_per_request": round(srv * 1000 / n, 2),
+            "postgres_cpu_ms_per_request": round(pg * 1000 / n, 2),
+        }
+        return out
+
+
 def with_query(url: str, **params: str) -> str:
     sep = "&" if "?" in url else "?"
     return url + sep + "&".join(f"{k}={v}" for k, v in params.items())
@@ -185,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     if redis_url is None:
         redis_server = find_or_start_redis()
         redis_url = redis_server.url
+    postmaster = None
+    if pg_server is not None:
+        with contextlib.suppress(OSError, ValueError):
+            postmaster = int((pg_server.data_dir / "data" / "postmaster.pid").read_text().split()[0])
+    meter = CpuMeter(postmaster, args.seed)
+    sl.run_generator = meter  # type: ignore[assignment]
     run_id = secrets.token_hex(3)
     print(f"# PostgreSQL {pg_url}, Redis {redis_url}, run {run_id}", file=sys.stderr, flush=True)
     results: list[dict[str, Any]] = []
@@ -198,8 +262,10 @@ def main(argv: list[str] | None = None) -> int:
             }  # fmt: skip
             with sl.workdir_for(str(work / f"replicas-{run_id}-{case}")) as workdir:
                 t = time.perf_counter()
+                meter.result = {}
                 if backend == "sqlite":
-                    result = sl.run_case(workdir, **common)  # type: ignore[arg-type]
+                    meter.deployment = sl.Deployment(workdir, args.tenants, args.users)
+                    result = sl.run_case(workdir, deployment=meter.deployment, **common)  # type: ignore[arg-type]
                 else:
                     schema = f"bench_rep_{run_id}_{servers}"
                     prefix = f"memlane-bench:{run_id}:{servers}:"
@@ -210,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                         queue=with_query(redis_url, prefix=prefix + "jobs:") if args.queue == "redis" else None,
                         workers=args.workers,
                     )  # fmt: skip
+                    meter.deployment = deployment
                     try:
                         result = sl.run_case(workdir, deployment=deployment, **common)  # type: ignore[arg-type]
                         result["pg_schemas"] = count_schemas(pg_url, schema)
@@ -220,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                         with contextlib.suppress(Exception):
                             drop_redis_prefix(redis_url, prefix)
                     result.update(store="postgresql", sessions="redis", workers=args.workers, queue=args.queue)
+                result.update(meter.result)
                 result["case"] = case
                 result["case_s"] = round(time.perf_counter() - t, 1)
                 result["loadavg_1min_end"] = round(os.getloadavg()[0], 2)
@@ -236,15 +304,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
-    print(
-        "\n| case | requests | errors | lost writes | elapsed s | req/s | p50 ms | p99 ms | RSS MiB | schemas, keys |"
-    )
+    print("\n| case | requests | errors | lost | elapsed s | req/s | p50 ms | p99 ms | RSS MiB | CPU ms/req srv, pg |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for r in results:
         print(
             f"| {r['case']} | {r['requests_sent']:,} | {r['errors']} | {r['lost_writes']} | {r['elapsed_s']} "
             f"| **{r['throughput_rps']}** | {r['p50_ms']} | {r['p99_ms']} | {', '.join(map(str, r['rss_mib_after']))} "
-            f"| {r.get('pg_schemas', '-')}, {r.get('redis_keys', '-')} |"
+            f"| {r.get('servers_cpu_ms_per_request', '-')}, {r.get('postgres_cpu_ms_per_request', '-')} |"
         )
     ops = list(results[0]["per_op"]) if results else []
     print("\nPer operation p50 / p99 ms:\n")
@@ -253,6 +319,9 @@ def print_table(results: list[dict[str, Any]]) -> None:
     for r in results:
         cells = [f"{r['per_op'][o]['p50_ms']} / {r['per_op'][o]['p99_ms']}" for o in ops]
         print(f"| {r['case']} | " + " | ".join(cells) + " |")
+    for r in results:
+        if "pg_schemas" in r:
+            print(f"\n{r['case']}: {r['pg_schemas']} PostgreSQL schemas, {r['redis_keys']} Redis keys at the end")
     for r in results:
         if r["first_errors"]:
             print(f"\n{r['case']} first errors: {json.dumps(r['first_errors'])[:1500]}")
