@@ -33,7 +33,7 @@ from memlane.models import (
 from memlane.providers.embed.base import Embedder
 from memlane.providers.llm.base import LLM
 from memlane.retrieval.hybrid import RetrievalConfig
-from memlane.stores.base import SessionStore, StoreStats
+from memlane.stores.base import JobStore, SessionStore, StoreStats
 
 T = TypeVar("T")
 
@@ -57,10 +57,11 @@ class Memory:
         formation: FormationConfig | None = None,
         llm: str | LLM | FormationModel | None = None,
         strong_llm: str | LLM | FormationModel | None = None,
+        jobs: str | JobStore | None = None,
     ) -> None:
         self._portal = LoopThread()
         try:
-            self._async = self._portal.call(_build(db, embedder, sessions, retrieval, formation, llm, strong_llm))
+            self._async = self._portal.call(_build(db, embedder, sessions, retrieval, formation, llm, strong_llm, jobs))
         except BaseException:
             self._portal.stop()
             raise
@@ -446,9 +447,10 @@ async def _build(
     formation: FormationConfig | None,
     llm: str | LLM | FormationModel | None,
     strong_llm: str | LLM | FormationModel | None,
+    jobs: str | JobStore | None = None,
 ) -> AsyncMemory:
     memory = AsyncMemory(
-        db, embedder=embedder, sessions=sessions, retrieval=retrieval, formation=formation, llm=llm,
+        db, embedder=embedder, sessions=sessions, jobs=jobs, retrieval=retrieval, formation=formation, llm=llm,
         strong_llm=strong_llm,
     )  # fmt: skip
     await memory.start()

@@ -223,6 +223,10 @@ class FormationRunner:
         self._timers.clear()
         if self._task is not None:
             self._task.cancel()
+            if self._wake is not None:
+                # A cancellation a driver swallows (seen with psycopg_pool on Python 3.11: a claim
+                # returns normally while cancelled) must not hold close() for the 30 s idle wait.
+                self._wake.set()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
