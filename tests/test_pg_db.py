@@ -19,6 +19,10 @@ def test_location_parameters_are_memlanes_own() -> None:
     for bad in ("postgresql://h/db?schema=a;drop", "postgresql://h/db?pool_max=0", "postgresql://h/db?pool_min=x"):
         with pytest.raises(ConfigError):
             parse_pg_location(bad)
+    assert PgDatabase("postgresql://h/db?purge=rewrite").purge_rewrite
+    assert not PgDatabase("postgresql://h/db").purge_rewrite
+    with pytest.raises(ConfigError, match="purge= takes"):
+        PgDatabase("postgresql://h/db?purge=shred")
 
 
 async def test_concurrent_opens_migrate_once(pg_url: str) -> None:

@@ -6,6 +6,10 @@ memlane's own query parameters (removed before connecting):
 * ``schema=NAME`` - keep every table in that schema (created on first open). The service
   gives each tenant a schema of its own this way, and the tests a fresh one per test.
 * ``pool_min=N`` / ``pool_max=N`` - connection pool bounds (default 1 and 10).
+* ``purge=vacuum|rewrite`` - what ``forget`` does to the table files after deleting a user's
+  rows: ``vacuum`` (default; the freed space is reused, but PostgreSQL does not zero it) or
+  ``rewrite`` (``VACUUM FULL``: the deleted bytes leave the files; the tables are locked while
+  it runs).
 
 Opening creates the ``vector`` extension when missing (that needs a role allowed to; ask your
 DBA to run ``CREATE EXTENSION vector`` once otherwise) and applies the schema migrations of
@@ -33,7 +37,7 @@ from memlane.stores.postgres.migrations import MIGRATIONS
 __all__ = ["PgDatabase", "parse_pg_location", "redact"]
 
 _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_OWN_PARAMS = ("schema", "pool_min", "pool_max")
+_OWN_PARAMS = ("schema", "pool_min", "pool_max", "purge")
 
 
 def redact(url: str) -> str:
@@ -77,6 +81,11 @@ class PgDatabase:
     def __init__(self, location: str) -> None:
         self.location = location
         self.url, self.schema, pool_min, pool_max = parse_pg_location(location)
+        purge = dict(parse_qsl(urlsplit(location).query)).get("purge", "vacuum")
+        if purge not in ("vacuum", "rewrite"):
+            raise ConfigError(f"purge= takes vacuum or rewrite, got {purge!r}")
+        self.purge_rewrite = purge == "rewrite"
+        """Rewrite the tables after a purge (``purge=rewrite``)."""
         self._refs = 0
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
             self.url, min_size=pool_min, max_size=pool_max, open=False, configure=self._configure,

@@ -132,7 +132,8 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         purge_rewrite: after ``purge_user``, rewrite the tables (``VACUUM FULL``) instead of
             vacuuming them: PostgreSQL does not zero the space its vacuum frees, so only a
             rewrite takes the deleted bytes out of the table files; it locks the tables
-            (reads and writes wait) for as long as the rewrite takes.
+            (reads and writes wait) for as long as the rewrite takes. None: the location's
+            ``purge=`` parameter (``purge=rewrite``; default ``vacuum``).
     """
 
     db: PgDatabase
@@ -144,10 +145,10 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         ctx_weight: float | None = None,
         date_weight: float | None = None,
         exact_max: int | None = None,
-        purge_rewrite: bool = False,
+        purge_rewrite: bool | None = None,
     ) -> None:
         self.db = db.acquire()
-        self.purge_rewrite = purge_rewrite
+        self.purge_rewrite = db.purge_rewrite if purge_rewrite is None else purge_rewrite
         if ctx_weight is not None:
             self.ctx_weight = ctx_weight
         if date_weight is not None:
