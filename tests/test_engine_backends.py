@@ -476,6 +476,12 @@ async def test_check_and_stats(backend: Backend, capsys: pytest.CaptureFixture[s
     assert main(["check", *args]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is True
+    if backend.pg:  # a password in the URL is never printed (the test server trusts any)
+        secret = backend.db.replace("postgresql://postgres@", "postgresql://postgres:pw-s3cret@")
+        for argv in (["stats", "--db", secret], ["check", "--db", secret], ["check", "--db", secret, "--json"]):
+            assert main(["--embedder", "hash", *argv]) == 0
+            out2 = capsys.readouterr()
+            assert "pw-s3cret" not in out2.out + out2.err and "postgres:***@" in out2.out, argv
 
 
 # --------------------------------------------------------------------------- the isolation property on PostgreSQL
@@ -567,4 +573,36 @@ async def test_close_is_prompt_while_the_formation_worker_claims(backend: Backen
     m = backend.memory(embedder=None, sessions="null")
     await m.start()
     assert (await m.stats(user_id="u")).facts == 0
-    await asyncio.wait_for(m.close(), 10)
+    closing = asyncio.ensure_future(m.close())
+    done, _ = await asyncio.wait({closing}, timeout=10)  # not wait_for: close() may not be cancellable
+    await closing
+    assert closing in done, "close() waited for the formation worker's idle sleep"
+
+
+async def test_cli_on_a_redis_session_deployment(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``memlane`` commands configured like the server (MEMORY_TYPE=redis, MEMORY_REDIS_URL,
+    MEMLANE_QUEUE) see the Redis sessions and queue, and ``memlane forget`` erases them (it
+    used to open the store's own session table and leave the user's events in Redis)."""
+    from memlane.cli.main import main
+
+    if backend.redis is None:
+        pytest.skip("Redis sessions only")
+    canary = "qqzzyyxw"
+    async with backend.memory() as m:
+        await m.sessions.create_session(user_ids=["dora"], session_id="dora-chat")
+        await m.add_event("dora-chat", Event(type=EventType.USER_MESSAGE, author="Dora", content=f"code {canary}"))
+        await m.add(f"Dora likes {canary} tea", user_id="dora")
+        await m.end_session("dora-chat")  # a formation job in the Redis queue
+    for name, value in {"MEMORY_TYPE": "redis", "MEMORY_REDIS_URL": backend.redis,
+                        "MEMLANE_QUEUE": backend.redis, "MEMLANE_EMBEDDER": "hash"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    assert main(["sessions", "--db", backend.db]) == 0
+    assert "dora-chat" in capsys.readouterr().out
+    assert main(["jobs", "--db", backend.db]) == 0
+    assert "no jobs" not in capsys.readouterr().out
+    assert redis_hits(backend.redis, [canary])
+    assert main(["forget", "dora", "--yes", "--db", backend.db]) == 0
+    capsys.readouterr()
+    assert redis_hits(backend.redis, [canary]) == [] and text_hits(backend, canary) == []

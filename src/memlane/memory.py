@@ -34,7 +34,7 @@ from memlane.agent.context import (
     assemble_context,
     replay_window,
 )
-from memlane.config import default_db_path
+from memlane.config import default_db_path, redact_url
 from memlane.documents import MAX_DOCUMENT_CHARS, document_rows, split_documents
 from memlane.embedding_queue import EmbeddingQueue
 from memlane.errors import (
@@ -903,7 +903,7 @@ class AsyncMemory:
                 continue
             seen.add(id(store))
             problems += [p for p in await store.check() if p not in problems]  # stores may share one file
-        return CheckReport(ok=not problems, problems=problems, location=self.db_path)
+        return CheckReport(ok=not problems, problems=problems, location=redact_url(self.db_path))
 
     @_opening
     async def stats(self, *, user_id: str | None = None, agent_id: str | None = None) -> StoreStats:

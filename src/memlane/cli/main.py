@@ -27,7 +27,7 @@ from memlane.cli.migrate_cmd import add_parser as add_migrate_parser
 from memlane.cli.progress import Progress
 from memlane.cli.serve_cmd import add_parser as add_serve_parser
 from memlane.cli.worker_cmd import add_parser as add_worker_parser
-from memlane.config import MemlaneSettings, formation_config, load_settings
+from memlane.config import MemlaneSettings, formation_config, load_settings, redact_url, session_backend
 from memlane.errors import CorruptDatabaseError, InvalidInputError, MemlaneError, NotFoundError, UsageError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.runner import FormationResult
@@ -53,9 +53,14 @@ def _open(args: argparse.Namespace) -> Memory:
     # explicitly (`form`, `import --form`), pending sessions are picked up by `memlane sweep`.
     settings: MemlaneSettings = getattr(args, "settings", None) or load_settings(getattr(args, "config", None))
     formation = formation_config(settings, background=False, idle_minutes=None, auto_ingest=False)
+    # Sessions: the store's own, unless the deployment keeps them in Redis (sessions.backend redis /
+    # MEMORY_TYPE): then `sessions`, `form` and `forget` must see (and erase) those, as must `jobs`
+    # the Redis queue (memory.queue / MEMLANE_QUEUE). In-process `local` sessions die with the CLI.
+    sessions = session_backend(settings) if settings.sessions.backend == "redis" else "sqlite"
     return Memory(
-        args.db, embedder=args.embedder, sessions="sqlite", llm=getattr(args, "llm", None), formation=formation
-    )
+        args.db, embedder=args.embedder, sessions=sessions, jobs=settings.memory.queue,
+        llm=getattr(args, "llm", None), formation=formation,
+    )  # fmt: skip
 
 
 def _result_lines(res: FormationResult | Job) -> list[str]:
@@ -204,12 +209,13 @@ def cmd_check(args: argparse.Namespace) -> int:
             report = m.check()
     except CorruptDatabaseError as exc:  # too damaged to open
         report = CheckReport(ok=False, problems=[str(exc)], location=db)
+    shown = redact_url(db)  # a PostgreSQL URL's password is never printed
     if args.json:
-        _dump(report.model_dump())
+        _dump(report.model_dump() | {"location": redact_url(report.location)})
     elif report.ok:
-        print(f"ok: {db} is healthy (integrity check and full-text index check passed)")
+        print(f"ok: {shown} is healthy (integrity check and full-text index check passed)")
     else:
-        print(f"{db}: {len(report.problems)} problem(s) found:")
+        print(f"{shown}: {len(report.problems)} problem(s) found:")
         for problem in report.problems:
             print(f"  {problem}")
         print("Stop every process using the file and restore it from a backup.")
@@ -220,7 +226,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     with _open(args) as m:
         st = m.stats(user_id=args.user_id, agent_id=args.agent_id)
         data = {k: v for k, v in vars(st).items() if k != "extra"}
-        data["db"] = m.engine.db_path
+        data["db"] = redact_url(m.engine.db_path)
         if args.json:
             _dump(data)
         else:
