@@ -164,6 +164,16 @@ async def test_keyword_text_match_ranks_above_neighbour_context_match(store: _St
     assert "puppy" in await store.ctx_of(ids[0]) and "puppy" not in await store.ctx_of(ids[1])
 
 
+async def test_keyword_rare_word_outranks_a_repeated_common_one(store: _Store) -> None:
+    for i in range(8):
+        await store.add(f"apple note {i}")
+    await store.add("apple apple apple")
+    rare = await store.add("zebra sighting")
+    found = await store.keyword_search(_pf(), ["apple", "zebra"], limit=3)
+    assert found[0].fact_id == rare  # BM25's idf: ts_rank_cd alone ranks the triple apple first
+    assert found[0].score > found[1].score > 0
+
+
 async def test_keyword_date_words_and_documents(store: _Store) -> None:
     when = datetime(2023, 5, 8, 12, tzinfo=UTC)
     dated = await store.add("went to the museum", occurred_at=when)

@@ -3,9 +3,13 @@ reads (``facts.ctx``, ``facts.embedding``): a mixin of :class:`~memlane.stores.p
 
 Keyword search reads the generated ``facts.tsv`` (English ``tsvector``, GIN index): the
 searchable text is weight A, the event date in words B, the neighbouring turns of the
-session C, scored with ``ts_rank_cd`` whose weights mirror the SQLite store's BM25 column
-weights (text 1.0, ``date_weight`` 1.0, ``ctx_weight`` 0.5), so a turn that says the words
-ranks above one whose neighbours say them.
+session C. ``ts_rank_cd`` has no inverse document frequency, so a row scores the sum over the
+query terms it holds of BM25's idf (the term's document frequency among the partitions'
+matches, N the partitions' size) times ``ts_rank_cd`` of that term, whose weights mirror the
+SQLite store's BM25 column weights (text 1.0, ``date_weight`` 1.0, ``ctx_weight`` 0.5): a turn
+that says the words ranks above one whose neighbours say them, and a rare word counts more
+than a common one. On LoCoMo (keyword only, 883 questions) recall@5 / @10 went from
+0.582 / 0.669 with ``ts_rank_cd`` alone to 0.686 / 0.758 (SQLite's FTS5 BM25: 0.703 / 0.772).
 
 Vector search returns cosine similarity (``1 - (embedding <=> q)``, -1..1). Partitions of up to
 ``exact_max`` rows are scanned exactly (the ordering expression is not the index's, so the
@@ -63,6 +67,8 @@ class PgSearchMixin:
             22 ms for the exact scan), hence more than pgvector's default of 40.
         rank_normalization: ``ts_rank_cd``'s normalization flags (1: divide by 1 + log of the
             document length, a mild form of BM25's length normalisation).
+        idf_count_max: the partitions' size (BM25's N) is counted up to this many rows; beyond
+            it the table's row estimate stands in.
     """
 
     db: PgDatabase
@@ -73,6 +79,7 @@ class PgSearchMixin:
     ef_search_min: int = 100
     ef_search_per_result: int = 8
     rank_normalization: int = 1
+    idf_count_max: int = 200_000
     last_vector_path: str | None = None
     """How the last vector search ran: ``"exact"``, ``"hnsw"``, or ``"hnsw+exact"`` (the index
     returned too few rows and the exact scan answered); for diagnostics and tests."""
@@ -102,17 +109,29 @@ class PgSearchMixin:
             return []
         tsq, targs = tsquery_sql(terms)
         fsql, fargs = filter_sql(filter, "f")
+        cap = self.idf_count_max
+        # m: the matching rows (GIN and partition index); t: one tsquery per term; d: each term's
+        # document frequency among them; n: the partitions' size (counted up to the cap on the
+        # partition index, beyond it the table's estimate). Score: sum over the terms a row holds
+        # of BM25's idf times ts_rank_cd of that term (the column weights, the length normalisation).
+        sql = (
+            f"WITH m AS MATERIALIZED (SELECT f.rowid, f.id, f.author, f.tsv FROM facts f, (SELECT {tsq} AS q) q"
+            f" WHERE f.partition = ANY(%s) AND f.invalid_at IS NULL AND f.tsv @@ q.q{fsql}),"
+            " c AS (SELECT count(*) AS cnt FROM (SELECT 1 FROM facts WHERE partition = ANY(%s) LIMIT %s) x),"
+            " n AS MATERIALIZED (SELECT greatest(1, CASE WHEN c.cnt > %s THEN greatest(c.cnt::float8,"
+            " (SELECT reltuples FROM pg_class WHERE oid = 'facts'::regclass)) ELSE c.cnt END)::float8 AS n FROM c),"
+            " t AS MATERIALIZED (SELECT DISTINCT phraseto_tsquery('english', term) AS tq FROM unnest(%s::text[]) term),"
+            " d AS MATERIALIZED (SELECT t.tq, ln(1 + (greatest(n.n, k.df) - k.df + 0.5) / (k.df + 0.5)) AS idf"
+            " FROM t CROSS JOIN n CROSS JOIN LATERAL (SELECT count(*) AS df FROM m WHERE m.tsv @@ t.tq) k)"
+            " SELECT m.id, (SELECT sum(d.idf * ts_rank_cd(%s::float4[], m.tsv, d.tq, %s::int)) FROM d"
+            " WHERE m.tsv @@ d.tq) AS s, m.author FROM m ORDER BY s DESC, m.rowid LIMIT %s"
+        )
         async with self.db.connection() as conn:
             parts = await resolve_partitions(conn, partitions)
             if not parts:
                 return []
-            cur = await conn.execute(
-                f"SELECT f.id, ts_rank_cd(%s::float4[], f.tsv, q.q, %s::int) AS s, f.author"
-                f" FROM facts f, (SELECT {tsq} AS q) q"
-                f" WHERE f.partition = ANY(%s) AND f.invalid_at IS NULL AND f.tsv @@ q.q{fsql}"
-                " ORDER BY s DESC, f.rowid LIMIT %s",
-                [self._rank_weights(), self.rank_normalization, *targs, parts, *fargs, limit],
-            )
+            args = [*targs, parts, *fargs, parts, cap + 1, cap, terms, self._rank_weights(), self.rank_normalization]
+            cur = await conn.execute(sql, [*args, limit])
             rows = await cur.fetchall()
         return [Candidate(r[0], float(r[1]), dec(r[2]) or None) for r in rows]
 
