@@ -79,7 +79,7 @@ class PgSearchMixin:
     ef_search_min: int = 100
     ef_search_per_result: int = 8
     rank_normalization: int = 1
-    idf_count_max: int = 200_000
+    idf_count_max: int = 50_000
     last_vector_path: str | None = None
     """How the last vector search ran: ``"exact"``, ``"hnsw"``, or ``"hnsw+exact"`` (the index
     returned too few rows and the exact scan answered); for diagnostics and tests."""
