@@ -213,12 +213,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         _dump(report.model_dump() | {"location": redact_url(report.location)})
     elif report.ok:
-        print(f"ok: {shown} is healthy (integrity check and full-text index check passed)")
+        what = "index, vector column and job checks" if "://" in db else "integrity check and full-text index check"
+        print(f"ok: {shown} is healthy ({what} passed)")
     else:
         print(f"{shown}: {len(report.problems)} problem(s) found:")
         for problem in report.problems:
             print(f"  {problem}")
-        print("Stop every process using the file and restore it from a backup.")
+        if "://" in db:  # PostgreSQL: the problems name their repair (REINDEX, ...)
+            print("Repair what each problem names, or restore the database from a backup.")
+        else:
+            print("Stop every process using the file and restore it from a backup.")
     return 0 if report.ok else 1
 
 
