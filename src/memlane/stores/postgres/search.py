@@ -102,8 +102,9 @@ class PgSearchMixin:
         limit: int,
         filter: FactFilter | None = None,
     ) -> list[Candidate]:
-        """Valid facts of ``partitions`` matching any term, best ``ts_rank_cd`` first, with
-        their authors (for the core's author boost). Filters apply before ``limit``."""
+        """Valid facts of ``partitions`` matching any term, best first (idf-weighted
+        ``ts_rank_cd``, see the module docstring), with their authors (for the core's author
+        boost). Filters apply before ``limit``."""
         terms = [t for t in terms if t]
         if not terms or limit <= 0:
             return []
@@ -123,8 +124,8 @@ class PgSearchMixin:
             " t AS MATERIALIZED (SELECT DISTINCT phraseto_tsquery('english', term) AS tq FROM unnest(%s::text[]) term),"
             " d AS MATERIALIZED (SELECT t.tq, ln(1 + (greatest(n.n, k.df) - k.df + 0.5) / (k.df + 0.5)) AS idf"
             " FROM t CROSS JOIN n CROSS JOIN LATERAL (SELECT count(*) AS df FROM m WHERE m.tsv @@ t.tq) k)"
-            " SELECT m.id, (SELECT sum(d.idf * ts_rank_cd(%s::float4[], m.tsv, d.tq, %s::int)) FROM d"
-            " WHERE m.tsv @@ d.tq) AS s, m.author FROM m ORDER BY s DESC, m.rowid LIMIT %s"
+            " SELECT m.id, COALESCE((SELECT sum(d.idf * ts_rank_cd(%s::float4[], m.tsv, d.tq, %s::int)) FROM d"
+            " WHERE m.tsv @@ d.tq), 0) AS s, m.author FROM m ORDER BY s DESC, m.rowid LIMIT %s"
         )
         async with self.db.connection() as conn:
             parts = await resolve_partitions(conn, partitions)
