@@ -53,11 +53,11 @@ class Memory:
         *,
         embedder: str | Embedder | None = "auto",
         sessions: str | SessionStore = "sqlite",
+        jobs: str | JobStore | None = None,
         retrieval: RetrievalConfig | None = None,
         formation: FormationConfig | None = None,
         llm: str | LLM | FormationModel | None = None,
         strong_llm: str | LLM | FormationModel | None = None,
-        jobs: str | JobStore | None = None,
     ) -> None:
         self._portal = LoopThread()
         try:
