@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from memlane.errors import ConfigError
+from memlane.errors import ConfigError, StorageError
 from memlane.stores.postgres.db import PgDatabase, parse_pg_location, redact
 from memlane.stores.postgres.migrations import MIGRATIONS
 
@@ -42,3 +43,26 @@ async def test_concurrent_opens_migrate_once(pg_url: str) -> None:
 async def test_unreachable_server_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="cannot connect"):
         await PgDatabase.open("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
+
+
+async def test_a_server_gone_away_is_a_clear_storage_error_and_its_return_is_recovered_from(tmp_path: Path) -> None:
+    from memlane.devserver import start_postgres
+
+    server = start_postgres(tmp_path / "pg")
+    db = await PgDatabase.open(server.url + "?pool_timeout=1&pool_min=0")
+    db.acquire()
+    try:
+        async with db.connection() as conn:
+            await conn.execute("SELECT 1")
+        server.stop()
+        with pytest.raises(StorageError, match=r"no PostgreSQL connection within 1 s at .*: .*(refused|failed)"):
+            async with db.connection() as conn:
+                await conn.execute("SELECT 1")
+        server = start_postgres(tmp_path / "pg", port=server.port)  # back: the same pool recovers
+        async with db.connection() as conn:
+            assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+    finally:
+        await db.release()
+        server.stop()
+    with pytest.raises(ConfigError, match="pool_timeout"):
+        PgDatabase("postgresql://h/db?pool_timeout=soon")

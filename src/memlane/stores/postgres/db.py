@@ -6,6 +6,9 @@ memlane's own query parameters (removed before connecting):
 * ``schema=NAME`` - keep every table in that schema (created on first open). The service
   gives each tenant a schema of its own this way, and the tests a fresh one per test.
 * ``pool_min=N`` / ``pool_max=N`` - connection pool bounds (default 1 and 10).
+* ``pool_timeout=SECONDS`` - how long a call waits for a pooled connection (default 30)
+  before failing with a :class:`~memlane.errors.StorageError` that says why the server cannot
+  be reached.
 * ``purge=vacuum|rewrite`` - what ``forget`` does to the table files after deleting a user's
   rows: ``vacuum`` (default; the freed space is reused, but PostgreSQL does not zero it) or
   ``rewrite`` (``VACUUM FULL``: the deleted bytes leave the files; the tables are locked while
@@ -29,7 +32,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg  # the registry turns a missing one into "pip install 'memlane[postgres]'"
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from memlane.errors import ConfigError, StorageError
 from memlane.stores.postgres.migrations import MIGRATIONS
@@ -37,7 +40,7 @@ from memlane.stores.postgres.migrations import MIGRATIONS
 __all__ = ["PgDatabase", "parse_pg_location", "redact"]
 
 _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_OWN_PARAMS = ("schema", "pool_min", "pool_max", "purge")
+_OWN_PARAMS = ("schema", "pool_min", "pool_max", "purge", "pool_timeout")
 
 
 def redact(url: str) -> str:
@@ -85,11 +88,20 @@ class PgDatabase:
         if purge not in ("vacuum", "rewrite"):
             raise ConfigError(f"purge= takes vacuum or rewrite, got {purge!r}")
         self.purge_rewrite = purge == "rewrite"
+        try:
+            self.pool_timeout = float(dict(parse_qsl(urlsplit(location).query)).get("pool_timeout", "30"))
+        except ValueError as exc:
+            raise ConfigError(f"pool_timeout= must be a number of seconds in {redact(location)!r}") from exc
+        if not self.pool_timeout > 0:
+            raise ConfigError(f"pool_timeout= must be > 0, got {self.pool_timeout:g}")
         """Rewrite the tables after a purge (``purge=rewrite``)."""
         self._refs = 0
+        # check=: a connection is tested as it leaves the pool, so after a server restart the
+        # dead ones are replaced instead of failing the call that got them.
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
             self.url, min_size=pool_min, max_size=pool_max, open=False, configure=self._configure,
-            kwargs={"autocommit": True}, name=f"memlane:{self.schema or 'public'}",
+            kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection,
+            name=f"memlane:{self.schema or 'public'}",
         )  # fmt: skip
         self._vector_ready = False
 
@@ -185,8 +197,30 @@ class PgDatabase:
         """A pooled connection in autocommit mode (each statement its own transaction)."""
         if self._pool.closed:
             raise StorageError("the PostgreSQL store is closed")
-        async with self._pool.connection() as conn:
+        try:
+            conn_cm = self._pool.connection(timeout=self.pool_timeout)
+            conn = await conn_cm.__aenter__()
+        except PoolTimeout as exc:
+            raise StorageError(
+                f"no PostgreSQL connection within {self.pool_timeout:g} s at {redact(self.url)}: "
+                f"{await self._why_unreachable()}"
+            ) from exc
+        try:
             yield conn
+        except BaseException as exc:
+            if not await conn_cm.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            await conn_cm.__aexit__(None, None, None)
+
+    async def _why_unreachable(self) -> str:
+        """What a fresh connection attempt says (the pool only logs its errors)."""
+        try:
+            probe = await psycopg.AsyncConnection.connect(self.url, connect_timeout=5)
+        except psycopg.Error as exc:
+            return str(exc).strip() or type(exc).__name__
+        await probe.close()
+        return f"the server answers, but all {self._pool.max_size} pooled connections stayed busy (raise pool_max=)"
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
