@@ -66,3 +66,16 @@ async def test_a_server_gone_away_is_a_clear_storage_error_and_its_return_is_rec
         server.stop()
     with pytest.raises(ConfigError, match="pool_timeout"):
         PgDatabase("postgresql://h/db?pool_timeout=soon")
+
+
+def test_driver_connection_errors_are_503_storage_unavailable_not_500() -> None:
+    import psycopg
+    import redis
+
+    from memlane.service.errors import status_and_code
+
+    for exc in (psycopg.errors.AdminShutdown("gone"), psycopg.OperationalError("x"), redis.ConnectionError("x"),
+                redis.TimeoutError("x"), StorageError("x")):  # fmt: skip
+        assert status_and_code(exc) == (503, "storage_unavailable"), exc
+    assert status_and_code(psycopg.errors.UniqueViolation("bug")) == (500, "internal_error")
+    assert status_and_code(ValueError("bug")) == (500, "internal_error")

@@ -141,12 +141,22 @@ HTTP_CODES: dict[int, str] = {
 _EXTRA_ATTRS = ("job_id", "status", "expected", "got", "retryable", "status_code", "limit")
 
 
+#: Database drivers' "server unreachable" errors, as (top-level package, class name): a PostgreSQL
+#: or Redis server that goes away in the middle of a call is 503 ``storage_unavailable`` (retry
+#: later), like a StorageError, not a 500.
+DRIVER_UNAVAILABLE: frozenset[tuple[str, str]] = frozenset(
+    {("psycopg", "OperationalError"), ("redis", "ConnectionError"), ("redis", "TimeoutError")}
+)
+
+
 def status_and_code(exc: BaseException) -> tuple[int, str]:
     """The HTTP status and stable code of a memlane error (500 ``internal_error`` otherwise)."""
     for cls in type(exc).__mro__:
         hit = ERROR_TABLE.get(cls.__name__)
         if hit is not None and issubclass(cls, MemlaneError):
             return hit
+        if (cls.__module__.partition(".")[0], cls.__name__) in DRIVER_UNAVAILABLE:
+            return 503, "storage_unavailable"
     return 500, "internal_error"
 
 
@@ -226,6 +236,10 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    status, code = status_and_code(exc)
+    if code == "storage_unavailable":  # a database driver's connection error, not a bug
+        log.warning("memlane service: %s on %s %s: %s", type(exc).__name__, request.method, request.url.path, exc)
+        return error_response(status, code, "the store is unavailable (its server cannot be reached); retry later")
     log.error("memlane service: unexpected %s on %s %s", type(exc).__name__, request.method, request.url.path,
               exc_info=exc)  # fmt: skip
     return error_response(500, "internal_error", "internal error (logged on the server)")
