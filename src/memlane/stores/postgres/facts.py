@@ -27,9 +27,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from memlane.errors import (
-    ConfigError,
     ConflictError,
-    DimensionMismatchError,
     InvalidInputError,
     MemlaneError,
     NotFoundError,
@@ -57,6 +55,7 @@ from memlane.stores.base import (
     StoreStats,
     Vector,
 )
+from memlane.stores.embedding import check_binding, check_vectors
 from memlane.stores.postgres.db import PgDatabase
 from memlane.stores.postgres.reflections import PgReflectionMixin
 from memlane.stores.postgres.rows import (
@@ -274,32 +273,10 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         self._check_binding(name, dim)
 
     def _check_binding(self, name: str, dim: int) -> None:
-        if self.dim != dim:
-            raise DimensionMismatchError(
-                f"this database holds {self.dim}-dimensional vectors from {self.embedder_name!r}, "
-                f"but the configured embedder {name!r} makes {dim}-dimensional ones. Open it with "
-                f"embedder={self.embedder_name!r}, or use another database or schema.",
-                expected=self.dim,
-                got=dim,
-            )
-        if self.embedder_name != name:
-            raise ConfigError(
-                f"this database was embedded with {self.embedder_name!r}; the configured embedder is "
-                f"{name!r}. Vectors of different models are not comparable: open it with "
-                f"embedder={self.embedder_name!r}, or use another database or schema."
-            )
+        check_binding(self.embedder_name, self.dim, name, dim, elsewhere="another database or schema")
 
     def _check_vectors(self, vectors: Vector | None, n: int) -> None:
-        if vectors is None:
-            return
-        if vectors.ndim != 2 or vectors.shape[0] != n:
-            raise DimensionMismatchError(f"expected {n} vectors, got array of shape {vectors.shape}")
-        if self.dim is not None and vectors.shape[1] != self.dim:
-            raise DimensionMismatchError(
-                f"vector dimension {vectors.shape[1]} does not match the store's {self.dim}",
-                expected=self.dim,
-                got=int(vectors.shape[1]),
-            )
+        check_vectors(vectors, n, self.dim)
 
     # ------------------------------------------------------------------ writes
     async def put_facts(

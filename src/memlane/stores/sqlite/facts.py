@@ -18,7 +18,6 @@ import numpy as np
 
 from memlane.documents import DOCUMENT_THRESHOLD_CHARS
 from memlane.errors import (
-    ConfigError,
     ConflictError,
     DimensionMismatchError,
     InvalidInputError,
@@ -53,6 +52,7 @@ from memlane.stores.base import (
     StoreStats,
     Vector,
 )
+from memlane.stores.embedding import check_binding, check_vectors
 from memlane.stores.sqlite import export as export_
 from memlane.stores.sqlite.db import BUSY_TIMEOUT_MS, Database
 from memlane.stores.sqlite.fts import fts_or_query, partition_token
@@ -250,32 +250,10 @@ class SqliteFactStore:
         self._load_meta(c)
 
     def _check_binding(self, name: str, dim: int) -> None:
-        if self.dim != dim:
-            raise DimensionMismatchError(
-                f"this database holds {self.dim}-dimensional vectors from {self.embedder_name!r}, "
-                f"but the configured embedder {name!r} makes {dim}-dimensional ones. Open it with "
-                f"embedder={self.embedder_name!r}, or use another database file.",
-                expected=self.dim,
-                got=dim,
-            )
-        if self.embedder_name != name:
-            raise ConfigError(
-                f"this database was embedded with {self.embedder_name!r}; the configured embedder is "
-                f"{name!r}. Vectors of different models are not comparable: open it with "
-                f"embedder={self.embedder_name!r}, or use another database file."
-            )
+        check_binding(self.embedder_name, self.dim, name, dim, elsewhere="another database file")
 
     def _check_vectors(self, vectors: Vector | None, n: int) -> None:
-        if vectors is None:
-            return
-        if vectors.ndim != 2 or vectors.shape[0] != n:
-            raise DimensionMismatchError(f"expected {n} vectors, got array of shape {vectors.shape}")
-        if self.dim is not None and vectors.shape[1] != self.dim:
-            raise DimensionMismatchError(
-                f"vector dimension {vectors.shape[1]} does not match the store's {self.dim}",
-                expected=self.dim,
-                got=int(vectors.shape[1]),
-            )
+        check_vectors(vectors, n, self.dim)
 
     # ------------------------------------------------------------------ writes
     async def put_facts(
