@@ -385,3 +385,17 @@ def texts(value: object, name: str, max_items: int) -> list[str]:
     if len(value) > max_items:
         raise InvalidInputError(f"{name} has {len(value)} items; the limit is {max_items}")
     return [clean_text(v, f"{name}[{i}]") for i, v in enumerate(value)]
+
+
+def check_cursor(cursor: str | None) -> int | None:
+    """A listing cursor (a store row id as decimal text, as a page's ``next_cursor`` gives it),
+    None for the first page.
+
+    Raises:
+        InvalidInputError: anything else.
+    """
+    if cursor is None or cursor == "":
+        return None
+    if not isinstance(cursor, str) or not cursor.isascii() or not cursor.isdigit() or len(cursor) > 18:
+        raise InvalidInputError(f"invalid cursor {cursor!r}: pass back a page's next_cursor unchanged")
+    return int(cursor)

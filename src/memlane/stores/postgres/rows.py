@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from memlane.errors import InvalidInputError
+from memlane.inputs import check_cursor
 from memlane.models import Fact, FactFilter, PartitionFilter, Reflection, metadata_path, utcnow
 
 __all__ = [
@@ -136,13 +136,7 @@ def digest(parts: list[Any]) -> str:
     return hashlib.blake2b(json.dumps(parts, default=str).encode(), digest_size=12).hexdigest()
 
 
-def parse_cursor(cursor: str | None) -> int | None:
-    """A listing cursor (a rowid as decimal text), or a clear error."""
-    if cursor is None or cursor == "":
-        return None
-    if not isinstance(cursor, str) or not cursor.isascii() or not cursor.isdigit() or len(cursor) > 18:
-        raise InvalidInputError(f"invalid cursor {cursor!r}: pass back a page's next_cursor unchanged")
-    return int(cursor)
+parse_cursor = check_cursor  # a listing cursor: see memlane.inputs.check_cursor
 
 
 def filter_sql(flt: FactFilter | None, table: str) -> tuple[str, list[Any]]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
@@ -105,3 +106,27 @@ class ScriptRunner:
     def check_open(self) -> None:
         if self.closed:
             raise StorageError(f"this {self.what} is closed; open a new one")
+
+
+class RedisStore:
+    """What both Redis stores share: a script runner on a client, closed with the store when
+    the store opened it (``open``); the data stays in Redis."""
+
+    _redis: ScriptRunner
+    _owns_client: bool
+
+    async def close(self) -> None:
+        """Close the client if this store opened it (idempotent); the data stays in Redis."""
+        if self._redis.closed:
+            return
+        self._redis.closed = True
+        if self._owns_client:
+            await self._redis.client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

@@ -34,14 +34,13 @@ import builtins
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from types import TracebackType
 from typing import Any
 
 from redis.asyncio import Redis
 
 from memlane.errors import InvalidInputError, NotFoundError
 from memlane.models import FormationCursor, Job, new_id
-from memlane.stores.redis._client import LUA_NOW, ScriptRunner, connect, from_us, pairs, text, to_us
+from memlane.stores.redis._client import LUA_NOW, RedisStore, ScriptRunner, connect, from_us, pairs, text, to_us
 from memlane.stores.redis.url import DEFAULT_PREFIX, encode_part, parse_redis_url
 
 #: Jobs the claim script looks at per page of due jobs (same-key blocked ones are skipped).
@@ -540,7 +539,7 @@ def _lease_us(seconds: float) -> int:
     return max(1, round(seconds * 1_000_000))
 
 
-class RedisJobStore:
+class RedisJobStore(RedisStore):
     """Jobs and cursors in Redis (see :class:`memlane.stores.base.JobStore`).
 
     Args:
@@ -584,22 +583,6 @@ class RedisJobStore:
     async def check(self) -> builtins.list[str]:
         """Index entries that disagree with their job (empty when healthy; ``memlane check``). Reads only."""
         return [text(p) for p in await self._script(self._check)]
-
-    async def close(self) -> None:
-        """Close the client if this store opened it (idempotent); the jobs stay in Redis."""
-        if self._redis.closed:
-            return
-        self._redis.closed = True
-        if self._owns_client:
-            await self._redis.client.aclose()
-
-    async def __aenter__(self) -> RedisJobStore:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
     # ------------------------------------------------------------------ keys
     def _job_key(self, job_id: str) -> str:

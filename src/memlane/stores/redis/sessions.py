@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from types import TracebackType
 from typing import Any
 
 from redis.asyncio import Redis
@@ -56,7 +55,7 @@ from memlane.sessions import (
     prepare_event,
     to_utc,
 )
-from memlane.stores.redis._client import ScriptRunner, connect, text, to_us
+from memlane.stores.redis._client import RedisStore, ScriptRunner, connect, text, to_us
 from memlane.stores.redis.url import DEFAULT_PREFIX, encode_part, parse_redis_url
 
 #: When full, ``ceil(max_sessions / EVICT_DIVISOR)`` sessions are evicted (KAOS: oldest 10%).
@@ -386,7 +385,7 @@ def _check_bound(name: str, value: object) -> int:
     return value
 
 
-class RedisSessionStore:
+class RedisSessionStore(RedisStore):
     """A :class:`~memlane.stores.base.SessionStore` in Redis, shared by any number of processes.
 
     Args:
@@ -640,23 +639,6 @@ class RedisSessionStore:
     async def check(self) -> list[str]:
         """Index entries without their session (empty when healthy; ``memlane check``). Reads only."""
         return [text(p) for p in await self._script(self._check)]
-
-    # ------------------------------------------------------------------ lifecycle
-    async def close(self) -> None:
-        """Close the client if this store opened it (idempotent); the sessions stay in Redis."""
-        if self._redis.closed:
-            return
-        self._redis.closed = True
-        if self._owns_client:
-            await self._redis.client.aclose()
-
-    async def __aenter__(self) -> RedisSessionStore:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 __all__ = ["RedisSessionStore"]

@@ -24,6 +24,7 @@ from memlane.errors import (
     NotFoundError,
     ScopeError,
 )
+from memlane.inputs import check_cursor
 from memlane.models import (
     ConsolidatedMemory,
     Fact,
@@ -123,15 +124,6 @@ def _add_contributors(c: sqlite3.Connection, kind: str, item_id: str, user_ids: 
     """Record that ``item_id`` holds words of ``user_ids`` (for ``forget``; never read back)."""
     for uid in dict.fromkeys(u for u in user_ids if u):
         c.execute("INSERT OR IGNORE INTO contributors (user_id, kind, item_id) VALUES (?, ?, ?)", (uid, kind, item_id))
-
-
-def _parse_cursor(cursor: str | None) -> int | None:
-    """A listing cursor (a rowid as decimal text), or a clear error."""
-    if cursor is None or cursor == "":
-        return None
-    if not isinstance(cursor, str) or not cursor.isascii() or not cursor.isdigit() or len(cursor) > 18:
-        raise InvalidInputError(f"invalid cursor {cursor!r}: pass back a page's next_cursor unchanged")
-    return int(cursor)
 
 
 def _filter_sql(flt: FactFilter | None, table: str) -> tuple[str, list[Any]]:
@@ -736,7 +728,7 @@ class SqliteFactStore:
     ) -> Page:
         if limit < 1 or limit > 10_000:
             raise InvalidInputError("limit must be between 1 and 10000")
-        before = _parse_cursor(cursor)
+        before = check_cursor(cursor)
         pf = scope.partition_filter(only)
         flt = (filter or FactFilter()).in_session(scope.session_id)
 
