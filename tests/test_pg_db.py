@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from memlane.errors import ConfigError, StorageError
-from memlane.stores.postgres.db import PgDatabase, parse_pg_location, redact
+from memlane.stores.postgres.db import CHECK_IDLE_SECONDS, PgDatabase, parse_pg_location, redact
 from memlane.stores.postgres.migrations import MIGRATIONS
 
 
@@ -55,12 +55,24 @@ async def test_a_server_gone_away_is_a_clear_storage_error_and_its_return_is_rec
         async with db.connection() as conn:
             await conn.execute("SELECT 1")
         server.stop()
+        # The connection still in the pool dies with the server: its call fails as a StorageError
+        # too; the next ones wait pool_timeout for a new connection and say why there is none.
+        with pytest.raises(StorageError, match=r"PostgreSQL at .*terminat"):
+            async with db.connection() as conn:
+                await conn.execute("SELECT 1")
         with pytest.raises(StorageError, match=r"no PostgreSQL connection within 1 s at .*: .*(refused|failed)"):
             async with db.connection() as conn:
                 await conn.execute("SELECT 1")
         server = start_postgres(tmp_path / "pg", port=server.port)  # back: the same pool recovers
         async with db.connection() as conn:
             assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+        # A restart while the pooled connection sits idle: it is checked as it leaves the pool
+        # (idle >= CHECK_IDLE_SECONDS) and replaced, so the call does not fail at all.
+        server.stop()
+        server = start_postgres(tmp_path / "pg", port=server.port)
+        await asyncio.sleep(CHECK_IDLE_SECONDS)
+        async with db.connection() as conn:
+            assert await (await conn.execute("SELECT 2")).fetchone() == (2,)
     finally:
         await db.release()
         server.stop()

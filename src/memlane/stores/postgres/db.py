@@ -24,6 +24,7 @@ reference and the pool closes with the last.
 from __future__ import annotations
 
 import re
+import time
 import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,6 +41,9 @@ from memlane.stores.postgres.migrations import MIGRATIONS
 __all__ = ["PgDatabase", "parse_pg_location", "redact"]
 
 _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+#: A pooled connection idle this long is checked (one round trip) before it is handed out.
+CHECK_IDLE_SECONDS = 2.0
+
 _OWN_PARAMS = ("schema", "pool_min", "pool_max", "purge", "pool_timeout")
 
 
@@ -96,11 +100,13 @@ class PgDatabase:
             raise ConfigError(f"pool_timeout= must be > 0, got {self.pool_timeout:g}")
         """Rewrite the tables after a purge (``purge=rewrite``)."""
         self._refs = 0
-        # check=: a connection is tested as it leaves the pool, so after a server restart the
-        # dead ones are replaced instead of failing the call that got them.
+        # check= / reset=: a connection idle in the pool for CHECK_IDLE_SECONDS or more is tested
+        # as it leaves, so after a server restart the dead ones are replaced instead of failing
+        # the call that got them; a busy pool pays no extra round trip per checkout.
+        self._returned: dict[int, float] = {}
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
             self.url, min_size=pool_min, max_size=pool_max, open=False, configure=self._configure,
-            kwargs={"autocommit": True}, check=AsyncConnectionPool.check_connection,
+            kwargs={"autocommit": True}, check=self._check_idle, reset=self._returned_now,
             name=f"memlane:{self.schema or 'public'}",
         )  # fmt: skip
         self._vector_ready = False
@@ -135,6 +141,14 @@ class PgDatabase:
     @property
     def closed(self) -> bool:
         return bool(self._pool.closed)
+
+    async def _returned_now(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self._returned[id(conn)] = time.monotonic()
+
+    async def _check_idle(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        returned = self._returned.pop(id(conn), None)
+        if returned is None or time.monotonic() - returned >= CHECK_IDLE_SECONDS:
+            await AsyncConnectionPool.check_connection(conn)
 
     async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.execute("SET TIME ZONE 'UTC'")  # timestamptz values come back in UTC
@@ -194,7 +208,13 @@ class PgDatabase:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection in autocommit mode (each statement its own transaction)."""
+        """A pooled connection in autocommit mode (each statement its own transaction).
+
+        Raises:
+            StorageError: no connection within ``pool_timeout`` (saying why), or the server
+                failed the work (``psycopg.OperationalError``: connection lost, lock timeout,
+                deadlock): retry later.
+        """
         if self._pool.closed:
             raise StorageError("the PostgreSQL store is closed")
         try:
@@ -209,6 +229,8 @@ class PgDatabase:
             yield conn
         except BaseException as exc:
             if not await conn_cm.__aexit__(type(exc), exc, exc.__traceback__):
+                if isinstance(exc, psycopg.OperationalError):  # the server went away, a lock timed out...
+                    raise StorageError(f"PostgreSQL at {redact(self.url)}: {str(exc).strip()}") from exc
                 raise
         else:
             await conn_cm.__aexit__(None, None, None)
