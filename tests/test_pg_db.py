@@ -64,10 +64,18 @@ async def test_a_server_gone_away_is_a_clear_storage_error_and_its_return_is_rec
             async with db.connection() as conn:
                 await conn.execute("SELECT 1")
         server = start_postgres(tmp_path / "pg", port=server.port)  # back: the same pool recovers
-        async with db.connection() as conn:
-            assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+        for _ in range(30):  # once its reconnection backoff (which grew while the server was down) ends
+            try:
+                async with db.connection() as conn:
+                    assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+                break
+            except StorageError:
+                await asyncio.sleep(0.5)
+        else:
+            pytest.fail("the pool did not recover from the server's restart in 30 tries")
         # A restart while the pooled connection sits idle: it is checked as it leaves the pool
         # (idle >= CHECK_IDLE_SECONDS) and replaced, so the call does not fail at all.
+        db.pool_timeout = 30.0  # the replacement connection may wait out the pool's reconnection backoff
         server.stop()
         server = start_postgres(tmp_path / "pg", port=server.port)
         await asyncio.sleep(CHECK_IDLE_SECONDS)

@@ -242,7 +242,10 @@ class PgDatabase:
         except psycopg.Error as exc:
             return str(exc).strip() or type(exc).__name__
         await probe.close()
-        return f"the server answers, but all {self._pool.max_size} pooled connections stayed busy (raise pool_max=)"
+        return (
+            f"the server answers now; the pool is still reconnecting after an outage, or all {self._pool.max_size} "
+            "pooled connections stayed busy (raise pool_max= or pool_timeout=)"
+        )
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
