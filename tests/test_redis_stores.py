@@ -527,3 +527,29 @@ async def test_forget_leaves_none_of_the_users_words_in_redis(tmp_path: Path, re
         left = redis_text(redis_url)
         assert "vegetarian" not in left and "sam" not in left.lower()
         assert "pianist" in left  # another user's session stays
+
+
+async def test_kaos_redis_memory_constructor_makes_a_working_store(redis_url: str) -> None:
+    """KAOS: ``RedisMemory(redis_url=...)``: same API, no I/O in the constructor, keywords
+    over URL parameters, and the SessionStore contract's basics through it."""
+    from memlane.stores.base import SessionStore
+    from memlane.stores.redis.sessions import RedisMemory
+
+    unreachable = RedisMemory(redis_url="redis://127.0.0.1:1/0")  # constructing does no I/O
+    await unreachable.close()
+    store = RedisMemory(redis_url=redis_url, max_session_events=2)
+    try:
+        assert isinstance(store, SessionStore) and store.max_session_events == 2 and store.max_sessions == 1000
+        await store.create_session(session_id="k1", user_ids=["kai"])
+        for i in range(3):
+            await store.add_event("k1", Event(type=EventType.USER_MESSAGE, author="kai", content=f"m{i}"))
+        assert [e.content for e in await store.get_events("k1")] == ["m1", "m2"]
+        other = await RedisSessionStore.open(redis_url)  # another replica on the same prefix sees it
+        try:
+            assert (await other.get_session("k1")) is not None
+        finally:
+            await other.close()
+    finally:
+        await store.close()
+    with pytest.raises(ConfigError):
+        RedisMemory(redis_url="redis://:pw@127.0.0.1:notaport/0")

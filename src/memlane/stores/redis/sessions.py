@@ -41,7 +41,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from memlane.errors import InvalidInputError, NotFoundError
+from memlane.errors import ConfigError, InvalidInputError, NotFoundError
 from memlane.models import Event, EventType, Session, utcnow
 from memlane.sessions import (
     check_app,
@@ -641,4 +641,41 @@ class RedisSessionStore(RedisStore):
         return [text(p) for p in await self._script(self._check)]
 
 
-__all__ = ["RedisSessionStore"]
+__all__ = ["RedisMemory", "RedisSessionStore"]
+
+
+class RedisMemory(RedisSessionStore):
+    """KAOS's name and constructor: ``RedisMemory(redis_url="redis://localhost:6379")``, a
+    :class:`RedisSessionStore` on a client it makes (no I/O until the first call) and closes.
+
+    Args:
+        redis_url: the Redis URL; its query parameters (``prefix``, ``ttl``, ``max_sessions``,
+            ``max_session_events``) apply unless given as keywords here.
+
+    Raises:
+        ConfigError: a bad URL (the message hides the password).
+        InvalidInputError: a bad bound, ``ttl`` or prefix.
+    """
+
+    def __init__(
+        self,
+        redis_url: str = "redis://localhost:6379/0",
+        *,
+        prefix: str | None = None,
+        ttl: float | None = None,
+        max_sessions: int | None = None,
+        max_session_events: int | None = None,
+    ) -> None:
+        location = parse_redis_url(redis_url)
+        try:
+            client = Redis.from_url(location.url)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"bad Redis URL {location.redacted}: {exc}") from None
+        super().__init__(
+            client,
+            prefix=prefix if prefix is not None else location.prefix,
+            ttl=ttl if ttl is not None else location.ttl,
+            max_sessions=max_sessions if max_sessions is not None else location.max_sessions,
+            max_session_events=max_session_events if max_session_events is not None else location.max_session_events,
+            owns_client=True,
+        )
