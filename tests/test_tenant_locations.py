@@ -130,8 +130,6 @@ def test_the_hub_builds_each_tenant_on_its_own_store_sessions_and_queue(tmp_path
             "MEMLANE_TENANTS_DIR": str(tmp_path / "tenants"),
         }
     )
-    if not hasattr(settings.memory, "queue"):
-        pytest.skip("memory.queue is not a setting yet (H4)")
     hub = MemoryHub.from_settings(settings, watch=False)
     default, acme = _engine(hub, DEFAULT_TENANT), _engine(hub, "acme")
     assert default.db_path == "postgresql://h/db?schema=base"

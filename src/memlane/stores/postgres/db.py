@@ -88,12 +88,13 @@ class PgDatabase:
     def __init__(self, location: str) -> None:
         self.location = location
         self.url, self.schema, pool_min, pool_max = parse_pg_location(location)
-        purge = dict(parse_qsl(urlsplit(location).query)).get("purge", "vacuum")
+        params = dict(parse_qsl(urlsplit(location).query))
+        purge = params.get("purge", "vacuum")
         if purge not in ("vacuum", "rewrite"):
             raise ConfigError(f"purge= takes vacuum or rewrite, got {purge!r}")
         self.purge_rewrite = purge == "rewrite"
         try:
-            self.pool_timeout = float(dict(parse_qsl(urlsplit(location).query)).get("pool_timeout", "30"))
+            self.pool_timeout = float(params.get("pool_timeout", "30"))
         except ValueError as exc:
             raise ConfigError(f"pool_timeout= must be a number of seconds in {redact(location)!r}") from exc
         if not self.pool_timeout > 0:

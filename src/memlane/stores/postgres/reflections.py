@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 from memlane.errors import ConflictError
 from memlane.models import ConsolidatedMemory, Reflection
 from memlane.stores.base import ReflectionKey
-from memlane.stores.postgres.rows import Conn, add_contributors, dec, dec_json, digest, enc, enc_json
+from memlane.stores.postgres.rows import Conn, dec, dec_json, digest, enc, enc_json, insert_reflection
 
 if TYPE_CHECKING:
     from memlane.stores.postgres.db import PgDatabase
@@ -92,20 +92,8 @@ class PgReflectionMixin:
     async def put_reflection(self, reflection: Reflection) -> Reflection:
         """Store a reflection in its scope's buffer (a known id changes nothing)."""
         async with self.db.transaction() as conn:
-            await self._insert_reflection(conn, reflection)
+            await insert_reflection(conn, reflection)
         return reflection
-
-    @staticmethod
-    async def _insert_reflection(conn: Conn, r: Reflection) -> None:
-        """Insert inside the caller's transaction (``apply_changes`` uses it too)."""
-        await conn.execute(
-            "INSERT INTO reflections (id, content, scope, agent_id, user_id, session_id, absorbed, formed_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-            (r.id, enc(r.content), r.scope, enc(r.agent_id), enc(r.user_id), enc(r.session_id), r.absorbed,
-             r.formed_at),
-        )  # fmt: skip
-        if r.user_id is None:  # user-keyed reflections are found by user_id; the rest need this
-            await add_contributors(conn, "reflection", r.id, r.source_user_ids)
 
     async def list_reflections(
         self,
