@@ -257,79 +257,195 @@ class SqliteFactStore:
             _ = f.partition  # validates scope fields
         return await self._db.run(lambda c: self._put_facts(c, list(facts), vectors, actor))
 
+    async def put_fact_groups(
+        self, groups: Sequence[Sequence[Fact]], vectors: Vector | None, *, actor: str = "api"
+    ) -> list[list[tuple[Fact, bool]]]:
+        """``put_facts`` of several groups (``add_many``: one per session) in one transaction;
+        the stored rows, seqs, context, history and counters are those of one ``put_facts``
+        call per group. ``vectors``: one row per fact of all groups, in order."""
+        flat = [f for g in groups for f in g]
+        await self._ready()
+        self._check_vectors(vectors, len(flat))
+        for f in flat:
+            _ = f.partition  # validates scope fields
+        sizes = [len(g) for g in groups]
+        pairs = await self._db.run(lambda c: self._put_facts(c, flat, vectors, actor, sizes))
+        out, start = [], 0
+        for size in sizes:
+            out.append(pairs[start : start + size])
+            start += size
+        return out
+
     def _put_facts(
-        self, c: sqlite3.Connection, facts: list[Fact], vectors: Vector | None, actor: str
+        self,
+        c: sqlite3.Connection,
+        facts: list[Fact],
+        vectors: Vector | None,
+        actor: str,
+        groups: Sequence[int] | None = None,
     ) -> list[tuple[Fact, bool]]:
         with self._db.write(c):
-            return self._insert_facts(c, facts, vectors, actor)
+            return self._insert_facts(c, facts, vectors, actor, groups)
 
     def _insert_facts(
-        self, c: sqlite3.Connection, facts: list[Fact], vectors: Vector | None, actor: str
+        self,
+        c: sqlite3.Connection,
+        facts: list[Fact],
+        vectors: Vector | None,
+        actor: str,
+        groups: Sequence[int] | None = None,
     ) -> list[tuple[Fact, bool]]:
-        """Insert inside the caller's transaction."""
-        out: list[tuple[Fact, bool]] = []
-        touched: set[tuple[str, str]] = set()
-        appended: set[str] = set()
+        """Insert inside the caller's transaction, in bulk: one de-dup query and one next-seq
+        query per partition, seqs counted here, ``executemany`` inserts, and each new turn's
+        neighbour context (``ctx``) computed before its keyword row is written (only turns
+        already stored beside new ones are rewritten). The rows, seqs, context and history are
+        the same as inserting the facts one by one.
+
+        ``groups``: sizes of consecutive runs of ``facts`` that each count as one append of the
+        partitions they add rows to (``add_many``: one per session, as one ``add`` per session
+        would); default: the whole call is one.
+        """
         now = utcnow()
-        if True:  # keeps the body's indentation (one transaction is the caller's)
-            for i, f in enumerate(facts):
-                part = f.partition
-                h = f.hash or content_hash(f.content)
-                row = c.execute(
-                    f"SELECT {_FACT_COLS} FROM facts WHERE partition=? AND hash=? AND invalid_at IS NULL",
-                    (part, h),
-                ).fetchone()
-                if row is not None:
-                    out.append((_row_to_fact(row), False))
-                    continue
-                seq = f.seq
-                if seq is None and f.kind == "message" and f.session_id:
-                    seq = c.execute(
-                        "SELECT COALESCE(MAX(seq), -1) + 1 FROM facts WHERE partition=? AND session_id=?",
-                        (part, f.session_id),
-                    ).fetchone()[0]
-                stored = f.model_copy(update={"hash": h, "seq": seq, "embedding": None})
-                emb = vectors[i].astype(np.float32).tobytes() if vectors is not None else None
-                cur = c.execute(
-                    "INSERT INTO facts (id, partition, content, hash, scope, agent_id, user_id, session_id,"
-                    " kind, author, seq, occurred_at, formed_at, updated_at, access_count, version,"
-                    " source_event_ids, valid_from, invalid_at, metadata, embedding)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        stored.id, part, stored.content, h, stored.scope, stored.agent_id,
-                        stored.user_id, stored.session_id, stored.kind, stored.author, seq,
-                        _iso(stored.occurred_at), _iso(stored.formed_at), _iso(stored.updated_at),
-                        stored.access_count, stored.version, json.dumps(stored.source_event_ids),
-                        _iso(stored.valid_from), _iso(stored.invalid_at), json.dumps(stored.metadata), emb,
-                    ),
-                )  # fmt: skip
-                rowid = cur.lastrowid
-                c.execute(
-                    "INSERT INTO facts_fts (rowid, part, author, text, ctx, date) VALUES (?,?,?,?,?,?)",
-                    (
-                        rowid,
-                        partition_token(part),
-                        (stored.author or "").lower(),
-                        "" if stored.kind == "document" else stored.content,  # its fragments are searched
-                        "",
-                        date_words(stored.occurred_at),
-                    ),
+        parts = [f.partition for f in facts]
+        hashes = [f.hash or content_hash(f.content) for f in facts]
+        found: dict[tuple[str, str], Fact] = {}  # valid stored rows with an incoming (partition, hash)
+        sessions: dict[str, set[str]] = {part: set() for part in dict.fromkeys(parts)}
+        for f, part in zip(facts, parts, strict=True):
+            if f.session_id:
+                sessions[part].add(f.session_id)
+        stored_max: dict[tuple[str, str], int] = {}  # (partition, session) -> highest stored seq, -1 if none
+        for part, sids in sessions.items():
+            want = list(dict.fromkeys(h for p, h in zip(parts, hashes, strict=True) if p == part))
+            for k in range(0, len(want), 500):
+                chunk = want[k : k + 500]
+                rows = c.execute(
+                    f"SELECT {_FACT_COLS} FROM facts WHERE partition=? AND hash IN ({','.join('?' * len(chunk))})"
+                    " AND invalid_at IS NULL",
+                    (part, *chunk),
+                ).fetchall()
+                found.update(((part, r[4]), _row_to_fact(r)) for r in rows)
+            ids = sorted(sids)
+            for k in range(0, len(ids), 500):
+                chunk = ids[k : k + 500]
+                stored_max.update(
+                    ((part, sid), -1 if top is None else top)
+                    for sid, top in c.execute(
+                        "SELECT session_id, MAX(seq) FROM facts WHERE partition=? AND session_id IN"
+                        f" ({','.join('?' * len(chunk))}) GROUP BY session_id",
+                        (part, *chunk),
+                    )
                 )
-                c.execute(
-                    "INSERT OR IGNORE INTO partitions (partition, token) VALUES (?, ?)",
-                    (part, partition_token(part)),
+        next_seq = {key: top + 1 for key, top in stored_max.items()}
+        rowid = c.execute("SELECT COALESCE(MAX(rowid), 0) FROM facts").fetchone()[0]
+        out: list[tuple[Fact, bool]] = []
+        new: list[tuple[int, int, Fact]] = []  # (input index, rowid, stored fact)
+        for i, f in enumerate(facts):
+            part, h = parts[i], hashes[i]
+            hit = found.get((part, h))
+            if hit is not None:
+                out.append((hit, False))
+                continue
+            seq = f.seq
+            if f.session_id:
+                key = (part, f.session_id)
+                if seq is None and f.kind == "message":
+                    seq = next_seq.get(key, 0)
+                if seq is not None:
+                    next_seq[key] = max(next_seq.get(key, 0), seq + 1)
+            stored = f.model_copy(update={"hash": h, "seq": seq, "embedding": None})
+            rowid += 1
+            new.append((i, rowid, stored))
+            if stored.invalid_at is None:  # a later identical fact of this call finds this one
+                found[(part, h)] = stored
+            out.append((stored, True))
+        ctx = self._new_context(c, [(parts[i], r, f) for i, r, f in new], stored_max)
+        c.executemany(
+            "INSERT INTO facts (rowid, id, partition, content, hash, scope, agent_id, user_id, session_id,"
+            " kind, author, seq, occurred_at, formed_at, updated_at, access_count, version,"
+            " source_event_ids, valid_from, invalid_at, metadata, embedding)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    r, s.id, parts[i], s.content, s.hash, s.scope, s.agent_id, s.user_id, s.session_id, s.kind,
+                    s.author, s.seq, _iso(s.occurred_at), _iso(s.formed_at), _iso(s.updated_at), s.access_count,
+                    s.version, json.dumps(s.source_event_ids), _iso(s.valid_from), _iso(s.invalid_at),
+                    json.dumps(s.metadata),
+                    vectors[i].astype(np.float32).tobytes() if vectors is not None else None,
                 )
-                if stored.author:
-                    c.execute("INSERT OR IGNORE INTO authors VALUES (?, ?)", (part, stored.author))
-                self._history(c, stored.id, stored.user_id, "ADD", None, stored.content, actor, now)
-                if seq is not None and stored.session_id:
-                    touched.add((part, stored.session_id))
-                appended.add(part)
-                out.append((stored, True))
-            for part, session_id in touched:
-                self._refresh_context(c, part, session_id, [f.seq for f, new in out if new])
-            for part in appended:
-                c.execute("UPDATE partitions SET appends = appends + 1 WHERE partition=?", (part,))
+                for i, r, s in new
+            ],
+        )  # fmt: skip
+        c.executemany(
+            "INSERT INTO facts_fts (rowid, part, author, text, ctx, date) VALUES (?,?,?,?,?,?)",
+            [
+                (
+                    r,
+                    partition_token(parts[i]),
+                    (s.author or "").lower(),
+                    "" if s.kind == "document" else s.content,  # its fragments are searched
+                    ctx.get(r, ""),
+                    date_words(s.occurred_at),
+                )
+                for i, r, s in new
+            ],
+        )
+        new_parts = list(dict.fromkeys(parts[i] for i, _, _ in new))
+        c.executemany(
+            "INSERT OR IGNORE INTO partitions (partition, token) VALUES (?, ?)",
+            [(part, partition_token(part)) for part in new_parts],
+        )
+        c.executemany(
+            "INSERT OR IGNORE INTO authors VALUES (?, ?)",
+            list(dict.fromkeys((parts[i], s.author) for i, _, s in new if s.author)),
+        )
+        c.executemany(
+            "INSERT INTO history VALUES (?,?,?,?,?,?,?,?)",
+            [(new_id(), s.id, s.user_id, "ADD", None, s.content, actor, now.isoformat()) for _, _, s in new],
+        )
+        appends: dict[str, int] = {}  # one append per group per partition it added rows to
+        bounds = list(groups) if groups is not None else [len(facts)]
+        start = 0
+        created = [False] * len(facts)
+        for i, _, _ in new:
+            created[i] = True
+        for size in bounds:
+            for part in dict.fromkeys(parts[j] for j in range(start, start + size) if created[j]):
+                appends[part] = appends.get(part, 0) + 1
+            start += size
+        c.executemany(
+            "UPDATE partitions SET appends = appends + ? WHERE partition=?", [(n, p) for p, n in appends.items()]
+        )
+        return out
+
+    def _new_context(
+        self, c: sqlite3.Connection, new: list[tuple[str, int, Fact]], stored_max: dict[tuple[str, str], int]
+    ) -> dict[int, str]:
+        """The ``ctx`` text of new rows ``(partition, rowid, fact)`` by rowid, computed before
+        they are written; turns already stored within :data:`CONTEXT_RADIUS` of new ones get
+        theirs rewritten here (a session seen for the first time needs no read at all)."""
+        by_session: dict[tuple[str, str], list[tuple[int, int, str]]] = {}  # -> [(seq, rowid, text)]
+        for part, rowid, f in new:
+            if f.seq is not None and f.session_id and f.invalid_at is None:
+                by_session.setdefault((part, f.session_id), []).append((f.seq, rowid, f.content))
+        out: dict[int, str] = {}
+        for (part, session_id), turns in by_session.items():
+            lo, hi = min(t[0] for t in turns), max(t[0] for t in turns)
+            by_seq = {seq: text for seq, _, text in turns}
+            stored: list[tuple[int, int]] = []  # (rowid, seq) of stored turns whose context changes
+            if stored_max.get((part, session_id), -1) >= lo - CONTEXT_RADIUS:
+                rows = c.execute(
+                    "SELECT rowid, seq, content FROM facts WHERE partition=? AND session_id=? AND seq BETWEEN ? AND ?"
+                    " AND invalid_at IS NULL ORDER BY seq",
+                    (part, session_id, lo - 2 * CONTEXT_RADIUS, hi + 2 * CONTEXT_RADIUS),
+                ).fetchall()
+                by_seq = {r[1]: r[2] for r in rows} | by_seq
+                stored = [(r[0], r[1]) for r in rows if lo - CONTEXT_RADIUS <= r[1] <= hi + CONTEXT_RADIUS]
+            for seq, rowid, _ in turns:
+                out[rowid] = neighbour_context(by_seq, seq)
+            c.executemany(
+                "UPDATE facts_fts SET ctx=? WHERE rowid=?",
+                [(neighbour_context(by_seq, seq), rowid) for rowid, seq in stored],
+            )
         return out
 
     def _refresh_context(self, c: sqlite3.Connection, part: str, session_id: str, seqs: list[int | None]) -> None:
