@@ -415,6 +415,55 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_longmemeval(args: argparse.Namespace) -> int:
+    from memlane.evaluation.longmemeval import KS, load, run
+    from memlane.memory import AsyncMemory
+    from memlane.retrieval.hybrid import RetrievalConfig
+
+    questions = load(args.data, roles=args.roles, limit=args.limit)
+    if not questions:
+        raise InvalidInputError(f"no questions in {args.data}")
+
+    async def bench() -> dict[str, Any]:
+        async with AsyncMemory(args.bench_db or ":memory:", embedder=args.embedder, sessions="null") as m:
+            modes = {"hybrid": RetrievalConfig(), "keyword": RetrievalConfig(vector_weight=0)}
+            if m.embedder is not None:
+                modes["vector"] = RetrievalConfig(keyword_weight=0, vector_weight=1)
+            else:
+                modes.pop("hybrid")
+            if args.mode != "all":
+                if args.mode not in modes:
+                    raise MemlaneError(f"mode {args.mode!r} needs an embedder (got --embedder {args.embedder})")
+                modes = {args.mode: modes[args.mode]}
+            with Progress(len(questions), "longmemeval", unit="q", enabled=not args.quiet) as bar:
+                reports, n, sec = await run(m, questions, modes, bar.update)
+            return {
+                "data": str(args.data), "questions": len(questions), "roles": args.roles, "turns": n,
+                "embedder": m.embedder.name if m.embedder else None,
+                "ingest_s": round(sec, 2), "ingest_turns_per_s": round(n / sec, 1) if sec else 0.0,
+                "results": [r.as_dict() for r in reports],
+            }  # fmt: skip
+
+    out = asyncio.run(bench())
+    if args.json:
+        _dump(out)
+        return 0
+    print(f"LongMemEval {Path(args.data).name}: {out['questions']} questions, {out['turns']} turns "
+          f"({out['roles']} turns), embedder {out['embedder']}")  # fmt: skip
+    print(f"ingest: {out['ingest_s']} s = {out['ingest_turns_per_s']} turns/s")
+    cols = [f"{m}@{k}" for m in ("recall_any", "recall_all", "ndcg") for k in KS]
+    heads = ["any@5", "any@10", "all@5", "all@10", "ndcg@5", "ndcg@10"]
+    for r in out["results"]:
+        print(f"\n== {r['mode']}: search p50 {r['search_p50_ms']} ms, p95 {r['search_p95_ms']} ms"
+              f" ({r['skipped']} abstention/no-answer questions skipped)")  # fmt: skip
+        print(f"{'question type':<26} {'n':>4} " + " ".join(f"{h:>6}" for h in heads))
+        rows = [*r["by_type"].items(), ("overall", r)]
+        for name, row in rows:
+            if row["questions"]:
+                print(f"{name:<26} {row['questions']:>4} " + " ".join(f"{row[c]:>6.3f}" for c in cols))
+    return 0
+
+
 # ---------------------------------------------------------------------------- parser
 def _positive(kind: type[int] | type[float]) -> Any:
     """An argparse type: a finite number > 0 (``0``, ``-5``, ``nan`` are usage errors)."""
@@ -591,6 +640,18 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     s.add_argument("--conversations", nargs="*", help="only these sample ids (e.g. conv-26 conv-30)")
     s.add_argument("--bench-db", help="database for the run (default: in memory)")
     s.set_defaults(fn=cmd_bench_locomo)
+    s = bsub.add_parser(
+        "longmemeval", parents=[common], help="LongMemEval retrieval: session recall_any/all@5/10, ndcg@5/10 by type"
+    )
+    s.add_argument("--data", required=True, help="path to a LongMemEval-format JSON (e.g. longmemeval_s_cleaned.json)")
+    s.add_argument("--mode", choices=["all", "hybrid", "keyword", "vector"], default="all")
+    s.add_argument("--limit", type=_positive(int), help="only the first N questions")
+    s.add_argument(
+        "--roles", choices=["all", "user"], default="all",
+        help="turns stored: every turn (default) or only the user's (what the official turn retrievers index)",
+    )  # fmt: skip
+    s.add_argument("--bench-db", help="database for the run (default: in memory)")
+    s.set_defaults(fn=cmd_bench_longmemeval)
     return p
 
 
