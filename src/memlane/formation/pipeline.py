@@ -40,6 +40,7 @@ from memlane.formation.schemas import (
     ReflectionInput,
     ScopeMemory,
     Turn,
+    UnreadTurn,
     word_count,
 )
 from memlane.models import (
@@ -192,8 +193,13 @@ class Pipeline:
         return self.strong if tier >= self.config.premium_tier else self.fast
 
     # ------------------------------------------------------------------ 1. extraction
-    async def extract(self, target: Target, turns: Sequence[Turn]) -> list[ExtractedFact]:
-        """LLM call 1: standalone facts (<= 30 words) in allowed scopes, unique by text."""
+    async def extract(
+        self, target: Target, turns: Sequence[Turn], *, unread: list[UnreadTurn] | None = None
+    ) -> list[ExtractedFact]:
+        """LLM call 1: standalone facts (<= 30 words) in allowed scopes, unique by text.
+
+        ``unread``, when given, receives the turns the model reports it could not read
+        (the offline model: another language, or no pattern matched)."""
         user_ok, agent_ok = fact_scopes(target, self.config)
         if not turns or not (user_ok or agent_ok):
             return []
@@ -207,6 +213,8 @@ class Pipeline:
                 allow_agent_scope=agent_ok,
             )
         )
+        if unread is not None:
+            unread.extend(u for u in out.unread if 0 <= u.index < len(turns))
         # Off the loop: guessing sources by word overlap costs facts x turns.
         return await run_cpu(self._clean_extracted, out.facts, turns, user_ok, agent_ok)
 

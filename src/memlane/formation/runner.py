@@ -35,7 +35,7 @@ from memlane.errors import (
 )
 from memlane.formation.config import FormationConfig
 from memlane.formation.pipeline import Pipeline, Target, scope_key
-from memlane.formation.schemas import Decision, ExistingFact, ExtractedFact, Turn
+from memlane.formation.schemas import Decision, ExistingFact, ExtractedFact, Turn, UnreadTurn
 from memlane.models import (
     TEXT_EVENT_TYPES,
     ConsolidatedMemory,
@@ -84,11 +84,19 @@ class FormationResult(BaseModel):
     """Why nothing was formed (too few messages, newer activity, no session)."""
     cleared: bool = False
     """The session was deleted afterwards (idle / reset)."""
+    unread: list[UnreadTurn] = Field(default_factory=list)
+    """Turns of the batch the model could not read, with the reason (the offline model: a language
+    other than English, or a first-person statement no rule understood); no text, only positions and ids."""
 
     @property
     def facts(self) -> list[Fact]:
         """Facts added or changed (NONE excluded)."""
         return [c.fact for c in self.changes if c.event != "NONE"]
+
+
+def _unread(job: Job) -> list[UnreadTurn]:
+    """The turns the extraction reported unread (checkpointed in the job with its facts)."""
+    return [UnreadTurn.model_validate(u) for u in job.state.get("unread") or []]
 
 
 #: Errors a retry cannot fix: the same bug or the same bad data fails the same way again.
@@ -528,7 +536,10 @@ class FormationRunner:
         p = self.pipeline
 
         async def extract() -> list[dict[str, Any]]:
-            return [f.model_dump() for f in await p.extract(target, turns)]
+            unread: list[UnreadTurn] = []
+            facts = [f.model_dump() for f in await p.extract(target, turns, unread=unread)]
+            job.state["unread"] = [u.model_dump() for u in unread]  # checkpointed with the facts
+            return facts
 
         facts = [ExtractedFact.model_validate(d) for d in await self._checkpointed(job, "extracted", extract)]
         vectors, candidates = await p.find_candidates(target, facts)
@@ -568,7 +579,7 @@ class FormationRunner:
             metadata=tuple(sorted((pl.get("metadata") or {}).items())),
         )
         changes, _ = await self._form_batch(job, target, turns, reflect=False)
-        return FormationResult(job_id=job.id, reason="infer", turns=len(turns), changes=changes)
+        return FormationResult(job_id=job.id, reason="infer", turns=len(turns), changes=changes, unread=_unread(job))
 
     async def _run_form(self, job: Job) -> FormationResult:
         pl = job.payload
@@ -610,6 +621,7 @@ class FormationRunner:
         if turns and (forced or len(turns) >= self.config.min_messages):
             changes, reflections = await self._form_batch(job, target, turns, reflect=True)
             result.changes, result.reflections, result.turns = changes, reflections, len(turns)
+            result.unread = _unread(job)
         elif not turns:
             result.skipped = "nothing new to form"
         else:

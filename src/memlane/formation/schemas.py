@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.json_schema import SkipJsonSchema
 
 from memlane.models import UtcDatetime
 
@@ -102,10 +103,30 @@ class ExtractedFact(BaseModel):
     )
 
 
+class UnreadTurn(BaseModel):
+    """A turn of the batch the formation model could not read (the offline model reports them).
+
+    No text: the turn is named by its position in the batch and its event id, so a job result
+    never copies what the user said.
+    """
+
+    index: int
+    """0-based position of the turn in the batch (the extraction input's ``conversation``)."""
+    event_id: str | None = None
+    role: Literal["user", "assistant"] = "user"
+    reason: str
+    """``"language not supported: de"`` (a sentence in another language) or ``"no pattern matched"``
+    (a first-person statement none of the rules understood)."""
+    language: str | None = None
+    """ISO 639-1 code of the language guessed, for ``language not supported``."""
+
+
 class ExtractionOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     facts: list[ExtractedFact] = Field(default_factory=list, json_schema_extra={"maxItems": MAX_FACTS_PER_CALL})
+    unread: SkipJsonSchema[list[UnreadTurn]] = Field(default_factory=list)
+    """Turns the model could not read (not part of the schema an LLM fills: only the offline model sets it)."""
 
 
 # --------------------------------------------------------------------------- 2. dedup

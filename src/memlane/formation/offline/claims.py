@@ -70,6 +70,7 @@ _SUBJECT_SYNONYMS = [
     (re.compile(r"\bfavourite\b"), "favorite"),
     (re.compile(r"\bbday\b"), "birthday"),
     (re.compile(r"^the\s+"), ""),
+    (re.compile(r"'s\s+(?:new|current|updated)\s+"), "'s "),  # "Sam's new email" is Sam's email
 ]
 _ARTICLES = re.compile(r"^(?:a|an|the)\s+", _I)
 _NEGATION = re.compile(r"\b(?:not|no|never|cannot|dislikes?|hates?)\b|n't\b|\bno\s+longer\b", _I)

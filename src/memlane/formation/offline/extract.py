@@ -6,9 +6,10 @@ import re
 from collections.abc import Iterator
 from typing import Literal
 
-from memlane.formation.offline.claims import _parse_claim
+from memlane.formation.offline.claims import _contradicts, _parse_claim, _supersedes
 from memlane.formation.offline.drafts import _Draft, _Rule
-from memlane.formation.offline.lexicon import _DATE_RE, _GENERIC_AUTHORS, _I, _SPEAKER
+from memlane.formation.offline.language import _language
+from memlane.formation.offline.lexicon import _DATE_RE, _GENERIC_AUTHORS, _I, _REL, _SPEAKER
 from memlane.formation.offline.rules import _RULES
 from memlane.formation.offline.text import (
     _SPACES,
@@ -24,7 +25,15 @@ from memlane.formation.offline.text import (
     _opens_clause,
     _sentences,
 )
-from memlane.formation.schemas import MAX_FACT_WORDS, ExtractedFact, ExtractionInput, ExtractionOutput, Turn, word_count
+from memlane.formation.schemas import (
+    MAX_FACT_WORDS,
+    ExtractedFact,
+    ExtractionInput,
+    ExtractionOutput,
+    Turn,
+    UnreadTurn,
+    word_count,
+)
 from memlane.retrieval.text import words
 
 _FIRST_PERSON = re.compile(r"\b(?:I|my|me)\b|'s\s", _I)
@@ -107,16 +116,22 @@ def _extract(inp: ExtractionInput) -> ExtractionOutput:
     labels: dict[str, str] = {}
     learned: dict[str, str] = {}
     found: list[tuple[str, _Draft, str, int]] = []
+    unread: list[UnreadTurn] = []
     last_user_key: str | None = None
     for index, turn in enumerate(inp.conversation):
         if turn.role == "user":
             key = _speaker_key(turn, default_user, labels)
             last_user_key = key
-            drafts = _turn_drafts(turn.text)
+            drafts, foreign, statement = _turn_drafts(turn.text)
         else:
             key = last_user_key or "\x01user"
             labels.setdefault(key, default_user)
-            drafts = _assistant_drafts(turn.text)
+            drafts, foreign, statement = _assistant_drafts(turn.text), _foreign(turn.text), False
+        if foreign is not None:
+            unread.append(UnreadTurn(index=index, event_id=turn.event_id, role=turn.role,
+                                     reason=f"language not supported: {foreign}", language=foreign))  # fmt: skip
+        elif statement and not drafts:
+            unread.append(UnreadTurn(index=index, event_id=turn.event_id, role=turn.role, reason="no pattern matched"))
         suffix = ""
         for d in drafts:
             if d.category in blocked:
@@ -146,7 +161,7 @@ def _extract(inp: ExtractionInput) -> ExtractionOutput:
         # the turns it came from: the pipeline would otherwise guess them by word overlap
         # (facts x turns on the event loop); here it is exact and off the loop
         facts.append(ExtractedFact(content=text, scope=scope, sources=[index]))
-    return ExtractionOutput(facts=_drop_contained(facts))
+    return ExtractionOutput(facts=_drop_contained(_latest_wins(facts)), unread=unread)
 
 
 def _speaker_key(turn: Turn, default_user: str, labels: dict[str, str]) -> str:
@@ -158,16 +173,59 @@ def _speaker_key(turn: Turn, default_user: str, labels: dict[str, str]) -> str:
     return author
 
 
-def _turn_drafts(text: str) -> list[_Draft]:
-    out: list[_Draft] = []
+# First person plural where what "we" do or have is the speaker's too: where we live, moved or
+# are moving to, our family, pets and home ("we moved to Porto", "our dog is called Rex").
+_WE = re.compile(
+    r"\bwe\s+(?=(?:(?:now|currently|recently|just|finally|still|also|all|both)\s+)*(?:live|lived|reside|"
+    r"moved|relocated|have\s+(?:been\s+living|lived)|are\s+(?:(?:now|currently|still)\s+)?(?:living|based|located|"
+    r"moving|relocating|married|engaged|expecting)|got\s+(?:married|engaged)|have|own|adopted|rescued|got)\b)",
+    _I,
+)
+_WE_ARE = re.compile(r"\bI(\s+(?:(?:now|currently|recently|just|finally|still|also|all|both)\s+)*)are\b", _I)
+_OUR = re.compile(rf"\bour\s+(?={_REL}|(?:home\s+|new\s+)?address\b)", _I)
+_STATEMENT = re.compile(r"\b(?:I|my|me|mine|we|our|us|ours)\b", _I)
+
+
+def _as_speaker(clause: str) -> str:
+    """Read "we live in / moved to / have ..." and "our dog ..." as the speaker's own ("I ...", "my ...")."""
+    if "we" not in clause.lower() and "our" not in clause.lower():
+        return clause
+    out, n = _WE.subn("I ", clause)
+    if n:
+        out = _WE_ARE.sub(lambda m: f"I{m.group(1)}am", out)
+    return _OUR.sub("my ", out)
+
+
+def _foreign(text: str) -> str | None:
+    """The first language other than English a sentence of ``text`` is in (None: all English or unsure)."""
     for sentence in _sentences(text):
+        lang = _language(sentence)
+        if lang is not None and lang != "en":
+            return lang
+    return None
+
+
+def _turn_drafts(text: str) -> tuple[list[_Draft], str | None, bool]:
+    """A user turn's drafts, the language of a sentence it could not read (or None), and whether it made
+    a first-person statement worth a fact (not a question, not a hedge, two content words or more)."""
+    out: list[_Draft] = []
+    foreign: str | None = None
+    statement = False
+    for sentence in _sentences(text):
+        lang = _language(sentence)
+        if lang is not None and lang != "en":
+            foreign = foreign or lang  # the English rules would only misread it
+            continue
         if _is_question(sentence):
             continue
         lead = ""
         for clause in _clauses(sentence):
+            clause = _as_speaker(clause)
+            if not statement and _STATEMENT.search(clause) and not _is_hypothetical(clause):
+                statement = len(_content(clause)) >= 2
             out.extend(_drafts(clause, lead))
             lead += clause + ", "
-    return out
+    return out, foreign, statement
 
 
 def _assistant_drafts(text: str) -> list[_Draft]:
@@ -213,6 +271,24 @@ def _render(d: _Draft, name: str, suffix: str) -> str | None:
             if _content(short):
                 return _SPACES.sub(" ", f"{head} {short}{tail}{suffix}").strip()
     return None
+
+
+def _latest_wins(facts: list[ExtractedFact]) -> list[ExtractedFact]:
+    """Within a batch, a later fact replaces an earlier one it contradicts or gives a new value of a
+    single-valued slot ("I'm allergic to shellfish" ... "I'm not allergic to shellfish anymore";
+    "my email is a@x" ... "my new email is b@x"), as dedup would across batches. "Later" is the
+    fact's last mention (a fact said again is as new as its last source)."""
+    claims = [_parse_claim(f.content) for f in facts]
+    when = [(max(f.sources, default=-1), i) for i, f in enumerate(facts)]
+    drop: set[int] = set()
+    for i, old in enumerate(claims):
+        if old is None:
+            continue
+        for j, new in enumerate(claims):
+            if j != i and new is not None and when[j] > when[i] and (_contradicts(new, old) or _supersedes(new, old)):
+                drop.add(i)
+                break
+    return [f for i, f in enumerate(facts) if i not in drop]
 
 
 def _drop_contained(facts: list[ExtractedFact]) -> list[ExtractedFact]:

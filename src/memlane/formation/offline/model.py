@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -23,8 +25,11 @@ from memlane.formation.schemas import (
     ProfileOutput,
     ReflectionInput,
     ReflectionOutput,
+    UnreadTurn,
 )
 from memlane.providers.llm.base import Usage, UsageMeter, estimate_tokens
+
+log = logging.getLogger("memlane.formation.offline")
 
 _In = TypeVar("_In", bound=BaseModel)
 _Out = TypeVar("_Out", bound=BaseModel | str)
@@ -39,6 +44,22 @@ def _answer(rules: Callable[[_In], _Out], inp: _In) -> tuple[_Out, Usage]:
     """Run a rule module and estimate the call's tokens (both CPU work, done in a worker thread)."""
     out = rules(inp)
     return out, _usage(inp, out)
+
+
+def _log_unread(unread: list[UnreadTurn], turns: int) -> None:
+    """One line per batch: how many turns were not read, and why (a language other than English: WARNING)."""
+    reasons = Counter(u.reason for u in unread)
+    foreign = any(u.language for u in unread)
+    log.log(
+        logging.WARNING if foreign else logging.INFO,
+        "memlane: offline formation could not read %d of %d turns (%s)%s",
+        len(unread),
+        turns,
+        ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items())),
+        "; the offline model reads English only, configure an LLM (FormationConfig.model) for other languages"
+        if foreign
+        else "",
+    )
 
 
 def _decide(inp: DedupInput) -> DedupOutput:
@@ -70,7 +91,10 @@ class OfflineModel:
         return out
 
     async def extract_facts(self, inp: ExtractionInput) -> ExtractionOutput:
-        return await self._call("extract", _extract, inp)
+        out = await self._call("extract", _extract, inp)
+        if out.unread:
+            _log_unread(out.unread, len(inp.conversation))
+        return out
 
     async def decide(self, inp: DedupInput) -> DedupOutput:
         return await self._call("dedup", _decide, inp)

@@ -87,6 +87,10 @@ _EVENT_VERBS = [
 ]  # fmt: skip
 
 
+_COMPLETE_EVENTS = frozenset({"got married", "got engaged", "retired", "graduated"})
+"""Events that need no object: "I got married in 2019" is whole with its date."""
+
+
 @_rule(
     "event",
     (),
@@ -112,7 +116,7 @@ def _r_event(m: re.Match[str], lead: str) -> list[_Draft]:
         if cut and cut.start() < in_value.start():
             v = v[: cut.start()]
             tail = "" if _DATE_RE.search(v) else f" {in_value.group()}"
-    if not _content(_DATE_RE.sub(" ", v)):
+    if not _content(_DATE_RE.sub(" ", v)) and verb not in _COMPLETE_EVENTS:
         return []  # "I took last summer": the object is elsewhere
     return _one(f"{subj} {verb}", v, "events", tail=tail, max_words=16)
 

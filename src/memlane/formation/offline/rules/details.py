@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from memlane.formation.offline.drafts import _Draft, _one, _registry, _Rule
-from memlane.formation.offline.lexicon import _EMAIL, _I, _PHONE, _VAL, _alt
+from memlane.formation.offline.drafts import _Draft, _one, _registry, _Rule, _valid_names
+from memlane.formation.offline.lexicon import _EMAIL, _I, _NAME, _PHONE, _VAL, _alt
 from memlane.formation.offline.lexicon import _SPEAKER as _S
 from memlane.formation.offline.text import _SPACES, _TRAIL_PUNCT
 from memlane.formation.schemas import word_count
@@ -15,12 +15,15 @@ _rule = _registry(_RULES)
 
 # "is", and the ways a changed detail is announced: "is now", "has changed to", "changed to".
 _IS = r"(?:is(?:\s+now)?|(?:has\s+(?:now\s+)?|is\s+now\s+)?changed\s+to)"
+# "my new email", "my current address": the same single-valued detail, so the fact names it plainly
+# ("Sam's email is ...") and dedup updates the old value instead of adding a second one.
+_NEW = r"(?:(?:new|current|updated)\s+)?"
 
 
 @_rule(
     "email",
     ("mail",),
-    rf"\bmy\s+(?P<q>(?:work|personal|new|school|business)\s+)?e-?mail(?:\s+address)?\s+{_IS}\s+(?P<v>{_EMAIL})",
+    rf"\bmy\s+{_NEW}(?P<q>(?:work|personal|school|business)\s+)?e-?mail(?:\s+address)?\s+{_IS}\s+(?P<v>{_EMAIL})",
 )
 def _r_email(m: re.Match[str], _: str) -> list[_Draft]:
     q = (m["q"] or "").lower()
@@ -30,7 +33,7 @@ def _r_email(m: re.Match[str], _: str) -> list[_Draft]:
 @_rule(
     "phone",
     ("phone", "number", "cell", "mobile", "whatsapp"),
-    r"\bmy\s+(?P<q>(?:work|personal|new|home|cell|mobile)\s+)?(?:phone(?:\s+number)?|cell(?:\s+number)?|mobile"
+    rf"\bmy\s+{_NEW}(?P<q>(?:work|personal|home|cell|mobile)\s+)?(?:phone(?:\s+number)?|cell(?:\s+number)?|mobile"
     rf"(?:\s+number)?|telephone(?:\s+number)?|number|whatsapp)\s+{_IS}\s+(?P<v>{_PHONE})",
 )
 def _r_phone(m: re.Match[str], _: str) -> list[_Draft]:
@@ -41,7 +44,7 @@ def _r_phone(m: re.Match[str], _: str) -> list[_Draft]:
 @_rule(
     "address",
     ("address",),
-    rf"\bmy\s+(?P<q>(?:home|new|work|mailing|shipping|postal)\s+)?address\s+{_IS}\s+(?P<v>[^!?;\n]+)",
+    rf"\bmy\s+{_NEW}(?P<q>(?:home|work|mailing|shipping|postal)\s+)?address\s+{_IS}\s+(?P<v>[^!?;\n]+)",
 )
 def _r_address(m: re.Match[str], _: str) -> list[_Draft]:
     v = _TRAIL_PUNCT.sub("", m["v"]).strip()
@@ -63,11 +66,41 @@ _ATTRS = {
 @_rule(
     "attribute",
     tuple(a.split()[0] for a in _ATTRS),
-    rf"\bmy\s+(?P<k>{_alt(_ATTRS)})\s+(?P<be>is|are)(?:\s+now)?\s+{_VAL}",
+    rf"\bmy\s+{_NEW}(?P<k>{_alt(_ATTRS)})\s+(?P<be>is|are)(?:\s+now)?\s+{_VAL}",
 )
 def _r_attribute(m: re.Match[str], _: str) -> list[_Draft]:
     k = _SPACES.sub(" ", m["k"].lower()).replace("bday", "birthday")
     return _one(f"{_S}'s {k} {m['be'].lower()}", m["v"], _ATTRS[k if k in _ATTRS else "birthday"], max_words=12)
+
+
+@_rule(
+    "changed_my",
+    ("changed", "updated", "switched"),
+    r"\bI\s+(?:have\s+)?(?:(?:just|recently|finally|also|now|officially)\s+)?(?:changed|updated|switched)\s+my\s+"
+    rf"(?:(?:(?P<eq>work|personal|school|business)\s+)?e-?mail(?:\s+address)?\s+to\s+(?P<ev>{_EMAIL})"
+    rf"|(?:(?P<pq>work|personal|home|cell|mobile)\s+)?(?:phone|cell|mobile|telephone|number)(?:\s+number)?\s+to\s+"
+    rf"(?P<pv>{_PHONE})"
+    r"|(?:(?P<aq>home|work|mailing|shipping|postal)\s+)?address\s+to\s+(?P<av>[^!?;\n]+)"
+    rf"|(?:full\s+|first\s+|legal\s+)?name\s+to\s+(?P<nv>{_NAME})"
+    rf"|(?P<k>{_alt(_ATTRS)})\s+to\s+{_VAL})",
+)
+def _r_changed_my(m: re.Match[str], _: str) -> list[_Draft]:
+    """ "I changed my email / number / address / name / job title to X": the detail's new value."""
+    if m["ev"]:
+        q = f"{m['eq'].lower()} " if m["eq"] else ""
+        return [_Draft(f"{_S}'s {q}email is {m['ev'].rstrip('.')}", category="contact")]
+    if m["pv"]:
+        q = f"{m['pq'].lower()} " if m["pq"] else ""
+        return [_Draft(f"{_S}'s {q}phone number is {m['pv'].strip()}", category="contact")]
+    if m["av"]:
+        v = _TRAIL_PUNCT.sub("", m["av"]).strip()
+        q = f"{m['aq'].lower()} " if m["aq"] else ""
+        return [_Draft(f"{_S}'s {q}address is", v, category="contact")] if v and word_count(v) <= 20 else []
+    if m["nv"]:
+        name = _valid_names(m["nv"])
+        return [_Draft(f"{_S}'s name is {name}", category="name", own_label=True, learn=name)] if name else []
+    k = _SPACES.sub(" ", m["k"].lower()).replace("bday", "birthday")
+    return _one(f"{_S}'s {k} is", m["v"], _ATTRS[k if k in _ATTRS else "birthday"], max_words=12)
 
 
 @_rule(

@@ -27,7 +27,7 @@ _RULES: list[_Rule] = []
 _rule = _registry(_RULES)
 
 
-@_rule("name", ("name",), rf"\bmy\s+(?:full\s+|real\s+|first\s+)?name\s+is\s+(?P<v>{_NAME})")
+@_rule("name", ("name",), rf"\bmy\s+(?:full\s+|real\s+|first\s+)?name\s+is\s+(?:now\s+)?(?P<v>{_NAME})")
 def _r_name(m: re.Match[str], _: str) -> list[_Draft]:
     name = _valid_names(m["v"])
     return [_Draft(f"{_S}'s name is {name}", category="name", own_label=True, learn=name)] if name else []

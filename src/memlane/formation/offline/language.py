@@ -1,0 +1,111 @@
+"""A cheap guess at a sentence's language, so the English rules know what they cannot read.
+
+Two signals, no model: the script (Han, kana, Hangul, Cyrillic, Arabic, ... decide alone when
+they make up a good part of the letters), then, for Latin script, which language's common
+function words (and letters such as *ß*, *ñ*, *ã*) the sentence uses most. Only the function
+words that are not also English count (*in*, *an*, *so*, *was* are left out), so a German
+sentence with an English name stays German and an English one with *José* stays English.
+
+``_language`` answers ``"en"``, another ISO 639-1 code, or ``None`` when it cannot tell (too
+few words, no letters): the caller treats ``None`` as readable, so a short *Danke!* or *ok*
+is never reported.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SCRIPTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("ja", re.compile(r"[\u3040-\u30ff]")),  # kana: Japanese even when Han characters dominate
+    ("ko", re.compile(r"[\uac00-\ud7af\u1100-\u11ff\u3130-\u318f]")),
+    ("zh", re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")),
+    ("ru", re.compile(r"[\u0400-\u04ff]")),  # Cyrillic, reported as ru
+    ("ar", re.compile(r"[\u0600-\u06ff\u0750-\u077f]")),
+    ("he", re.compile(r"[\u0590-\u05ff]")),
+    ("el", re.compile(r"[\u0370-\u03ff]")),
+    ("hi", re.compile(r"[\u0900-\u097f]")),  # Devanagari, reported as hi
+    ("th", re.compile(r"[\u0e00-\u0e7f]")),
+)
+_LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
+_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?", re.UNICODE)
+
+# Common function words of each language, minus those English shares (in, an, am, so, was, die...).
+_FUNCTION_WORDS: dict[str, frozenset[str]] = {
+    "en": frozenset(
+        """i me my mine you your he she it its we our us they them their the a and or but of to is are was were
+        am be been have has had do does did not no this that these those with for on at from by about just really
+        very like love live work what when where who how there here will would can could should my i'm i've it's
+        don't can't didn't also so then than because some any all one two three get got go going went""".split()  # noqa: SIM905
+    ),
+    "de": frozenset(
+        """ich du er sie wir ihr und oder aber nicht ist bin bist sind seid war waren der die das den dem des ein
+        eine einen einem einer mit auf für von zu zum zur mein meine meinen meinem meiner dein deine sein seine
+        habe hast hat haben auch noch schon sehr heute jetzt gestern kein keine nur dass wie nach bei aus wohne
+        wohnen lebe arbeite heiße heisse mich mir dich dir uns euch wurde wurden immer gerne gern vielleicht
+        umgezogen""".split()  # noqa: SIM905
+    ),
+    "fr": frozenset(
+        """je tu il elle nous vous ils elles et est suis es sommes êtes sont les des du une le la mon ma mes ton
+        ta tes son sa ses avec pour dans sur pas ne que qui j'ai c'est au aux très habite travaille m'appelle
+        suis aussi mais ou chez cette ce ces mais aujourd'hui hier demain""".split()  # noqa: SIM905
+    ),
+    "es": frozenset(
+        """yo tú él ella nosotros vosotros ellos ellas y es soy eres somos son estoy está estamos los las el la
+        una mi mis tu tus su sus con para por en que muy vivo tengo tiene del al pero también hoy ayer mañana
+        trabajo llamo""".split()  # noqa: SIM905
+    ),
+    "pt": frozenset(
+        """eu você ele ela nós vocês eles elas e é sou somos são estou está os o um uma meu minha meus minhas com
+        para em que não muito moro tenho tem do da dos das mas também hoje ontem amanhã trabalho chamo""".split()  # noqa: SIM905
+    ),
+    "it": frozenset(
+        """io tu lui lei noi voi loro e è sono sei siamo il lo gli le un una mio mia miei mie con per che non
+        molto abito vivo ho hai ha del della dei delle ma anche oggi ieri domani lavoro chiamo""".split()  # noqa: SIM905
+    ),
+    "nl": frozenset(
+        """ik jij je hij zij wij jullie en ben bent zijn de het een mijn met voor op niet van dat die woon heb
+        heeft ook maar vandaag gisteren morgen werk heet""".split()  # noqa: SIM905
+    ),
+}
+# A word English also uses (it, son, die...) counts only for English; Romance languages may share words.
+_SHARED = {w for lang, ws in _FUNCTION_WORDS.items() if lang != "en" for w in ws if w in _FUNCTION_WORDS["en"]}
+_DISTINCT: dict[str, frozenset[str]] = {
+    lang: ws if lang == "en" else frozenset(w for w in ws if w not in _SHARED) for lang, ws in _FUNCTION_WORDS.items()
+}
+_LETTERS: dict[str, re.Pattern[str]] = {
+    "de": re.compile(r"[äöüß]", re.I),
+    "fr": re.compile(r"[çèêëîïôœù]", re.I),
+    "es": re.compile(r"[ñ¿¡]", re.I),
+    "pt": re.compile(r"[ãõ]", re.I),
+}
+
+
+def _script(text: str) -> str | None:
+    """The language of a non-Latin script making up at least a third of the letters."""
+    letters = len(_LETTER.findall(text))
+    if not letters:
+        return None
+    for lang, pat in _SCRIPTS:
+        n = len(pat.findall(text))
+        if n and (lang == "ja" or n * 3 >= letters):
+            return lang
+    return None
+
+
+def _language(text: str) -> str | None:
+    """``"en"``, another language's code, or ``None`` (cannot tell)."""
+    script = _script(text)
+    if script is not None:
+        return script
+    toks = [t.lower() for t in _WORD.findall(text)]
+    if not toks:
+        return None
+    scores = {lang: sum(t in ws for t in toks) for lang, ws in _DISTINCT.items()}
+    for lang, pat in _LETTERS.items():
+        scores[lang] += min(2, len(pat.findall(text)))
+    best = max(scores, key=lambda k: (scores[k], k == "en"))
+    if best != "en" and scores[best] >= 2 and scores[best] > scores["en"]:
+        return best
+    if scores["en"] >= 1:
+        return "en"
+    return None
