@@ -10,6 +10,7 @@ offline model, sessions -> form -> facts and profile.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -19,9 +20,7 @@ import pytest
 from memlane import AsyncMemory, Event, EventType, FormationConfig, FormationResult
 from memlane.formation.offline import OfflineModel
 from memlane.formation.offline.language import _language
-from memlane.formation.schemas import ExtractionInput, Turn
-
-pytestmark = pytest.mark.asyncio
+from memlane.formation.schemas import ExtractionInput, Turn, UnreadTurn
 
 
 def cfg() -> FormationConfig:
@@ -267,3 +266,24 @@ async def test_a_mixed_turn_is_read_in_english_and_reported_for_the_rest() -> No
 )  # fmt: skip
 async def test_language_guess(text: str, lang: str | None) -> None:
     assert _language(text) == lang
+
+
+def test_memlane_form_prints_the_unread_turns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from memlane import Memory
+    from memlane.cli.main import main
+    from memlane.cli.worker_cmd import _describe
+
+    db = tmp_path / "cli.db"
+    with Memory(db, embedder="hash", formation=FormationConfig(background=False, idle_minutes=None)) as m:
+        m.sessions.create_session(user_ids=["sam"], session_id="a")
+        for text in ("I live in Lisbon.", "Ich bin Vegetarierin und wohne in Berlin."):
+            m.add_event("a", Event(type=EventType.USER_MESSAGE, author="Sam", content=text))
+        second = m.sessions.get_session("a").events[1].id
+    assert main(["form", "a", "--end", "--db", str(db), "--embedder", "hash", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "ADD" in out and "Sam lives in Lisbon" in out
+    assert f"UNREAD turn 1 ({second}): language not supported: de" in out
+    assert main(["form", "a", "--db", str(db), "--embedder", "hash", "-q", "--json"]) == 0  # nothing new: no unread
+    assert json.loads(capsys.readouterr().out)["unread"] == []
+    res = FormationResult(job_id="j", reason="end", unread=[UnreadTurn(index=0, reason="no pattern matched")])
+    assert _describe(res) == "1 turns not read"

@@ -74,6 +74,8 @@ def _result_lines(res: FormationResult | Job) -> list[str]:
     lines += [f"REFLECT[{r.scope}] {r.content}" for r in res.reflections]
     lines += [f"CONSOLIDATED[{b.scope}] version {b.version}, {len(b.consolidated_content.split())} words"
               for b in res.consolidated]  # fmt: skip
+    lines += [f"UNREAD turn {u.index}" + (f" ({u.event_id})" if u.event_id else "") + f": {u.reason}"
+              for u in res.unread]  # fmt: skip
     if res.skipped:
         lines.append(f"skipped: {res.skipped}")
     if res.cleared:

@@ -68,6 +68,8 @@ def _describe(result: FormationResult) -> str:
         parts.append(f"{len(result.reflections)} reflections")
     if result.consolidated:
         parts.append(f"{len(result.consolidated)} consolidated")
+    if result.unread:
+        parts.append(f"{len(result.unread)} turns not read")
     if result.skipped:
         parts.append(f"skipped: {result.skipped}")
     if result.cleared:
