@@ -9,6 +9,7 @@ always-in-context reflections, embedded on SQLite and offline by default.
     >>> m.search("what does alice eat?", user_id="alice")  # doctest: +SKIP
 """
 
+from memlane.bulk import AddBatch
 from memlane.errors import (
     AuthenticationError,
     ConfigError,
@@ -58,6 +59,7 @@ from memlane.sync import Memory
 __version__ = "0.1.0"
 
 __all__ = [
+    "AddBatch",
     "AsyncMemory",
     "AuthenticationError",
     "CheckReport",

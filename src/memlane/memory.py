@@ -18,7 +18,7 @@ import functools
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
@@ -34,6 +34,7 @@ from memlane.agent.context import (
     assemble_context,
     replay_window,
 )
+from memlane.bulk import CHUNK_ROWS, AddBatch, as_batch
 from memlane.config import default_db_path, redact_url
 from memlane.documents import MAX_DOCUMENT_CHARS, document_rows, split_documents
 from memlane.embedding_queue import EmbeddingQueue
@@ -90,6 +91,7 @@ from memlane.stores.base import (
     Checkable,
     ContextCache,
     FactStore,
+    GroupWritable,
     JobStore,
     ReflectionStore,
     SessionStore,
@@ -503,6 +505,84 @@ class AsyncMemory:
         if vectors is not None:
             await self._backfill_if_pending()
         return [f for f, _ in stored]
+
+    @_opening
+    async def add_many(
+        self, batches: Iterable[AddBatch | Mapping[str, Any]], *, embed: EmbedPriority = "now"
+    ) -> builtins.list[builtins.list[Fact]]:
+        """Bulk :meth:`add`: many sessions' turns at once (an import, a migration). Stores
+        exactly what one ``add`` per batch would (the same rows, session positions, neighbour
+        context, history), in chunks of about 2,048 rows: one transaction per chunk and, with
+        ``embed="now"``, one embedding call per chunk across sessions.
+
+        Args:
+            batches: :class:`~memlane.bulk.AddBatch` items (or dicts of their fields), one per
+                ``add`` call: ``AddBatch(messages, user_id=..., session_id=...)``.
+            embed: ``"now"`` embeds each chunk before storing it; ``"high"`` / ``"normal"`` /
+                ``"low"`` store at keyword-index speed and queue the vectors for the background
+                worker (:meth:`drain_embeddings`); rows without a vector are its durable queue,
+                so a crash loses none.
+
+        Returns:
+            Per batch, the stored facts in input order (as :meth:`add` returns them).
+
+        Raises:
+            InvalidInputError: a batch ``add`` would refuse (the message names its index);
+                every batch is checked before the first is stored, so nothing is written.
+        """
+        embed = inputs.embed_priority(embed)
+        checked: builtins.list[tuple[builtins.list[Fact], builtins.list[int]]] = []
+        for index, item in enumerate(batches):
+            b = as_batch(item, index)
+            try:
+                user_id, agent_id, session_id = inputs.scope_ids(b.user_id, b.agent_id, b.session_id)
+                fact_scope = self._write_scope(b.scope, user_id, agent_id, session_id, "add_many()")
+                metadata, timestamp = inputs.metadata(b.metadata), inputs.timestamp(b.timestamp)
+                facts = messages_.to_facts(
+                    b.messages, scope=fact_scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
+                    metadata=dict(metadata or {}), timestamp=timestamp, kind=inputs.memory_kind(b.kind),
+                )  # fmt: skip
+            except InvalidInputError as exc:
+                raise type(exc)(f"batch {index}: {exc}") from exc
+            checked.append(split_documents(facts))
+        out: builtins.list[builtins.list[Fact]] = []
+        start = 0
+        while start < len(checked):
+            end, rows = start, 0
+            while end < len(checked) and (rows == 0 or rows + len(checked[end][0]) <= CHUNK_ROWS):
+                rows += len(checked[end][0])
+                end += 1
+            stored = await self._store_groups([rows for rows, _ in checked[start:end]], embed)
+            out += [[group[i] for i in firsts] for group, (_, firsts) in zip(stored, checked[start:end], strict=True)]
+            start = end
+        return out
+
+    async def _store_groups(
+        self, groups: builtins.list[builtins.list[Fact]], embed: str
+    ) -> builtins.list[builtins.list[Fact]]:
+        """:meth:`_store_rows` of several batches in one transaction (and one embedding call)."""
+        if embed != "now" and self.embedder is not None:
+            stored = await self._put_groups(groups, None)
+            self._embedding_queue().put([f.id for g in stored for f, created in g if created], embed)  # type: ignore[arg-type]
+            return [[f for f, _ in g] for g in stored]
+        texts = [next(f.content for f in rows[i + 1 :]) if f.kind == "document" else f.content
+                 for rows in groups for i, f in enumerate(rows)]  # fmt: skip
+        vectors = await self._embed_or_defer(texts)
+        stored = await self._put_groups(groups, vectors)
+        if vectors is not None:
+            await self._backfill_if_pending()
+        return [[f for f, _ in g] for g in stored]
+
+    async def _put_groups(
+        self, groups: builtins.list[builtins.list[Fact]], vectors: Matrix | None
+    ) -> builtins.list[builtins.list[tuple[Fact, bool]]]:
+        if isinstance(self.facts, GroupWritable):  # one transaction
+            return await self.facts.put_fact_groups(groups, vectors, actor="api")
+        out, start = [], 0  # one put_facts per group: the same rows, a transaction each
+        for g in groups:
+            out.append(await self.facts.put_facts(g, None if vectors is None else vectors[start : start + len(g)]))
+            start += len(g)
+        return out
 
     def _embedding_queue(self) -> EmbeddingQueue:
         if self._embed_queue is None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 
 from memlane._portal import LoopThread
 from memlane.agent.context import FACTS_FIFO_LIMIT, WINDOW_USER_TURNS
+from memlane.bulk import AddBatch
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.model import FormationModel
 from memlane.formation.runner import FormationResult
@@ -175,6 +176,12 @@ class Memory:
             )
         )  # fmt: skip
         return result
+
+    def add_many(
+        self, batches: Iterable[AddBatch | Mapping[str, Any]], *, embed: EmbedPriority = "now"
+    ) -> builtins.list[builtins.list[Fact]]:
+        """See :meth:`AsyncMemory.add_many`."""
+        return self._portal.call(self._async.add_many(batches, embed=embed))
 
     def add_document(
         self,

@@ -458,6 +458,19 @@ class Checkable(Protocol):
 
 
 @runtime_checkable
+class GroupWritable(Protocol):
+    """An optional capability of a fact store: ``put_facts`` of several groups in one
+    transaction (``AsyncMemory.add_many``), storing what one ``put_facts`` per group would.
+    The engine calls ``put_facts`` per group on a store without it."""
+
+    async def put_fact_groups(
+        self, groups: Sequence[Sequence[Fact]], vectors: Vector | None, *, actor: str = "api"
+    ) -> list[list[tuple[Fact, bool]]]:
+        """(stored fact, created) per fact, per group; ``vectors``: one row per fact of all groups."""
+        ...
+
+
+@runtime_checkable
 class UserExportable(Protocol):
     """An optional capability of any store: what it holds about one user, as JSON data, for
     ``AsyncMemory.export_user`` (sections such as ``{"facts": [...]}``; stores sharing one file

@@ -110,6 +110,19 @@ def _row_to_fact(r: sqlite3.Row | tuple[Any, ...], *, with_embedding: bool = Fal
     )
 
 
+def _partition_keys(facts: Sequence[Fact]) -> list[str]:
+    """Each fact's partition (which validates its scope fields), computed once per distinct scope."""
+    seen: dict[tuple[str, str | None, str | None, str | None], str] = {}
+    out = []
+    for f in facts:
+        key = (f.scope, f.agent_id, f.user_id, f.session_id if f.scope == "room" else None)
+        part = seen.get(key)
+        if part is None:
+            part = seen[key] = f.partition
+        out.append(part)
+    return out
+
+
 def _encode_applied(changes: list[AppliedChange]) -> str:
     return json.dumps(
         [{"event": a.event, "fact": a.fact.model_dump(mode="json"), "previous": a.previous} for a in changes]
@@ -253,8 +266,7 @@ class SqliteFactStore:
     ) -> list[tuple[Fact, bool]]:
         await self._ready()
         self._check_vectors(vectors, len(facts))
-        for f in facts:
-            _ = f.partition  # validates scope fields
+        _partition_keys(facts)  # validates scope fields
         return await self._db.run(lambda c: self._put_facts(c, list(facts), vectors, actor))
 
     async def put_fact_groups(
@@ -266,8 +278,7 @@ class SqliteFactStore:
         flat = [f for g in groups for f in g]
         await self._ready()
         self._check_vectors(vectors, len(flat))
-        for f in flat:
-            _ = f.partition  # validates scope fields
+        _partition_keys(flat)  # validates scope fields
         sizes = [len(g) for g in groups]
         pairs = await self._db.run(lambda c: self._put_facts(c, flat, vectors, actor, sizes))
         out, start = [], 0
@@ -306,14 +317,14 @@ class SqliteFactStore:
         would); default: the whole call is one.
         """
         now = utcnow()
-        parts = [f.partition for f in facts]
+        parts = _partition_keys(facts)
         hashes = [f.hash or content_hash(f.content) for f in facts]
         found: dict[tuple[str, str], Fact] = {}  # valid stored rows with an incoming (partition, hash)
         sessions: dict[str, set[str]] = {part: set() for part in dict.fromkeys(parts)}
         for f, part in zip(facts, parts, strict=True):
             if f.session_id:
                 sessions[part].add(f.session_id)
-        stored_max: dict[tuple[str, str], int] = {}  # (partition, session) -> highest stored seq, -1 if none
+        stored_max: dict[tuple[str, str], int | None] = {}  # (partition, session) -> highest stored seq
         for part, sids in sessions.items():
             want = list(dict.fromkeys(h for p, h in zip(parts, hashes, strict=True) if p == part))
             for k in range(0, len(want), 500):
@@ -328,14 +339,14 @@ class SqliteFactStore:
             for k in range(0, len(ids), 500):
                 chunk = ids[k : k + 500]
                 stored_max.update(
-                    ((part, sid), -1 if top is None else top)
+                    ((part, sid), top)
                     for sid, top in c.execute(
                         "SELECT session_id, MAX(seq) FROM facts WHERE partition=? AND session_id IN"
                         f" ({','.join('?' * len(chunk))}) GROUP BY session_id",
                         (part, *chunk),
                     )
                 )
-        next_seq = {key: top + 1 for key, top in stored_max.items()}
+        next_seq = {key: 0 if top is None else top + 1 for key, top in stored_max.items()}
         rowid = c.execute("SELECT COALESCE(MAX(rowid), 0) FROM facts").fetchone()[0]
         out: list[tuple[Fact, bool]] = []
         new: list[tuple[int, int, Fact]] = []  # (input index, rowid, stored fact)
@@ -359,6 +370,8 @@ class SqliteFactStore:
                 found[(part, h)] = stored
             out.append((stored, True))
         ctx = self._new_context(c, [(parts[i], r, f) for i, r, f in new], stored_max)
+        tokens = {part: partition_token(part) for part in dict.fromkeys(parts)}
+        dates = {when: date_words(when) for when in dict.fromkeys(s.occurred_at for _, _, s in new)}
         c.executemany(
             "INSERT INTO facts (rowid, id, partition, content, hash, scope, agent_id, user_id, session_id,"
             " kind, author, seq, occurred_at, formed_at, updated_at, access_count, version,"
@@ -368,7 +381,8 @@ class SqliteFactStore:
                 (
                     r, s.id, parts[i], s.content, s.hash, s.scope, s.agent_id, s.user_id, s.session_id, s.kind,
                     s.author, s.seq, _iso(s.occurred_at), _iso(s.formed_at), _iso(s.updated_at), s.access_count,
-                    s.version, json.dumps(s.source_event_ids), _iso(s.valid_from), _iso(s.invalid_at),
+                    s.version, json.dumps(s.source_event_ids) if s.source_event_ids else "[]", _iso(s.valid_from),
+                    _iso(s.invalid_at),
                     json.dumps(s.metadata),
                     vectors[i].astype(np.float32).tobytes() if vectors is not None else None,
                 )
@@ -380,11 +394,11 @@ class SqliteFactStore:
             [
                 (
                     r,
-                    partition_token(parts[i]),
+                    tokens[parts[i]],
                     (s.author or "").lower(),
                     "" if s.kind == "document" else s.content,  # its fragments are searched
                     ctx.get(r, ""),
-                    date_words(s.occurred_at),
+                    dates[s.occurred_at],
                 )
                 for i, r, s in new
             ],
@@ -392,15 +406,16 @@ class SqliteFactStore:
         new_parts = list(dict.fromkeys(parts[i] for i, _, _ in new))
         c.executemany(
             "INSERT OR IGNORE INTO partitions (partition, token) VALUES (?, ?)",
-            [(part, partition_token(part)) for part in new_parts],
+            [(part, tokens[part]) for part in new_parts],
         )
         c.executemany(
             "INSERT OR IGNORE INTO authors VALUES (?, ?)",
             list(dict.fromkeys((parts[i], s.author) for i, _, s in new if s.author)),
         )
+        at = now.isoformat()
         c.executemany(
             "INSERT INTO history VALUES (?,?,?,?,?,?,?,?)",
-            [(new_id(), s.id, s.user_id, "ADD", None, s.content, actor, now.isoformat()) for _, _, s in new],
+            [(new_id(), s.id, s.user_id, "ADD", None, s.content, actor, at) for _, _, s in new],
         )
         appends: dict[str, int] = {}  # one append per group per partition it added rows to
         bounds = list(groups) if groups is not None else [len(facts)]
@@ -418,7 +433,7 @@ class SqliteFactStore:
         return out
 
     def _new_context(
-        self, c: sqlite3.Connection, new: list[tuple[str, int, Fact]], stored_max: dict[tuple[str, str], int]
+        self, c: sqlite3.Connection, new: list[tuple[str, int, Fact]], stored_max: dict[tuple[str, str], int | None]
     ) -> dict[int, str]:
         """The ``ctx`` text of new rows ``(partition, rowid, fact)`` by rowid, computed before
         they are written; turns already stored within :data:`CONTEXT_RADIUS` of new ones get
@@ -432,7 +447,8 @@ class SqliteFactStore:
             lo, hi = min(t[0] for t in turns), max(t[0] for t in turns)
             by_seq = {seq: text for seq, _, text in turns}
             stored: list[tuple[int, int]] = []  # (rowid, seq) of stored turns whose context changes
-            if stored_max.get((part, session_id), -1) >= lo - CONTEXT_RADIUS:
+            top = stored_max.get((part, session_id))
+            if top is not None and top >= lo - CONTEXT_RADIUS:
                 rows = c.execute(
                     "SELECT rowid, seq, content FROM facts WHERE partition=? AND session_id=? AND seq BETWEEN ? AND ?"
                     " AND invalid_at IS NULL ORDER BY seq",
