@@ -1,0 +1,120 @@
+"""mem0's side of ``bench/peers.py``: runs in the throwaway mem0 venv, never imports memlane.
+
+Usage (``bench/peers.py`` runs it)::
+
+    /tmp/mem0-venv/bin/python bench/_mem0_side.py IN.json OUT.json
+
+IN: ``{"model_dir", "workdir", "top_k", "thresholds": [...], "conversations": [{"user",
+"turns": [{"dia_id", "speaker", "text"}]}], "questions": [{"user", "question"}]}``.
+OUT: ``{"versions", "init_s", "ingest_s", "turns", "runs": [{"threshold", "ranked": [[dia_id,
+...] per question], "search_ms": [...]}], "notes": [...]}``.
+
+mem0 is configured as a user without servers or keys would: the HuggingFace embedder on the
+local all-MiniLM-L6-v2 folder (sentence-transformers, torch on 1 thread), the default vector
+store (Qdrant in-process on a temp path), the SQLite history in the work folder. ``add`` runs with
+``infer=False`` (one memory per message: no LLM call; the LLM config is a placeholder mem0 needs
+to construct, never called). ``search(query, filters={"user_id": ...}, top_k=..., threshold=...)``
+is mem0's hybrid search: with neither fastembed's BM25 model nor spaCy installed (both download
+models at run time, impossible offline) it is the semantic score alone, as the log lines say.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+
+def main(inp: Path, out: Path) -> None:
+    spec: dict[str, Any] = json.loads(inp.read_text())
+    work = Path(spec["workdir"])
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("MEM0_DIR", str(work / "mem0dir"))  # the caller sets it; kept here for a direct run
+    os.environ.setdefault("MEM0_TELEMETRY", "False")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+    t0 = time.perf_counter()
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    from mem0 import Memory
+
+    dims = 384
+    config = {
+        "embedder": {"provider": "huggingface", "config": {"model": spec["model_dir"], "embedding_dims": dims}},
+        "vector_store": {
+            "provider": "qdrant",
+            "config": {
+                "path": str(work / "qdrant"),
+                "collection_name": "peers",
+                "embedding_model_dims": dims,
+                "on_disk": False,
+            },
+        },
+        # mem0 builds its LLM client at construction even when add(infer=False) never calls it.
+        "llm": {"provider": "openai", "config": {"api_key": "unused", "openai_base_url": "http://127.0.0.1:9/v1"}},
+        "history_db_path": str(work / "history.db"),
+    }
+    m = Memory.from_config(config)
+    init_s = time.perf_counter() - t0
+
+    turns = 0
+    t = time.perf_counter()
+    for conv in spec["conversations"]:
+        for turn in conv["turns"]:
+            m.add(
+                [{"role": "user", "name": turn["speaker"], "content": turn["text"]}],
+                user_id=conv["user"],
+                infer=False,
+                metadata={"dia_id": turn["dia_id"]},
+            )
+            turns += 1
+    ingest_s = time.perf_counter() - t
+
+    runs = []
+    for threshold in spec["thresholds"]:
+        done: set[str] = set()
+        for q in spec["questions"]:  # warm-up: one untimed search per user (memlane's side does the same)
+            if q["user"] not in done:
+                done.add(q["user"])
+                m.search(q["question"], filters={"user_id": q["user"]}, top_k=spec["top_k"], threshold=threshold)
+        ranked, ms = [], []
+        for q in spec["questions"]:
+            t = time.perf_counter()
+            res = m.search(q["question"], filters={"user_id": q["user"]}, top_k=spec["top_k"], threshold=threshold)
+            ms.append((time.perf_counter() - t) * 1000)
+            ranked.append([(r.get("metadata") or {}).get("dia_id") for r in res["results"]])
+        runs.append({"threshold": threshold, "ranked": ranked, "search_ms": ms})
+
+    store = m.vector_store
+    notes = [
+        f"vector store: {type(store).__module__}.{type(store).__name__} (local, in-process)",
+        "BM25 keyword search: "
+        + (
+            "on"
+            if getattr(store, "_bm25_encoder", None) not in (None, False)
+            else "off (fastembed model not available)"
+        ),
+    ]
+    out.write_text(
+        json.dumps(
+            {
+                "versions": {p: version(p) for p in ("mem0ai", "torch", "sentence-transformers", "qdrant-client")},
+                "torch_threads": torch.get_num_threads(),
+                "init_s": init_s,
+                "ingest_s": ingest_s,
+                "turns": turns,
+                "runs": runs,
+                "notes": notes,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))
