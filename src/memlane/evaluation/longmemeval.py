@@ -232,15 +232,21 @@ class Report:
 
 
 async def ingest(memory: AsyncMemory, question: Question, user_id: str) -> int:
-    """Store the question's haystack in ``user_id``'s memories (one ``add`` per session)."""
-    n = 0
-    for s in question.sessions:
-        if not s.turns:
-            continue
-        msgs = [{"role": role, "content": text, "timestamp": s.when} for role, text in s.turns]
-        await memory.add(msgs, user_id=user_id, session_id=s.session_id)
-        n += len(msgs)
-    return n
+    """Store the question's haystack in ``user_id``'s memories: one ``add_many`` call (every
+    session's turns embedded across sessions in large batches) where the memory has it, else
+    one ``add`` per session; both store the same rows."""
+    sessions = [
+        (s.session_id, [{"role": role, "content": text, "timestamp": s.when} for role, text in s.turns])
+        for s in question.sessions
+        if s.turns
+    ]
+    add_many = getattr(memory, "add_many", None)
+    if add_many is not None:
+        await add_many([{"messages": msgs, "user_id": user_id, "session_id": sid} for sid, msgs in sessions])
+    else:  # pragma: no cover - memlane before add_many
+        for sid, msgs in sessions:
+            await memory.add(msgs, user_id=user_id, session_id=sid)
+    return sum(len(msgs) for _, msgs in sessions)
 
 
 async def rank_sessions(memory: AsyncMemory, question: str, user_id: str, want: int = max(KS)) -> list[str]:
