@@ -23,6 +23,10 @@ from memlane.errors import InvalidInputError
 from memlane.memory import AsyncMemory
 
 KS = (1, 5, 10)
+#: The dev split's tuning conversations; settings are chosen on these only.
+TUNE = ("conv-26", "conv-30", "conv-41")
+#: The dev split's check conversations: reported, never tuned on.
+CHECK = ("conv-42", "conv-43", "conv-44")
 _DATE = re.compile(r"(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+(\w+),?\s+(\d{4})", re.I)
 
 
