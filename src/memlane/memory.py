@@ -73,7 +73,7 @@ from memlane.models import (
     content_hash,
     utcnow,
 )
-from memlane.providers.embed.base import Embedder, Matrix, check_matrix
+from memlane.providers.embed.base import Embedder, Matrix, check_matrix, embed_query_texts
 from memlane.providers.llm.base import LLM, UsageMeter
 from memlane.registry import (
     Stores,
@@ -326,10 +326,10 @@ class AsyncMemory:
         await self.close()
 
     # ------------------------------------------------------------------ helpers
-    async def _embed(self, texts: list[str]) -> Matrix | None:
+    async def _embed(self, texts: list[str], query: bool = False) -> Matrix | None:
         if self.embedder is None or not texts:
             return None
-        out = await self.embedder.embed_batch(texts)
+        out = await (embed_query_texts(self.embedder, texts) if query else self.embedder.embed_batch(texts))
         out = check_matrix(out, len(texts), self.embedder.dim, self.embedder.name)
         if self.facts.dim is None:
             await self.facts.bind_embedder(self.embedder.name, int(out.shape[1]))
@@ -340,7 +340,7 @@ class AsyncMemory:
         assert self.embedder is not None
         missing = [q for q in dict.fromkeys(queries) if q not in self._query_cache]
         if missing:
-            vecs = await self._embed(missing)
+            vecs = await self._embed(missing, query=True)
             assert vecs is not None
             for q, v in zip(missing, vecs, strict=True):
                 self._query_cache[q] = v

