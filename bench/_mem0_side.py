@@ -2,12 +2,14 @@
 
 Usage (``bench/peers.py`` runs it)::
 
-    /tmp/mem0-venv/bin/python bench/_mem0_side.py IN.json OUT.json
+    /tmp/mem0-venv/bin/python bench/_mem0_side.py SPEC.json
 
-IN: ``{"model_dir", "workdir", "top_k", "thresholds": [...], "conversations": [{"user",
-"turns": [{"dia_id", "speaker", "text"}]}], "questions": [{"user", "question"}]}``.
-OUT: ``{"versions", "init_s", "ingest_s", "turns", "runs": [{"threshold", "ranked": [[dia_id,
-...] per question], "search_ms": [...]}], "notes": [...]}``.
+SPEC: ``{"model_dir", "workdir", "conversations": [{"user", "turns": [{"dia_id", "speaker",
+"text"}]}]}``. The script builds mem0, adds every turn, then prints one JSON line
+(``{"ready": true, "versions", "torch_threads", "init_s", "ingest_s", "turns"}``) and answers
+one JSON line per request line on stdin: ``{"user", "question", "top_k", "threshold"}`` ->
+``{"ranked": [dia_id, ...], "ms": search time}``; ``{"notes": true}`` -> ``{"notes": [...]}``.
+Anything mem0 or its libraries print goes to stderr, never into the protocol.
 
 mem0 is configured as a user without servers or keys would: the HuggingFace embedder on the
 local all-MiniLM-L6-v2 folder (sentence-transformers, torch on 1 thread), the default vector
@@ -15,7 +17,7 @@ store (Qdrant in-process on a temp path), the SQLite history in the work folder.
 ``infer=False`` (one memory per message: no LLM call; the LLM config is a placeholder mem0 needs
 to construct, never called). ``search(query, filters={"user_id": ...}, top_k=..., threshold=...)``
 is mem0's hybrid search: with neither fastembed's BM25 model nor spaCy installed (both download
-models at run time, impossible offline) it is the semantic score alone, as the log lines say.
+models at run time, impossible offline) it is the semantic score alone, as its log says.
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ from pathlib import Path
 from typing import Any
 
 
-def main(inp: Path, out: Path) -> None:
-    spec: dict[str, Any] = json.loads(inp.read_text())
+def main(spec_path: Path) -> None:
+    proto = os.fdopen(os.dup(1), "w", buffering=1)  # the protocol's stdout
+    os.dup2(2, 1)  # library prints go to stderr
+    sys.stdout = sys.stderr
+    spec: dict[str, Any] = json.loads(spec_path.read_text())
     work = Path(spec["workdir"])
     work.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("MEM0_DIR", str(work / "mem0dir"))  # the caller sets it; kept here for a direct run
+    os.environ.setdefault("MEM0_DIR", str(work / "mem0dir"))  # the caller sets these; kept for a direct run
     os.environ.setdefault("MEM0_TELEMETRY", "False")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -75,46 +80,35 @@ def main(inp: Path, out: Path) -> None:
             )
             turns += 1
     ingest_s = time.perf_counter() - t
+    ready = {
+        "ready": True,
+        "versions": {p: version(p) for p in ("mem0ai", "torch", "sentence-transformers", "qdrant-client")},
+        "torch_threads": torch.get_num_threads(),
+        "init_s": init_s,
+        "ingest_s": ingest_s,
+        "turns": turns,
+    }
+    proto.write(json.dumps(ready) + "\n")
 
-    runs = []
-    for threshold in spec["thresholds"]:
-        done: set[str] = set()
-        for q in spec["questions"]:  # warm-up: one untimed search per user (memlane's side does the same)
-            if q["user"] not in done:
-                done.add(q["user"])
-                m.search(q["question"], filters={"user_id": q["user"]}, top_k=spec["top_k"], threshold=threshold)
-        ranked, ms = [], []
-        for q in spec["questions"]:
-            t = time.perf_counter()
-            res = m.search(q["question"], filters={"user_id": q["user"]}, top_k=spec["top_k"], threshold=threshold)
-            ms.append((time.perf_counter() - t) * 1000)
-            ranked.append([(r.get("metadata") or {}).get("dia_id") for r in res["results"]])
-        runs.append({"threshold": threshold, "ranked": ranked, "search_ms": ms})
-
-    store = m.vector_store
-    notes = [
-        f"vector store: {type(store).__module__}.{type(store).__name__} (local, in-process)",
-        "BM25 keyword search: "
-        + (
-            "on"
-            if getattr(store, "_bm25_encoder", None) not in (None, False)
-            else "off (fastembed model not available)"
-        ),
-    ]
-    out.write_text(
-        json.dumps(
-            {
-                "versions": {p: version(p) for p in ("mem0ai", "torch", "sentence-transformers", "qdrant-client")},
-                "torch_threads": torch.get_num_threads(),
-                "init_s": init_s,
-                "ingest_s": ingest_s,
-                "turns": turns,
-                "runs": runs,
-                "notes": notes,
-            }
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req.get("notes"):
+            store = m.vector_store
+            bm25 = getattr(store, "_bm25_encoder", None) not in (None, False)
+            notes = [
+                f"vector store {type(store).__module__}.{type(store).__name__} (local, in-process)",
+                "BM25 keyword search " + ("on" if bm25 else "off (fastembed's Qdrant/bm25 model: a download)"),
+            ]
+            proto.write(json.dumps({"notes": notes}) + "\n")
+            continue
+        t = time.perf_counter()
+        res = m.search(
+            req["question"], filters={"user_id": req["user"]}, top_k=req["top_k"], threshold=req["threshold"]
         )
-    )
+        ms = (time.perf_counter() - t) * 1000
+        ranked = [(r.get("metadata") or {}).get("dia_id") for r in res["results"]]
+        proto.write(json.dumps({"ranked": ranked, "ms": ms}) + "\n")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    main(Path(sys.argv[1]))

@@ -81,6 +81,8 @@ MEM0_VERSION = "2.2.1"
 #: torch pinned to the local CPU build: unpinned, pip resolves the CUDA wheels (GBs).
 MEM0_PACKAGES = [f"mem0ai=={MEM0_VERSION}", "sentence-transformers", "torch==2.13.0"]
 TOP_K = 10
+#: mem0 search thresholds run: its default, and 0 (everything ranked).
+THRESHOLDS = (0.1, 0.0)
 
 
 def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -113,54 +115,65 @@ def ensure_venv(venv: Path) -> Path:
     return py
 
 
-def run_mem0(py: Path, convs: list[locomo.Conversation], work: Path) -> dict[str, Any]:
-    """mem0's side in its venv; returns its JSON (see ``_mem0_side.py``)."""
-    side = work / "mem0"
-    shutil.rmtree(side, ignore_errors=True)
-    side.mkdir(parents=True)
-    spec = {
-        "model_dir": str(default_model_dir()),
-        "workdir": str(side),
-        "top_k": TOP_K,
-        "thresholds": [0.1, 0.0],
-        "conversations": [
-            {
-                "user": c.sample_id,
-                "turns": [{"dia_id": t.dia_id, "speaker": t.speaker, "text": t.text} for s in c.sessions for t in s],
-            }
-            for c in convs
-        ],
-        "questions": [{"user": c.sample_id, "question": q} for c in convs for q, _, _ in c.questions],
-    }
-    inp, out = work / "mem0-in.json", work / "mem0-out.json"
-    inp.write_text(json.dumps(spec))
-    env = {**os.environ, "MEM0_TELEMETRY": "False", "MEM0_DIR": str(side / "mem0dir"), "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = str(THREADS)
-    t = time.perf_counter()
-    r = subprocess.run([str(py), str(ROOT / "_mem0_side.py"), str(inp), str(out)], env=env, text=True,
-                       capture_output=True)  # fmt: skip
-    wall = time.perf_counter() - t
-    if r.returncode:
-        raise SystemExit(f"mem0's side failed (exit {r.returncode}):\n{r.stderr[-5000:]}")
-    res: dict[str, Any] = json.loads(out.read_text())
-    res["wall_s"] = wall
-    res["log"] = [line for line in r.stderr.splitlines() if "spaCy" in line or "BM25" in line or "fastembed" in line]
-    shutil.rmtree(side, ignore_errors=True)
-    return res
+class Mem0Side:
+    """mem0 in its venv (``_mem0_side.py``): built and filled at start, then one search per request."""
 
+    def __init__(self, py: Path, convs: list[locomo.Conversation], work: Path) -> None:
+        self.dir = work / "mem0"
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        spec = {
+            "model_dir": str(default_model_dir()),
+            "workdir": str(self.dir),
+            "conversations": [
+                {"user": c.sample_id, "turns": [{"dia_id": t.dia_id, "speaker": t.speaker, "text": t.text}
+                                                 for s in c.sessions for t in s]}
+                for c in convs
+            ],
+        }  # fmt: skip
+        path = work / "mem0-spec.json"
+        path.write_text(json.dumps(spec))
+        env = {**os.environ, "MEM0_TELEMETRY": "False", "MEM0_DIR": str(self.dir / "mem0dir"), "HF_HUB_OFFLINE": "1",
+               "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = str(THREADS)
+        self.log_path = work / "mem0-side.log"
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            [str(py), str(ROOT / "_mem0_side.py"), str(path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
+        )  # fmt: skip
+        self.ready: dict[str, Any] = self._read()
 
-async def score_mem0(convs: list[locomo.Conversation], run: dict[str, Any], mode: str) -> locomo.Report:
-    """mem0's ranked lists through memlane's LoCoMo scoring; latencies as mem0's side measured them."""
-    ranked = iter(run["ranked"])
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            tail = self.log_path.read_text()[-5000:]
+            raise SystemExit(f"mem0's side failed (exit {self.proc.returncode}); its log:\n{tail}")
+        out: dict[str, Any] = json.loads(line)
+        return out
 
-    async def search(user: str, question: str, k: int) -> list[str | None]:
-        return list(next(ranked))[:k]
+    def ask(self, req: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
 
-    rep = await locomo.score(search, convs, mode)
-    rep.search_ms = list(run["search_ms"])
-    return rep
+    def search(self, user: str, question: str, threshold: float) -> tuple[list[str | None], float]:
+        r = self.ask({"user": user, "question": question, "top_k": TOP_K, "threshold": threshold})
+        return r["ranked"], r["ms"]
+
+    def close(self) -> list[str]:
+        """Stop the process; the log lines about BM25 / spaCy (what mem0 ran without)."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=120)
+        self._log.close()
+        lines = self.log_path.read_text().splitlines()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return [x.strip() for x in lines if any(w in x for w in ("spaCy", "BM25", "fastembed"))]
 
 
 async def ingest(mem: AsyncMemory, convs: list[locomo.Conversation]) -> tuple[int, float, str]:
@@ -188,41 +201,18 @@ async def ingest(mem: AsyncMemory, convs: list[locomo.Conversation]) -> tuple[in
     return sum(len(b["messages"]) for b in batches), time.perf_counter() - t, "add_many"
 
 
-async def run_memlane(convs: list[locomo.Conversation], work: Path) -> tuple[list[locomo.Report], dict[str, Any]]:
-    embedder = make_embedder(ARGS.embedder)
-    if embedder is None:
-        raise SystemExit("the comparison needs an embedder")
-    db = work / "peers.db"
-    remove_db(db)
-    t = time.perf_counter()
-    mem = AsyncMemory(db, embedder=embedder, sessions="null")
-    await mem.open()
-    await embedder.embed_batch(["warm up"])
-    init_s = time.perf_counter() - t
-    n_turns, ingest_s, ingest_path = await ingest(mem, convs)
-    log(f"memlane ingest ({ingest_path}): {n_turns} turns in {ingest_s:.1f} s")
-    for c in convs:  # warm-up: the first search per conversation loads the vector cache
-        if c.questions:
-            await mem.search(c.questions[0][0], user_id=c.sample_id)
-    cfg = mem.retrieval
-    reports = [await locomo.evaluate(mem, convs, "memlane hybrid (default)")]
-    mem.retrieval = RetrievalConfig(**{**cfg.model_dump(), "keyword_weight": 0.0})
-    reports.append(await locomo.evaluate(mem, convs, "memlane vector-only"))
-    mem.retrieval = RetrievalConfig(**{**cfg.model_dump(), "vector_weight": 0.0})
-    reports.append(await locomo.evaluate(mem, convs, "memlane keyword-only"))
-    info = {
-        "embedder": embedder.name,
-        "backend": getattr(embedder, "backend", None),
-        "precision": getattr(embedder, "precision", None),
-        "init_s": round(init_s, 2),
-        "ingest_s": round(ingest_s, 2),
-        "ingest_path": ingest_path,
-        "turns": n_turns,
-        "retrieval_config": cfg.model_dump(),
-    }
-    await mem.close()
-    remove_db(db)
-    return reports, info
+async def scored(
+    convs: list[locomo.Conversation], mode: str, ranked: list[list[str | None]], ms: list[float]
+) -> locomo.Report:
+    """Ranked lists through memlane's LoCoMo scoring, with the latencies measured at search time."""
+    it = iter(ranked)
+
+    async def search(user: str, question: str, k: int) -> list[str | None]:
+        return next(it)[:k]
+
+    rep = await locomo.score(search, convs, mode)
+    rep.search_ms = ms
+    return rep
 
 
 async def main() -> None:
@@ -238,36 +228,84 @@ async def main() -> None:
     load0 = os.getloadavg()
     started = time.perf_counter()
     n_q = sum(len(c.questions) for c in convs)
-
     py = ensure_venv(Path(a.venv))
-    log(f"{len(convs)} conversations, {n_q} questions; memlane side first, then mem0 ({py})")
-    mine, info = await run_memlane(convs, work)
-    log("mem0: ingest + search in its venv")
-    m0 = run_mem0(py, convs, work)
-    theirs = [
-        await score_mem0(
-            convs,
-            run,
-            f"mem0 {MEM0_VERSION} search, threshold {run['threshold']}"
-            + (" (default)" if run["threshold"] == 0.1 else ""),
-        )
-        for run in m0["runs"]
-    ]
-    hyb, m0_default = mine[0], theirs[0]
+    log(f"{len(convs)} conversations, {n_q} questions; mem0 in {py}")
+
+    # memlane: open, ingest, warm up (one untimed search per conversation loads its vector cache)
+    embedder = make_embedder(a.embedder)
+    if embedder is None:
+        raise SystemExit("the comparison needs an embedder")
+    db = work / "peers.db"
+    remove_db(db)
+    t = time.perf_counter()
+    mem = AsyncMemory(db, embedder=embedder, sessions="null")
+    await mem.open()
+    await embedder.embed_batch(["warm up"])
+    init_s = time.perf_counter() - t
+    n_turns, ingest_s, ingest_path = await ingest(mem, convs)
+    log(f"memlane ingest ({ingest_path}): {n_turns} turns in {ingest_s:.1f} s; mem0 ingest next")
+    for c in convs:
+        if c.questions:
+            await mem.search(c.questions[0][0], user_id=c.sample_id)
+
+    # mem0: built and filled in its own process (memlane idle meanwhile), then warmed up the same way
+    m0 = Mem0Side(py, convs, work)
+    log(f"mem0 ingest: {m0.ready['turns']} turns in {m0.ready['ingest_s']:.1f} s")
+    for c in convs:
+        if c.questions:
+            for thr in THRESHOLDS:
+                m0.search(c.sample_id, c.questions[0][0], thr)
+
+    # interleaved: per question, every system in turn, so a load change on the shared machine
+    # hits all of them alike
+    cfg = mem.retrieval
+    modes = {
+        "memlane hybrid (default)": cfg,
+        "memlane vector-only": RetrievalConfig(**{**cfg.model_dump(), "keyword_weight": 0.0}),
+        "memlane keyword-only": RetrievalConfig(**{**cfg.model_dump(), "vector_weight": 0.0}),
+    }
+    m0_names = {thr: f"mem0 {MEM0_VERSION} search, threshold {thr}" + (" (default)" if thr == 0.1 else "")
+                for thr in THRESHOLDS}  # fmt: skip
+    ranked: dict[str, list[list[str | None]]] = {n: [] for n in [*modes, *m0_names.values()]}
+    ms: dict[str, list[float]] = {n: [] for n in ranked}
+    done = 0
+    for c in convs:
+        for question, _, _ in c.questions:
+            for name, mode_cfg in modes.items():
+                mem.retrieval = mode_cfg
+                mem._query_cache.clear()  # every search embeds its query for real
+                t = time.perf_counter()
+                res = await mem.search(question, user_id=c.sample_id, top_k=TOP_K)
+                ms[name].append((time.perf_counter() - t) * 1000)
+                ranked[name].append([h.fact.metadata.get("dia_id") for h in res.hits])
+            for thr, name in m0_names.items():
+                got, took = m0.search(c.sample_id, question, thr)
+                ranked[name].append(got)
+                ms[name].append(took)
+            done += 1
+            if done % 100 == 0:
+                log(f"searched {done}/{n_q} questions")
+    mem.retrieval = cfg
+    notes = m0.ask({"notes": True})["notes"]
+    m0_log = m0.close()
+    await mem.close()
+    remove_db(db)
+
+    reports = [await scored(convs, name, ranked[name], ms[name]) for name in ranked]
+    hyb, m0_default, m0_all = reports[0], reports[3], reports[4]
+    r0 = m0.ready
     ratio = {
         "search_p50_mem0_over_memlane": round(m0_default.p50 / hyb.p50, 1) if hyb.p50 else None,
         "search_p95_mem0_over_memlane": round(m0_default.p95 / hyb.p95, 1) if hyb.p95 else None,
         "recall@10_memlane_minus_mem0": round(hyb.recall[10] - m0_default.recall[10], 4),
-        "recall@10_memlane_minus_mem0_threshold0": round(hyb.recall[10] - theirs[1].recall[10], 4),
-        "ingest_turns_per_s_memlane_over_mem0": round(
-            (info["turns"] / info["ingest_s"]) / (m0["turns"] / m0["ingest_s"]), 1
-        ),
+        "recall@10_memlane_minus_mem0_threshold0": round(hyb.recall[10] - m0_all.recall[10], 4),
+        "ingest_turns_per_s_memlane_over_mem0": round((n_turns / ingest_s) / (r0["turns"] / r0["ingest_s"]), 1),
     }
     report = {
         "benchmark": "peers",
         "mode": "quick" if a.quick else "full",
         "when": datetime.now().isoformat(timespec="seconds"),
-        "data": {"conversations": [c.sample_id for c in convs], "turns": info["turns"], "questions": n_q},
+        "data": {"conversations": [c.sample_id for c in convs], "turns": n_turns, "questions": n_q},
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -275,19 +313,29 @@ async def main() -> None:
             "loadavg_end": os.getloadavg(),
         },
         "threads": THREADS,
-        "memlane": {**info, "ingest_turns_per_s": round(info["turns"] / info["ingest_s"], 1)},
+        "order": "per question: memlane hybrid, vector-only, keyword-only, mem0 threshold 0.1, mem0 threshold 0",
+        "memlane": {
+            "embedder": embedder.name,
+            "backend": getattr(embedder, "backend", None),
+            "precision": getattr(embedder, "precision", None),
+            "init_s": round(init_s, 2),
+            "ingest_s": round(ingest_s, 2),
+            "ingest_path": ingest_path,
+            "ingest_turns_per_s": round(n_turns / ingest_s, 1),
+            "retrieval_config": cfg.model_dump(),
+        },
         "mem0": {
-            "versions": m0["versions"],
-            "torch_threads": m0["torch_threads"],
-            "init_s": round(m0["init_s"], 2),
-            "ingest_s": round(m0["ingest_s"], 2),
-            "ingest_turns_per_s": round(m0["turns"] / m0["ingest_s"], 1),
-            "notes": m0["notes"],
-            "log": m0["log"],
+            "versions": r0["versions"],
+            "torch_threads": r0["torch_threads"],
+            "init_s": round(r0["init_s"], 2),
+            "ingest_s": round(r0["ingest_s"], 2),
+            "ingest_turns_per_s": round(r0["turns"] / r0["ingest_s"], 1),
+            "notes": notes,
+            "log": m0_log,
             "config": "huggingface embedder on the same MiniLM folder; qdrant in-process; add(infer=False) per turn; "
             "BM25 and entity boosts off (their models need a download)",
         },
-        "reports": [r.as_dict() for r in mine + theirs],
+        "reports": [r.as_dict() for r in reports],
         "ratio": ratio,
         "elapsed_s": round(time.perf_counter() - started, 1),
     }
