@@ -13,6 +13,13 @@ embeds those too, oldest first. A failing embedder loses nothing: the batch goes
 front of its list and is retried after a backoff (0.5 s doubling up to ``max_retry_delay``);
 the facts stay keyword-searchable meanwhile.
 
+Batch size: a priority with a short list is embedded in batches of ``batch_size`` (64), so a
+``high`` fact waits for little; a backlog of ``4 * batch_size`` or more (a bulk import,
+``add_many(..., embed="low")``) is embedded in batches of up to ``max_batch_size`` (1,024)
+across sessions, as are the store's facts left without vectors: one call of 1,024 LoCoMo
+turns embeds ~1.45x more turns per CPU-second than 16 calls of 64 (numpy MiniLM; the
+embedder sorts a call's texts by length, so bigger calls pad less).
+
 The texts are read from the store when a batch is embedded, not kept in the queue: a fact
 deleted or forgotten while queued is skipped (its text never reaches the embedder), and the
 queue holds ids only. A fact updated, deleted or forgotten while its batch is at the embedder
@@ -40,6 +47,8 @@ Priority = Literal["high", "normal", "low"]
 PRIORITIES: tuple[Priority, ...] = ("high", "normal", "low")
 #: Facts per embedding call.
 DEFAULT_BATCH_SIZE = 64
+#: Facts per embedding call when a backlog builds up (bulk ingest, backfill after a restart).
+MAX_BATCH_SIZE = 1024
 
 
 class EmbeddingQueue:
@@ -49,6 +58,8 @@ class EmbeddingQueue:
         facts: the fact store (texts are read from it, vectors written to it).
         embed: embeds a list of texts (the engine's checked embedding call).
         batch_size: facts per embedding call.
+        max_batch_size: facts per embedding call once a priority's list holds at least
+            ``4 * batch_size``, and per scan of the store for facts left without vectors.
         retry_delay: first wait after a failed batch (doubles per consecutive failure).
         max_retry_delay: longest wait between retries.
     """
@@ -59,12 +70,14 @@ class EmbeddingQueue:
         embed: Callable[[list[str]], Awaitable[Matrix | None]],
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        max_batch_size: int = MAX_BATCH_SIZE,
         retry_delay: float = 0.5,
         max_retry_delay: float = 60.0,
     ) -> None:
         self.facts = facts
         self.embed = embed
         self.batch_size = batch_size
+        self.max_batch_size = max(batch_size, max_batch_size)
         self.retry_delay = retry_delay
         self.max_retry_delay = max_retry_delay
         self._queues: dict[Priority, OrderedDict[str, None]] = {p: OrderedDict() for p in PRIORITIES}
@@ -154,10 +167,11 @@ class EmbeddingQueue:
         for priority in PRIORITIES:
             queue = self._queues[priority]
             if queue:
+                size = self.batch_size if len(queue) < 4 * self.batch_size else self.max_batch_size
                 ids = []
                 for fid in queue:
                     ids.append(fid)
-                    if len(ids) == self.batch_size:
+                    if len(ids) == size:
                         break
                 for fid in ids:
                     del queue[fid]
@@ -197,7 +211,7 @@ class EmbeddingQueue:
         rows: list[tuple[str, str]] = []
         try:
             if from_store:
-                rows = await self.facts.missing_embeddings(limit=self.batch_size)
+                rows = await self.facts.missing_embeddings(limit=self.max_batch_size)
                 if not rows:
                     self._idle = True
                     return False

@@ -151,20 +151,38 @@ def _kind(value: object) -> str:
     return names.get(type(value), "a number" if isinstance(value, int | float) else type(value).__name__)
 
 
+def chunks(batches: list[Batch], rows: int) -> Iterator[list[Batch]]:
+    """Consecutive runs of whole batches of about ``rows`` turns (at least one batch each)."""
+    run: list[Batch] = []
+    n = 0
+    for b in batches:
+        if run and n + len(b.messages) > rows:
+            yield run
+            run, n = [], 0
+        run.append(b)
+        n += len(b.messages)
+    if run:
+        yield run
+
+
 def check_with_engine(batches: list[Batch], progress: Callable[[int], None] | None = None) -> None:
-    """Run every batch through the real ``add`` on a private in-memory database (no embedder),
-    so anything the engine refuses is reported, with its line, before the real import writes."""
+    """Run every batch through the real ``add_many`` on a private in-memory database (no
+    embedder), so anything the engine refuses is reported, with its line, before the real
+    import writes."""
+    from memlane.bulk import CHUNK_ROWS, AddBatch
     from memlane.sync import Memory
 
     quiet = FormationConfig(background=False, idle_minutes=None)
     with Memory(":memory:", embedder=None, sessions="null", formation=quiet) as scratch:
-        for b in batches:
+        for run in chunks(batches, CHUNK_ROWS):
             try:
-                scratch.add(b.messages, user_id=b.user_id, session_id=b.session_id)
+                scratch.add_many([AddBatch(b.messages, user_id=b.user_id, session_id=b.session_id) for b in run])
             except InvalidInputError as exc:
+                index = re.match(r"batch (\d+): ", str(exc))
+                b = run[int(index.group(1))] if index else run[0]
                 raise _locate(scratch, b, exc) from exc
             if progress is not None:
-                progress(len(b.messages))
+                progress(sum(len(b.messages) for b in run))
 
 
 def _locate(scratch: Any, b: Batch, exc: InvalidInputError) -> InvalidInputError:

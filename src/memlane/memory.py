@@ -546,24 +546,31 @@ class AsyncMemory:
                 raise type(exc)(f"batch {index}: {exc}") from exc
             checked.append(split_documents(facts))
         out: builtins.list[builtins.list[Fact]] = []
+        queued: builtins.list[str] = []  # new ids to embed in the background (embed != "now")
         start = 0
-        while start < len(checked):
-            end, rows = start, 0
-            while end < len(checked) and (rows == 0 or rows + len(checked[end][0]) <= CHUNK_ROWS):
-                rows += len(checked[end][0])
-                end += 1
-            stored = await self._store_groups([rows for rows, _ in checked[start:end]], embed)
-            out += [[group[i] for i in firsts] for group, (_, firsts) in zip(stored, checked[start:end], strict=True)]
-            start = end
+        try:
+            while start < len(checked):
+                end, rows = start, 0
+                while end < len(checked) and (rows == 0 or rows + len(checked[end][0]) <= CHUNK_ROWS):
+                    rows += len(checked[end][0])
+                    end += 1
+                chunk = checked[start:end]
+                stored = await self._store_groups([rows for rows, _ in chunk], embed, queued)
+                out += [[group[i] for i in firsts] for group, (_, firsts) in zip(stored, chunk, strict=True)]
+                start = end
+        finally:  # queued once stored (the worker's embedding does not slow the writes), even on failure
+            if queued:
+                self._embedding_queue().put(queued, embed)  # type: ignore[arg-type]
         return out
 
     async def _store_groups(
-        self, groups: builtins.list[builtins.list[Fact]], embed: str
+        self, groups: builtins.list[builtins.list[Fact]], embed: str, queued: builtins.list[str]
     ) -> builtins.list[builtins.list[Fact]]:
-        """:meth:`_store_rows` of several batches in one transaction (and one embedding call)."""
+        """:meth:`_store_rows` of several batches in one transaction (and one embedding call);
+        with a background priority, the new rows' ids are appended to ``queued``."""
         if embed != "now" and self.embedder is not None:
             stored = await self._put_groups(groups, None)
-            self._embedding_queue().put([f.id for g in stored for f, created in g if created], embed)  # type: ignore[arg-type]
+            queued += [f.id for g in stored for f, created in g if created]
             return [[f for f, _ in g] for g in stored]
         texts = [next(f.content for f in rows[i + 1 :]) if f.kind == "document" else f.content
                  for rows in groups for i, f in enumerate(rows)]  # fmt: skip

@@ -14,11 +14,13 @@ import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from memlane import __version__, importers
+from memlane.bulk import CHUNK_ROWS, AddBatch
 from memlane.cli.config_cmd import add_parser as add_config_parser
 from memlane.cli.config_cmd import config_argument
 from memlane.cli.keys_cmd import add_parser as add_keys_parser
@@ -254,14 +256,38 @@ def cmd_import(args: argparse.Namespace) -> int:
     with Progress(total, f"check {path.name}", unit="turn", enabled=not args.quiet) as bar:
         importers.check_with_engine(batches, bar.update)
     with _open(args) as m:
+        # Bulk: ~2,048 turns per transaction, across sessions, embedded in one call per chunk
+        # (--embed now) or after everything is stored, in big batches (--embed deferred).
+        embed: Literal["now", "low"] = "now" if args.embed == "now" else "low"
         with Progress(total, f"import {path.name}", unit="turn", enabled=not args.quiet) as bar:
-            for b in batches:
-                m.add(b.messages, user_id=b.user_id, session_id=b.session_id)
-                bar.update(len(b.messages))
+            for chunk in importers.chunks(batches, CHUNK_ROWS):
+                m.add_many(
+                    [AddBatch(b.messages, user_id=b.user_id, session_id=b.session_id) for b in chunk], embed=embed
+                )
+                bar.update(sum(len(b.messages) for b in chunk))
         print(f"imported {total} turns ({fmt}) into {args.db}")
+        if embed != "now" and m.engine.embedder is not None:
+            _drain_embeddings(m, quiet=args.quiet)
         if args.form:
             _form_sessions(m, events, quiet=args.quiet)
     return 0
+
+
+def _drain_embeddings(m: Memory, *, quiet: bool) -> None:
+    """Wait for the background queue to embed what the import stored, with a progress bar.
+    Interrupted, nothing is lost: rows without vectors are embedded by the next process that
+    runs the queue (``memlane import --embed deferred``, ``drain_embeddings()``)."""
+    first = m.embedding_progress()
+    with Progress(first["queued"], "embed", unit="turn", enabled=not quiet) as bar:
+        while True:
+            p = m.embedding_progress()
+            bar.update(p["done"] - bar.n)
+            if p["idle"] or p["queued"] == 0 or p["failed"]:
+                break
+            time.sleep(0.25)
+        done = m.drain_embeddings()  # the rest (the store's rows left without vectors); raises if failing
+        bar.update(done["done"] - bar.n)
+    print(f"embedded {done['done']} turns")
 
 
 def _form_sessions(m: Memory, sessions: dict[tuple[str, str], list[Event]], *, quiet: bool) -> None:
@@ -592,6 +618,11 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     )
     s.add_argument("--format", choices=["locomo", "jsonl"], help="default: detected from the file")
     s.add_argument("--user-prefix", default="", help="prefix for LoCoMo user ids (one user per conversation)")
+    s.add_argument(
+        "--embed", choices=["now", "deferred"], default="now",
+        help="now: embed each chunk before storing it; deferred: store everything first (keyword-searchable at "
+        "once), then embed in big batches (interrupted: the next run or drain_embeddings() finishes)",
+    )  # fmt: skip
     s.add_argument(
         "--form", action="store_true",
         help="also replay each session and form memory from it (facts, reflections, consolidation) with --llm",
