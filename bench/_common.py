@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from memlane.providers.embed.base import Embedder, Matrix
+from memlane.providers.embed.base import Embedder, Matrix, embed_query_texts
 
 
 class SharedEmbedder:
@@ -20,6 +20,10 @@ class SharedEmbedder:
 
     async def embed_batch(self, texts: list[str]) -> Matrix:
         return await self.inner.embed_batch(texts)
+
+    async def embed_queries(self, texts: list[str]) -> Matrix:
+        """Queries as the inner embedder encodes them (e5 prefixes ``query: ``)."""
+        return await embed_query_texts(self.inner, texts)
 
     async def aclose(self) -> None:
         return None
