@@ -58,6 +58,8 @@ from memlane.stores.sqlite import export as export_
 from memlane.stores.sqlite.db import BUSY_TIMEOUT_MS, Database
 from memlane.stores.sqlite.fts import fts_or_query, partition_token
 from memlane.stores.sqlite.vector import VectorIndex
+from memlane.stores.sqlite.vector_cache import CachedIndex as _CachedIndex
+from memlane.stores.sqlite.vector_cache import VectorCaches
 
 log = logging.getLogger("memlane")
 
@@ -169,18 +171,6 @@ def _filter_sql(flt: FactFilter | None, table: str) -> tuple[str, list[Any]]:
     return "".join(f" AND {s}" for s in sql), args
 
 
-class _CachedIndex:
-    def __init__(
-        self, index: VectorIndex, appends: int, changes: int, max_rowid: int, generation: str | None = None
-    ) -> None:
-        self.index = index
-        self.appends = appends
-        self.changes = changes
-        self.generation = generation
-        self.max_rowid = max_rowid
-        self.lock = threading.Lock()
-
-
 class SqliteFactStore:
     """Facts, history, reflections and consolidated blobs in one SQLite file.
 
@@ -189,7 +179,12 @@ class SqliteFactStore:
         ctx_weight: BM25 weight of the neighbouring-turns column (0.5 measured best).
         date_weight: BM25 weight of the date column.
         exact_max: partitions up to this many vectors are searched exactly; larger ones
-            use binary quantisation with exact rescoring.
+            use an HNSW graph (usearch, the ``ann`` extra) or, without it or until the graph is
+            built, binary quantisation, both with exact rescoring.
+        ann_min: partitions of at least this many vectors get an HNSW graph (default ``exact_max``).
+        sidecar_min: partitions of at least this many vectors are persisted next to the database
+            file (``<db>.vectors/``) and memory-mapped by the next process instead of read from
+            BLOBs (see :mod:`memlane.stores.sqlite.vector_cache`); None: never.
     """
 
     def __init__(
@@ -199,6 +194,8 @@ class SqliteFactStore:
         ctx_weight: float = 0.5,
         date_weight: float = 1.0,
         exact_max: int = 20_000,
+        ann_min: int | None = None,
+        sidecar_min: int | None = 20_000,
     ) -> None:
         # A path opens the file here (blocking: use ``await SqliteFactStore.open(...)`` from
         # async code); an opened Database costs no I/O until the first call.
@@ -211,6 +208,11 @@ class SqliteFactStore:
         self._loaded = False
         self._cache: dict[str, _CachedIndex] = {}
         self._cache_lock = threading.Lock()
+        self.ann_min = exact_max if ann_min is None else ann_min
+        self.sidecar_min = sidecar_min
+        self._vectors: VectorCaches | None = None
+        #: vectors read from ``facts.embedding`` BLOBs into the caches (a sidecar avoids them)
+        self.vector_blob_rows = 0
         if not isinstance(db, Database):
             self._load_meta(self._db.connection())
 
@@ -773,6 +775,7 @@ class SqliteFactStore:
             with self._cache_lock:
                 for part in parts:
                     self._cache.pop(part, None)
+                    self.vector_caches.drop(part)  # no vector of the user stays in a sidecar
             self._scrub(c)
             return removed
 
@@ -959,14 +962,71 @@ class SqliteFactStore:
         rows = await self._db.run(op)
         return [Candidate(fid, -score, author) for fid, score, author in rows]
 
+    @property
+    def vector_caches(self) -> VectorCaches:
+        """Sidecars and the background graph builder (created on first use: whether the file
+        is read-only is known once it is open)."""
+        if self._vectors is None:
+            db = self._db
+            path = None if db.path == ":memory:" or db.readonly or self.sidecar_min is None else db.path
+            self._vectors = VectorCaches(
+                path,
+                current=self._vector_state,
+                ann_min=self.ann_min,
+                sidecar_min=self.sidecar_min if self.sidecar_min is not None else 1 << 62,
+            )
+        return self._vectors
+
+    def _vector_state(self, part: str) -> tuple[int, str | None] | None:
+        """(changes, generation) of ``part`` now (the builder's freshness check, any thread)."""
+        row = (
+            self._db.connection()
+            .execute(
+                "SELECT changes, (SELECT value FROM meta WHERE key='generation') FROM partitions WHERE partition=?",
+                (part,),
+            )
+            .fetchone()
+        )
+        return (int(row[0]), row[1]) if row is not None else None
+
+    def _sidecar_index(
+        self, c: sqlite3.Connection, part: str, changes: int, generation: str | None
+    ) -> _CachedIndex | None:
+        assert self.dim is not None
+
+        def same_row(rowid: int, fact_id: str | None) -> bool:
+            row = c.execute("SELECT id FROM facts WHERE rowid=? AND partition=?", (rowid, part)).fetchone()
+            return row is not None and row[0] == fact_id
+
+        found = self.vector_caches.load(part, self.dim, changes, same_row, exact_max=self.exact_max)
+        if found is None:
+            return None
+        index, stamp = found
+        cached = _CachedIndex(index, stamp.appends, changes, stamp.max_rowid, generation, embedded=stamp.embedded)
+        cached.last_id = stamp.last_id
+        cached.persisted_n = cached.requested_n = len(index)
+        return cached
+
     def _index_for(self, c: sqlite3.Connection, part: str) -> _CachedIndex | None:
         if self.dim is None:
             return None
+        # One read transaction: the counters and the rows read below are the same snapshot.
+        own = not c.in_transaction
+        if own:
+            c.execute("BEGIN")
+        try:
+            return self._refresh_index(c, part)
+        finally:
+            if own and c.in_transaction:
+                c.execute("COMMIT")
+
+    def _refresh_index(self, c: sqlite3.Connection, part: str) -> _CachedIndex | None:
+        assert self.dim is not None
         # A purge deletes partition rows, so their counters restart at 0: the database-wide
         # purge generation tells a cache (of this or another process) that a partition with the
-        # same counters is not the one it cached.
+        # same counters is not the one it cached. (A sidecar checks its last row's id instead.)
         state = c.execute(
-            "SELECT appends, changes, (SELECT value FROM meta WHERE key='generation') FROM partitions"
+            "SELECT appends, changes, embedded, (SELECT value FROM meta WHERE key='generation') FROM partitions"
             " WHERE partition=?",
             (part,),
         ).fetchone()
@@ -974,24 +1034,41 @@ class SqliteFactStore:
             with self._cache_lock:
                 self._cache.pop(part, None)
             return None
-        appends, changes, generation = state
+        appends, changes, embedded, generation = state
         with self._cache_lock:
             cached = self._cache.get(part)
             if cached is None or cached.changes != changes or cached.generation != generation:
-                cached = _CachedIndex(VectorIndex(self.dim, exact_max=self.exact_max), -1, changes, 0, generation)
+                cached = self._sidecar_index(c, part, changes, generation)
+                if cached is None:
+                    index = VectorIndex(self.dim, exact_max=self.exact_max)
+                    cached = _CachedIndex(index, -1, changes, 0, generation, embedded=-1)
                 self._cache[part] = cached
         with cached.lock:
-            if cached.appends != appends:
-                rows = c.execute(
-                    "SELECT rowid, id, session_id, embedding, kind FROM facts WHERE partition=? AND rowid>?"
-                    " AND invalid_at IS NULL AND embedding IS NOT NULL AND kind <> 'document' ORDER BY rowid",
+            if cached.appends != appends or cached.embedded != embedded:
+                cols = "rowid, id, session_id, embedding, kind"
+                valid = "invalid_at IS NULL AND embedding IS NOT NULL AND kind <> 'document'"
+                rows = []
+                if cached.embedded >= 0 and cached.embedded != embedded and cached.max_rowid:
+                    # vectors backfilled into rows the cache already passed (set_embeddings)
+                    rows = c.execute(
+                        f"SELECT {cols} FROM facts WHERE partition=? AND embed_seq>? AND rowid<=? AND {valid}"
+                        " ORDER BY rowid",
+                        (part, cached.embedded, cached.max_rowid),
+                    ).fetchall()
+                new = c.execute(
+                    f"SELECT {cols} FROM facts WHERE partition=? AND rowid>? AND {valid} ORDER BY rowid",
                     (part, cached.max_rowid),
                 ).fetchall()
+                rows += new
                 if rows:
                     mat = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), self.dim)
                     cached.index.append([r[1] for r in rows], [r[2] for r in rows], mat, [r[4] for r in rows])
-                    cached.max_rowid = rows[-1][0]
-                cached.appends = appends
+                    cached.blob_rows += len(rows)
+                    self.vector_blob_rows += len(rows)
+                if new:
+                    cached.max_rowid, cached.last_id = new[-1][0], new[-1][1]
+                cached.appends, cached.embedded = appends, embedded
+            self.vector_caches.maybe_build(part, cached)
         return cached
 
     async def vector_search(
@@ -1049,7 +1126,7 @@ class SqliteFactStore:
                         q, limit, session_id=flt.session_id if flt else None, kind=flt.kind if flt else None,
                         allowed=allowed,
                     )  # fmt: skip
-                    found.extend(Candidate(index.keys[i], float(s)) for i, s in zip(rows, scores, strict=True))
+                    found.extend(Candidate(index.key(int(i)), float(s)) for i, s in zip(rows, scores, strict=True))
             found.sort(key=lambda x: -x.score)
             return found[:limit]
 
@@ -1087,15 +1164,30 @@ class SqliteFactStore:
 
         def op(c: sqlite3.Connection) -> None:
             with self._db.write(c):
-                parts = set()
+                # A first vector is an append for the vector caches: the row records the
+                # partition's next `embedded` value and caches load just those rows. Replacing
+                # a vector is a change (caches reload the partition).
+                changed: set[str] = set()
+                seqs: dict[str, int] = {}
                 for fid, vec in zip(fact_ids, vectors, strict=True):
                     row = c.execute(
-                        "UPDATE facts SET embedding=? WHERE id=? RETURNING partition",
-                        (vec.astype(np.float32).tobytes(), fid),
+                        "SELECT partition, embedding IS NOT NULL FROM facts WHERE id=?", (fid,)
                     ).fetchone()
-                    if row:
-                        parts.add(row[0])
-                for part in parts:
+                    if row is None:
+                        continue
+                    part, had = row
+                    blob = vec.astype(np.float32).tobytes()
+                    if had:
+                        c.execute("UPDATE facts SET embedding=? WHERE id=?", (blob, fid))
+                        changed.add(part)
+                        continue
+                    if part not in seqs:
+                        now = c.execute("SELECT embedded FROM partitions WHERE partition=?", (part,)).fetchone()
+                        seqs[part] = (now[0] if now else 0) + 1
+                    c.execute("UPDATE facts SET embedding=?, embed_seq=? WHERE id=?", (blob, seqs[part], fid))
+                for part in seqs:
+                    c.execute("UPDATE partitions SET embedded = ? WHERE partition=?", (seqs[part], part))
+                for part in changed:
                     c.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (part,))
 
         await self._db.run(op)
@@ -1332,6 +1424,8 @@ class SqliteFactStore:
         return await self._db.run(lambda c: export_.facts_part(c, user_id))
 
     async def close(self) -> None:
+        if self._vectors is not None:
+            self._vectors.close()  # before the connections go: the builder reads the database
         with self._cache_lock:
             self._cache.clear()
         self._db.release_sync()

@@ -265,4 +265,16 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
         "0006_unembedded_index",
         ["CREATE INDEX facts_unembedded ON facts(rowid) WHERE embedding IS NULL AND invalid_at IS NULL"],
     ),
+    (
+        # A vector backfilled into a fact that had none (set_embeddings: the embedding queue)
+        # is an append for the vector caches, not a change: the partition's `embedded` counter
+        # moves and the fact records it in `embed_seq`, so a cache loads just those rows
+        # (stores/sqlite/vector_cache.py) instead of reloading the whole partition.
+        "0008_vector_backfill_seq",
+        [
+            "ALTER TABLE partitions ADD COLUMN embedded INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE facts ADD COLUMN embed_seq INTEGER",
+            "CREATE INDEX facts_embed_seq ON facts(partition, embed_seq) WHERE embed_seq IS NOT NULL",
+        ],
+    ),
 ]

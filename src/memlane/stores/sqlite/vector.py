@@ -1,41 +1,234 @@
-"""In-memory vector index for one partition (pure numpy, no I/O).
+"""In-memory vector index for one partition (numpy; optional usearch HNSW; no I/O).
 
-Exact cosine search (one matrix-vector product) up to ``exact_max`` rows. Above that, a
-binary-quantised first pass (sign bits, Hamming distance via popcount) selects
-``rescore`` candidates that are then scored exactly: memory traffic drops 32x, and the
-exact rescoring keeps the final order faithful. The trade-off is measured in
-``bench/search_latency.py`` (recall of the approximate path vs exact).
+Exact cosine search (one matrix-vector product) up to ``exact_max`` rows. Above that:
+
+* when an ANN graph is attached (:attr:`VectorIndex.ann`, a usearch HNSW index over the first
+  :attr:`VectorIndex.ann_n` rows, built off the search path by
+  :mod:`memlane.stores.sqlite.vector_cache`), the graph proposes ``ann_candidates`` rows, the
+  rows appended since the graph was built (the "tail") are added, and all of them are scored
+  exactly: the final scores are exact, only the candidate set is approximate;
+* otherwise a binary-quantised first pass (sign bits, Hamming distance via popcount) selects
+  ``rescore`` candidates that are then scored exactly.
+
+Filters (session, kind, allowed keys) are always exact: a narrow filter scans its rows; a broad
+one over-fetches from the graph, keeps the rows that pass, and falls back to the exact scan when
+too few survive. Recall and latency of each path: ``bench/vector_ann.py``.
+
+Rows are append-only between full reloads. The first rows may come from a memory-mapped
+sidecar (:meth:`VectorIndex.from_arrays`), later ones are appended in memory.
 """
 
 from __future__ import annotations
+
+import importlib
+import math
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+
+
+def load_usearch() -> Any | None:
+    """The ``usearch.index`` module, or None when the ``ann`` extra is not installed."""
+    try:
+        return importlib.import_module("usearch.index")
+    except ImportError:
+        return None
+
+
+#: Graph parameters (measured in bench/vector_ann.py): candidates proposed per search and
+#: the graph's search breadth (usearch ``expansion_search``, HNSW "ef").
+ANN_CANDIDATES = 64
+ANN_EXPANSION = 64
+
+
+class _Codes:
+    """A growable int32 column of small-vocabulary strings (session ids, kinds)."""
+
+    def __init__(self) -> None:
+        self.names: list[str | None] = []
+        self._code: dict[str | None, int] = {}
+        self.arr = np.zeros(0, dtype=np.int32)
+        self.n = 0
+
+    def code(self, name: str | None) -> int:
+        c = self._code.get(name)
+        if c is None:
+            c = self._code[name] = len(self.names)
+            self.names.append(name)
+        return c
+
+    def lookup(self, name: str | None) -> int:
+        return self._code.get(name, -1)
+
+    def set_base(self, names: list[str | None], codes: npt.NDArray[np.int32]) -> None:
+        self.names = list(names)
+        self._code = {v: i for i, v in enumerate(self.names)}
+        self.arr = np.array(codes, dtype=np.int32)
+        self.n = len(codes)
+
+    def extend(self, values: list[str | None]) -> None:
+        m = len(values)
+        need = self.n + m
+        if need > self.arr.shape[0]:
+            grown = np.zeros(max(need, int(self.arr.shape[0] * 1.5) + 64), dtype=np.int32)
+            grown[: self.n] = self.arr[: self.n]
+            self.arr = grown
+        self.arr[self.n : need] = [self.code(v) for v in values]
+        self.n = need
+
+    @property
+    def values(self) -> npt.NDArray[np.int32]:
+        return self.arr[: self.n]
 
 
 class VectorIndex:
-    """Rows of unit vectors with their keys; append-only between full reloads."""
+    """Rows of unit vectors with their keys; append-only between full reloads.
 
-    def __init__(self, dim: int, *, exact_max: int = 20_000, rescore: int = 1000) -> None:
+    Args:
+        dim: vector dimension.
+        exact_max: partitions up to this many rows are searched exactly.
+        rescore: candidates of the sign-bit first pass (used above ``exact_max`` without a graph).
+        ann_candidates: candidates proposed by the graph (at least ``2 * limit``).
+    """
+
+    def __init__(
+        self, dim: int, *, exact_max: int = 20_000, rescore: int = 1000, ann_candidates: int = ANN_CANDIDATES
+    ) -> None:
         self.dim = dim
         self.exact_max = exact_max
         self.rescore = rescore
-        self.keys: list[str] = []
-        self.sessions: list[str | None] = []
-        self.kinds: list[str | None] = []
+        self.ann_candidates = ann_candidates
+        # rows [0, base_n): a read-only (possibly memory-mapped) matrix; rows [base_n, n): _mat
+        self._base = np.zeros((0, dim), dtype=np.float32)
+        self._base_n = 0
+        self._base_keys: tuple[Any, npt.NDArray[np.int64]] | None = None  # (utf-8 blob, offsets)
         self._mat = np.zeros((0, dim), dtype=np.float32)
         self._n = 0
+        self._tail_keys: list[str] = []
+        self._sessions = _Codes()
+        self._kinds = _Codes()
+        self._pos: dict[str, int] | None = None
         self._bits: npt.NDArray[np.uint64] | None = None
         self._bits_n = 0
+        #: usearch HNSW graph over rows [0, ann_n) (keys = row numbers), or None.
+        self.ann: Any | None = None
+        self.ann_n = 0
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_arrays(
+        cls,
+        dim: int,
+        matrix: F32,
+        key_blob: Any,
+        key_offsets: npt.NDArray[np.int64],
+        session_names: list[str | None],
+        session_codes: npt.NDArray[np.int32],
+        kind_names: list[str | None],
+        kind_codes: npt.NDArray[np.int32],
+        **kwargs: Any,
+    ) -> VectorIndex:
+        """An index whose first rows are given arrays (e.g. memory-mapped from a sidecar):
+        ``key_blob[key_offsets[i]:key_offsets[i + 1]]`` is row ``i``'s key in UTF-8."""
+        ix = cls(dim, **kwargs)
+        n = int(matrix.shape[0])
+        ix._base, ix._base_n, ix._n = matrix, n, n
+        ix._base_keys = (key_blob, key_offsets)
+        ix._sessions.set_base(session_names, session_codes)
+        ix._kinds.set_base(kind_names, kind_codes)
+        return ix
 
     def __len__(self) -> int:
         return self._n
 
     @property
+    def base_rows(self) -> int:
+        """Rows held by the read-only (sidecar) part."""
+        return self._base_n
+
+    def key(self, i: int) -> str:
+        """Row ``i``'s key."""
+        if i < self._base_n:
+            assert self._base_keys is not None
+            blob, off = self._base_keys
+            return bytes(blob[int(off[i]) : int(off[i + 1])]).decode("utf-8")
+        return self._tail_keys[i - self._base_n]
+
+    @property
+    def keys(self) -> list[str]:
+        return [self.key(i) for i in range(self._n)]
+
+    def key_arrays(self, n: int) -> tuple[bytes, npt.NDArray[np.int64]]:
+        """Keys of rows [0, n) as (UTF-8 blob, offsets) (for a sidecar)."""
+        parts: list[bytes] = []
+        if self._base_keys is not None and self._base_n:
+            blob, off = self._base_keys
+            m = min(n, self._base_n)
+            parts.append(bytes(blob[: int(off[m])]))
+            base_off = np.asarray(off[: m + 1], dtype=np.int64)
+        else:
+            base_off = np.zeros(1, dtype=np.int64)
+        tail = [k.encode("utf-8") for k in self._tail_keys[: max(0, n - self._base_n)]]
+        lens = np.fromiter((len(t) for t in tail), dtype=np.int64, count=len(tail))
+        offsets = np.concatenate([base_off, base_off[-1] + np.cumsum(lens)])
+        return b"".join(parts + tail), offsets
+
+    def code_arrays(
+        self, n: int
+    ) -> tuple[list[str | None], npt.NDArray[np.int32], list[str | None], npt.NDArray[np.int32]]:
+        """(session names, session codes, kind names, kind codes) of rows [0, n)."""
+        return (
+            list(self._sessions.names),
+            self._sessions.values[:n].copy(),
+            list(self._kinds.names),
+            self._kinds.values[:n].copy(),
+        )
+
+    @property
+    def sessions(self) -> list[str | None]:
+        return [self._sessions.names[c] for c in self._sessions.values]
+
+    @property
+    def kinds(self) -> list[str | None]:
+        return [self._kinds.names[c] for c in self._kinds.values]
+
+    @property
     def matrix(self) -> F32:
-        return self._mat[: self._n]
+        """All rows (a copy when part of them is memory-mapped)."""
+        return self.rows(0, self._n)
+
+    def rows(self, lo: int, hi: int) -> F32:
+        """Rows [lo, hi) as one matrix (a view when they lie in one part)."""
+        b = self._base_n
+        if hi <= b:
+            return self._base[lo:hi]
+        if lo >= b:
+            return self._mat[lo - b : hi - b]
+        return np.concatenate([self._base[lo:b], self._mat[: hi - b]])
+
+    def _gather(self, rows: I64) -> F32:
+        b = self._base_n
+        if b == 0:
+            return self._mat[rows]
+        if self._n == b:
+            return np.asarray(self._base[rows])
+        out = np.empty((rows.shape[0], self.dim), dtype=np.float32)
+        low = rows < b
+        out[low] = self._base[rows[low]]
+        out[~low] = self._mat[rows[~low] - b]
+        return out
+
+    def _all_scores(self, q: F32) -> F32:
+        b = self._base_n
+        if b == 0:
+            return self._mat[: self._n] @ q
+        if self._n == b:
+            return self._base @ q
+        return np.concatenate([self._base @ q, self._mat[: self._n - b] @ q])
 
     def append(self, keys: list[str], sessions: list[str | None], vectors: F32, kinds: list[str] | None = None) -> None:
         """Add rows (amortised growth, like a list). ``kinds``: each row's fact kind
@@ -43,27 +236,59 @@ class VectorIndex:
         m = len(keys)
         if m == 0:
             return
-        need = self._n + m
+        tn = self._n - self._base_n
+        need = tn + m
         if need > self._mat.shape[0]:
             cap = max(need, int(self._mat.shape[0] * 1.5) + 64)
             grown = np.zeros((cap, self.dim), dtype=np.float32)
-            grown[: self._n] = self._mat[: self._n]
-            self._mat = grown
-        self._mat[self._n : need] = vectors
-        self._n = need
-        self.keys.extend(keys)
-        self.sessions.extend(sessions)
-        self.kinds.extend(kinds if kinds is not None else [None] * m)
+            grown[:tn] = self._mat[:tn]
+            self._mat = grown  # rows already handed out (a builder's snapshot) stay in the old array
+        self._mat[tn:need] = vectors
+        if self._pos is not None:
+            for j, k in enumerate(keys):
+                self._pos[k] = self._n + j
+        self._n += m
+        self._tail_keys.extend(keys)
+        self._sessions.extend(list(sessions))
+        self._kinds.extend(list(kinds) if kinds is not None else [None] * m)
+
+    def attach_ann(self, ann: Any, rows: int) -> None:
+        """Use ``ann`` (usearch index, keys = row numbers) for rows [0, rows)."""
+        ann.expansion_search = max(int(ann.expansion_search), ANN_EXPANSION)
+        self.ann, self.ann_n = ann, rows
+
+    def positions(self) -> dict[str, int]:
+        """Key -> row (built on first use)."""
+        if self._pos is None:
+            self._pos = {self.key(i): i for i in range(self._n)}
+        return self._pos
 
     def _packed(self) -> npt.NDArray[np.uint64]:
         if self._bits is None or self._bits_n != self._n:
             words = (self.dim + 63) // 64
-            bits = np.packbits(self.matrix > 0, axis=1)
-            padded = np.zeros((self._n, words * 8), dtype=np.uint8)
-            padded[:, : bits.shape[1]] = bits
-            self._bits = padded.view(np.uint64)
+            old = self._bits if self._bits is not None else np.zeros((0, words), dtype=np.uint64)
+            new = np.packbits(self.rows(self._bits_n, self._n) > 0, axis=1)
+            padded = np.zeros((new.shape[0], words * 8), dtype=np.uint8)
+            padded[:, : new.shape[1]] = new
+            self._bits = np.concatenate([old[: self._bits_n], padded.view(np.uint64)])
             self._bits_n = self._n
         return self._bits
+
+    # ------------------------------------------------------------------ search
+    def _mask(self, session_id: str | None, kind: str | None, allowed: set[str] | None) -> npt.NDArray[np.bool_]:
+        n = self._n
+        mask = np.ones(n, dtype=np.bool_)
+        if session_id is not None:
+            mask &= self._sessions.values == self._sessions.lookup(session_id)
+        if kind is not None:
+            mask &= self._kinds.values == self._kinds.lookup(kind)
+        if allowed is not None:
+            keep = np.zeros(n, dtype=np.bool_)
+            pos = self.positions()
+            rows = [pos[k] for k in allowed if k in pos]
+            keep[np.asarray(rows, dtype=np.int64)] = True
+            mask &= keep
+        return mask
 
     def search(
         self,
@@ -73,27 +298,31 @@ class VectorIndex:
         session_id: str | None = None,
         kind: str | None = None,
         allowed: set[str] | None = None,
-    ) -> tuple[npt.NDArray[np.int64], F32]:
+    ) -> tuple[I64, F32]:
         """Top ``limit`` rows by cosine: (row indexes, scores), best first; optionally only
         rows of one session, one kind (``fact``, ``message``, ``fragment``, ...) and/or whose keys are in
-        ``allowed``, searched exactly."""
+        ``allowed`` (filters are exact: every row returned passes them)."""
         n = self._n
         if n == 0 or limit <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
         if session_id is not None or kind is not None or allowed is not None:
-            mask = np.ones(n, dtype=np.bool_)
-            if allowed is not None:
-                mask &= np.fromiter((k in allowed for k in self.keys[:n]), dtype=np.bool_, count=n)
-            if kind is not None:
-                mask &= np.fromiter((k == kind for k in self.kinds[:n]), dtype=np.bool_, count=n)
-            if session_id is not None:
-                mask &= np.fromiter((s == session_id for s in self.sessions), dtype=np.bool_, count=n)
+            mask = self._mask(session_id, kind, allowed)
+            hits = int(mask.sum())
+            if hits > self.exact_max and self.ann is not None and self.ann_n:
+                # broad filter: over-fetch from the graph in proportion to the rows it excludes
+                want = min(self.ann_n, math.ceil(limit * n / hits * 3) + self.ann_candidates)
+                cand = self._ann_candidates(q, want)
+                cand = cand[mask[cand]]
+                if cand.shape[0] >= limit:
+                    return self._top(cand, self._gather(cand) @ q, limit)
             rows = np.flatnonzero(mask).astype(np.int64)
-            scores = self.matrix[rows] @ q
-            return self._top(rows, scores, limit)
+            return self._top(rows, self._gather(rows) @ q, limit)
         if n <= self.exact_max:
-            return self._top(np.arange(n, dtype=np.int64), self.matrix @ q, limit)
+            return self._top(np.arange(n, dtype=np.int64), self._all_scores(q), limit)
+        if self.ann is not None and self.ann_n:
+            cand = self._ann_candidates(q, max(self.ann_candidates, 2 * limit))
+            return self._top(cand, self._gather(cand) @ q, limit)
         # Approximate first pass on sign bits, then exact rescoring.
         words = (self.dim + 63) // 64
         qb = np.zeros(words * 8, dtype=np.uint8)
@@ -102,12 +331,44 @@ class VectorIndex:
         ham = np.bitwise_count(self._packed() ^ qb.view(np.uint64)).sum(axis=1, dtype=np.int32)
         r = min(n, max(self.rescore, limit * 10))
         cand = np.argpartition(ham, r - 1)[:r].astype(np.int64)
-        return self._top(cand, self.matrix[cand] @ q, limit)
+        return self._top(cand, self._gather(cand) @ q, limit)
+
+    def _ann_candidates(self, q: F32, count: int) -> I64:
+        """Graph candidates among rows [0, ann_n) plus every later row (the tail)."""
+        assert self.ann is not None
+        found = self.ann.search(q, count=min(count, self.ann_n), threads=1)
+        cand = np.asarray(found.keys, dtype=np.int64)
+        if self._n > self.ann_n:
+            cand = np.concatenate([cand, np.arange(self.ann_n, self._n, dtype=np.int64)])
+        return cand
 
     @staticmethod
-    def _top(rows: npt.NDArray[np.int64], scores: F32, limit: int) -> tuple[npt.NDArray[np.int64], F32]:
+    def _top(rows: I64, scores: F32, limit: int) -> tuple[I64, F32]:
         if rows.shape[0] > limit:
             part = np.argpartition(-scores, limit - 1)[:limit]
             rows, scores = rows[part], scores[part]
         order = np.argsort(-scores, kind="stable")
         return rows[order], scores[order].astype(np.float32)
+
+
+def build_ann(
+    usearch: Any,
+    dim: int,
+    vectors: F32,
+    *,
+    start: int = 0,
+    base: Any | None = None,
+    dtype: str = "i8",
+    threads: int = 1,
+    progress: Any | None = None,
+) -> Any:
+    """A usearch HNSW graph (inner product on unit vectors) holding ``vectors`` under keys
+    ``start, start + 1, ...``; added to a copy of ``base`` when given (``base`` is not changed)."""
+    if base is not None:
+        ann = base.copy()
+    else:
+        ann = usearch.Index(ndim=dim, metric="ip", dtype=dtype, expansion_search=ANN_EXPANSION)
+    if vectors.shape[0]:
+        keys = np.arange(start, start + vectors.shape[0], dtype=np.uint64)
+        ann.add(keys, np.ascontiguousarray(vectors, dtype=np.float32), threads=threads, progress=progress)
+    return ann
