@@ -46,6 +46,23 @@ def _rekey_partitions(c: sqlite3.Connection) -> None:
             c.execute("INSERT OR IGNORE INTO authors VALUES (?, ?)", (old_of[part], author))
 
 
+def _reindex_keyword_text(c: sqlite3.Connection) -> None:
+    """0007: the keyword index holds :func:`memlane.retrieval.text.keyword_text` of a fact's
+    text and context (CJK runs as characters and character pairs, NFKC, ``ß`` as ``ss``).
+    Rows written before stored the raw texts, which ``keyword_text`` turns into the new form;
+    only rows with a non-ASCII text or context can change (ASCII text is kept as is)."""
+    from memlane.retrieval.text import keyword_text
+
+    rows = c.execute(
+        "SELECT rowid, text, ctx FROM facts_fts WHERE length(CAST(text AS BLOB)) <> length(text)"
+        " OR length(CAST(ctx AS BLOB)) <> length(ctx)"
+    ).fetchall()
+    for rowid, text, ctx in rows:
+        new_text, new_ctx = keyword_text(text or ""), keyword_text(ctx or "")
+        if (new_text, new_ctx) != (text, ctx):
+            c.execute("UPDATE facts_fts SET text=?, ctx=? WHERE rowid=?", (new_text, new_ctx, rowid))
+
+
 Step = str | Callable[[sqlite3.Connection], None]
 
 MIGRATIONS: list[tuple[str, list[Step]]] = [
@@ -264,6 +281,12 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
         # of scanning every fact. Its WHERE is the query's, so the planner may use it.
         "0006_unembedded_index",
         ["CREATE INDEX facts_unembedded ON facts(rowid) WHERE embedding IS NULL AND invalid_at IS NULL"],
+    ),
+    (
+        # Chinese / Japanese / Korean text findable by keyword: the index stores each CJK run as
+        # its characters and character pairs (retrieval.text.keyword_text); re-index old rows.
+        "0007_cjk_keyword_text",
+        [_reindex_keyword_text],
     ),
     (
         # A vector backfilled into a fact that had none (set_embeddings: the embedding queue)
