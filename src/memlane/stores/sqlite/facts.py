@@ -42,7 +42,7 @@ from memlane.models import (
 from memlane.policy import merge_provenance, resolve_change
 from memlane.providers._blas import default_blas_threads, limit_blas_threads
 from memlane.retrieval.context import CONTEXT_RADIUS, affected_range, neighbour_context
-from memlane.retrieval.text import date_words
+from memlane.retrieval.text import date_words, keyword_text
 from memlane.stores.base import (
     AppliedChange,
     Candidate,
@@ -398,7 +398,7 @@ class SqliteFactStore:
                     r,
                     tokens[parts[i]],
                     (s.author or "").lower(),
-                    "" if s.kind == "document" else s.content,  # its fragments are searched
+                    "" if s.kind == "document" else keyword_text(s.content),  # its fragments are searched
                     ctx.get(r, ""),
                     dates[s.occurred_at],
                 )
@@ -459,10 +459,10 @@ class SqliteFactStore:
                 by_seq = {r[1]: r[2] for r in rows} | by_seq
                 stored = [(r[0], r[1]) for r in rows if lo - CONTEXT_RADIUS <= r[1] <= hi + CONTEXT_RADIUS]
             for seq, rowid, _ in turns:
-                out[rowid] = neighbour_context(by_seq, seq)
+                out[rowid] = keyword_text(neighbour_context(by_seq, seq))
             c.executemany(
                 "UPDATE facts_fts SET ctx=? WHERE rowid=?",
-                [(neighbour_context(by_seq, seq), rowid) for rowid, seq in stored],
+                [(keyword_text(neighbour_context(by_seq, seq)), rowid) for rowid, seq in stored],
             )
         return out
 
@@ -481,7 +481,7 @@ class SqliteFactStore:
         for rowid, seq, _ in rows:
             if not lo <= seq <= hi:
                 continue
-            ctx = neighbour_context(by_seq, seq)
+            ctx = keyword_text(neighbour_context(by_seq, seq))
             c.execute("UPDATE facts_fts SET ctx=? WHERE rowid=?", (ctx, rowid))
 
     @staticmethod
@@ -567,7 +567,8 @@ class SqliteFactStore:
             "UPDATE facts SET content=?, hash=?, version=version+1, updated_at=?, embedding=? WHERE id=?",
             (content, h, now.isoformat(), emb, fact_id),
         )
-        c.execute("UPDATE facts_fts SET text=? WHERE rowid=?", ("" if old.kind == "document" else content, row[0]))
+        text = "" if old.kind == "document" else keyword_text(content)
+        c.execute("UPDATE facts_fts SET text=? WHERE rowid=?", (text, row[0]))
         c.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
         if contributor is not None and contributor != old.user_id:
             _add_contributors(c, "fact", fact_id, [contributor])
