@@ -56,7 +56,8 @@ from memlane.stores.base import (
 from memlane.stores.embedding import check_binding, check_vectors
 from memlane.stores.sqlite import export as export_
 from memlane.stores.sqlite.db import BUSY_TIMEOUT_MS, Database
-from memlane.stores.sqlite.fts import fts_or_query, partition_token
+from memlane.stores.sqlite.fts import partition_token
+from memlane.stores.sqlite.keyword import KeywordIndex
 from memlane.stores.sqlite.vector import VectorIndex
 from memlane.stores.sqlite.vector_cache import CachedIndex as _CachedIndex
 from memlane.stores.sqlite.vector_cache import VectorCaches
@@ -934,34 +935,20 @@ class SqliteFactStore:
     ) -> list[Candidate]:
         if not terms:
             return []
-        bm25 = f"bm25(facts_fts, 0.0, 0.0, 1.0, {float(self.ctx_weight)}, {float(self.date_weight)})"
+        # Top-k without scoring every match (stores/sqlite/keyword.py); one per store (its
+        # document-frequency cache), created on first use.
+        ki: KeywordIndex | None = self.__dict__.get("_keyword")
+        if ki is None:
+            ki = self.__dict__.setdefault("_keyword", KeywordIndex(weights=(0.0, 0.0, 1.0, 0.5, 1.0)))
+        ki.weights = (0.0, 0.0, 1.0, float(self.ctx_weight), float(self.date_weight))
         fsql, fargs = _filter_sql(filter, "f")
 
         def op(c: sqlite3.Connection) -> list[tuple[str, float, str | None]]:
             parts = self._partitions(c, partitions)
-            if not parts:
-                return []
-            tokens = " OR ".join(f'part : "{partition_token(p)}"' for p in parts)
-            # `part` only ever holds partition tokens, so the terms need no column filter.
-            match = f"({tokens}) AND ({fts_or_query(terms)})"
-            # Only rowid and score go through the sort; the author comes from the joined row.
-            inner = f"SELECT rowid, {bm25} AS s FROM facts_fts WHERE facts_fts MATCH ? ORDER BY s"
-            if not fsql:
-                sql = (
-                    f"SELECT f.id, k.s, f.author FROM ({inner} LIMIT ?) k JOIN facts f ON f.rowid = k.rowid"
-                    " ORDER BY k.s"
-                )
-                args: list[Any] = [match, limit]
-            else:
-                sql = (
-                    f"SELECT f.id, k.s, f.author FROM ({inner}) k JOIN facts f ON f.rowid = k.rowid"
-                    f" WHERE 1{fsql} ORDER BY k.s LIMIT ?"
-                )
-                args = [match, *fargs, limit]
-            return [(r[0], float(r[1]), r[2] or None) for r in c.execute(sql, args)]
+            return ki.search(c, parts, terms, limit=limit, fsql=fsql, fargs=fargs) if parts else []
 
         rows = await self._db.run(op)
-        return [Candidate(fid, -score, author) for fid, score, author in rows]
+        return [Candidate(fid, score, author) for fid, score, author in rows]
 
     @property
     def vector_caches(self) -> VectorCaches:
