@@ -9,7 +9,7 @@ from typing import Literal
 from memlane.formation.offline.claims import _contradicts, _parse_claim, _supersedes
 from memlane.formation.offline.drafts import _Draft, _Rule
 from memlane.formation.offline.language import _language
-from memlane.formation.offline.lexicon import _DATE_RE, _GENERIC_AUTHORS, _I, _REL, _SPEAKER
+from memlane.formation.offline.lexicon import _DATE_RE, _DETAIL_CUES, _GENERIC_AUTHORS, _I, _REL, _SPEAKER, _TOKEN
 from memlane.formation.offline.rules import _RULES
 from memlane.formation.offline.text import (
     _SPACES,
@@ -126,7 +126,8 @@ def _extract(inp: ExtractionInput) -> ExtractionOutput:
         else:
             key = last_user_key or "\x01user"
             labels.setdefault(key, default_user)
-            drafts, foreign, statement = _assistant_drafts(turn.text), _foreign(turn.text), False
+            drafts, foreign = _assistant_drafts(turn.text)
+            statement = False
         if foreign is not None:
             unread.append(UnreadTurn(index=index, event_id=turn.event_id, role=turn.role,
                                      reason=f"language not supported: {foreign}", language=foreign))  # fmt: skip
@@ -196,18 +197,10 @@ def _as_speaker(clause: str) -> str:
     return _OUR.sub("my ", out)
 
 
-def _foreign(text: str) -> str | None:
-    """The first language other than English a sentence of ``text`` is in (None: all English or unsure)."""
-    for sentence in _sentences(text):
-        lang = _language(sentence)
-        if lang is not None and lang != "en":
-            return lang
-    return None
-
-
 def _turn_drafts(text: str) -> tuple[list[_Draft], str | None, bool]:
     """A user turn's drafts, the language of a sentence it could not read (or None), and whether it made
-    a first-person statement worth a fact (not a question, not a hedge, two content words or more)."""
+    a first-person statement about a personal detail (home, work, contact, family, health...; not a
+    question, not a hedge) that a rule should have read."""
     out: list[_Draft] = []
     foreign: str | None = None
     statement = False
@@ -221,17 +214,24 @@ def _turn_drafts(text: str) -> tuple[list[_Draft], str | None, bool]:
         lead = ""
         for clause in _clauses(sentence):
             clause = _as_speaker(clause)
-            if not statement and _STATEMENT.search(clause) and not _is_hypothetical(clause):
-                statement = len(_content(clause)) >= 2
+            if not statement and _STATEMENT.search(clause):
+                cue = not _DETAIL_CUES.isdisjoint(_TOKEN.findall(clause.lower()))
+                statement = cue and not _is_hypothetical(clause) and len(_content(clause)) >= 2
             out.extend(_drafts(clause, lead))
             lead += clause + ", "
     return out, foreign, statement
 
 
-def _assistant_drafts(text: str) -> list[_Draft]:
-    """Only what the assistant reports about the user ("You mentioned you're vegetarian")."""
+def _assistant_drafts(text: str) -> tuple[list[_Draft], str | None]:
+    """Only what the assistant reports about the user ("You mentioned you're vegetarian"), and the
+    language of a sentence it could not read (or None)."""
     out: list[_Draft] = []
+    foreign: str | None = None
     for sentence in _sentences(text):
+        lang = _language(sentence)
+        if lang is not None and lang != "en":
+            foreign = foreign or lang
+            continue
         if _is_question(sentence):
             continue
         expanded = _expand(sentence)
@@ -243,7 +243,7 @@ def _assistant_drafts(text: str) -> list[_Draft]:
             for clause in _clauses(first):
                 out.extend(_drafts(clause))
             break
-    return out
+    return out, foreign
 
 
 def _render(d: _Draft, name: str, suffix: str) -> str | None:

@@ -72,16 +72,26 @@ _SHARED = {w for lang, ws in _FUNCTION_WORDS.items() if lang != "en" for w in ws
 _DISTINCT: dict[str, frozenset[str]] = {
     lang: ws if lang == "en" else frozenset(w for w in ws if w not in _SHARED) for lang, ws in _FUNCTION_WORDS.items()
 }
-_LETTERS: dict[str, re.Pattern[str]] = {
-    "de": re.compile(r"[äöüß]", re.I),
-    "fr": re.compile(r"[çèêëîïôœù]", re.I),
-    "es": re.compile(r"[ñ¿¡]", re.I),
-    "pt": re.compile(r"[ãõ]", re.I),
-}
+_LANGS = tuple(_DISTINCT)
+_WORD_LANGS: dict[str, tuple[int, ...]] = {}
+for _i, _lang in enumerate(_LANGS):
+    for _w in _DISTINCT[_lang]:
+        _WORD_LANGS[_w] = (*_WORD_LANGS.get(_w, ()), _i)
+_EN = _LANGS.index("en")
+_FUNCTION = frozenset(_WORD_LANGS)
+_LETTERS: tuple[tuple[int, re.Pattern[str]], ...] = (
+    (_LANGS.index("de"), re.compile(r"[äöüß]", re.I)),
+    (_LANGS.index("fr"), re.compile(r"[çèêëîïôœù]", re.I)),
+    (_LANGS.index("es"), re.compile(r"[ñ¿¡]", re.I)),
+    (_LANGS.index("pt"), re.compile(r"[ãõ]", re.I)),
+)
+_NON_LATIN = re.compile(r"[^\x00-\u024f\u1e00-\u1eff\u2000-\u206f]")
 
 
 def _script(text: str) -> str | None:
     """The language of a non-Latin script making up at least a third of the letters."""
+    if text.isascii() or not _NON_LATIN.search(text):
+        return None
     letters = len(_LETTER.findall(text))
     if not letters:
         return None
@@ -97,15 +107,16 @@ def _language(text: str) -> str | None:
     script = _script(text)
     if script is not None:
         return script
-    toks = [t.lower() for t in _WORD.findall(text)]
-    if not toks:
-        return None
-    scores = {lang: sum(t in ws for t in toks) for lang, ws in _DISTINCT.items()}
-    for lang, pat in _LETTERS.items():
-        scores[lang] += min(2, len(pat.findall(text)))
-    best = max(scores, key=lambda k: (scores[k], k == "en"))
-    if best != "en" and scores[best] >= 2 and scores[best] > scores["en"]:
-        return best
-    if scores["en"] >= 1:
-        return "en"
-    return None
+    scores = [0] * len(_LANGS)
+    # distinct words: "Ha, ha!" is not Italian twice
+    for tok in _FUNCTION.intersection(_WORD.findall(text.lower())):
+        for i in _WORD_LANGS[tok]:
+            scores[i] += 1
+    if not text.isascii():
+        for i, pat in _LETTERS:
+            scores[i] += min(2, len(pat.findall(text)))
+    en = scores[_EN]
+    top = max(scores)
+    if top >= 2 and top > en:
+        return _LANGS[scores.index(top)]
+    return "en" if en else None
