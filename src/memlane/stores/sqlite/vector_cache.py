@@ -382,7 +382,8 @@ class VectorCaches:
             try:
                 self._build(part, cached)
             except Exception:  # never let a cache refresh kill the thread
-                log.exception("memlane: vector cache build failed")
+                if not self._closed:  # (closing cancels a graph build: usearch raises)
+                    log.exception("memlane: vector cache build failed")
             finally:
                 with self._cond:
                     self._busy = False
@@ -406,6 +407,9 @@ class VectorCaches:
 
             def progress(done: int, total: int) -> bool:
                 return not self._closed
+
+            # usearch checks the callback's annotations (real types, not postponed strings)
+            progress.__annotations__ = {"done": int, "total": int, "return": bool}
 
             fresh = old_ann is None or old_ann_n == 0
             ann = build_ann(
