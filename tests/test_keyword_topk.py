@@ -53,7 +53,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteFactStore]:
     s = await SqliteFactStore.open(tmp_path / "kw.db")
     await s.put_facts(_facts("u1", 400, 1), None)
     await s.put_facts(_facts("u2", 400, 2), None)
-    s._keyword = KeywordIndex(weights=WEIGHTS, budget=25, budget_share=0.0)  # type: ignore[attr-defined]
+    s._keyword = KeywordIndex(weights=WEIGHTS, budget=25, split_min_rows=100)  # type: ignore[attr-defined]
     yield s
     await s.close()
 
@@ -156,7 +156,7 @@ async def test_single_partition_file_leaves_out_the_partition_phrase(tmp_path: P
     store = await SqliteFactStore.open(tmp_path / "one.db")
     try:
         await store.put_facts(_facts("u1", 300, 3), None)
-        store._keyword = KeywordIndex(weights=WEIGHTS, budget=25, budget_share=0.0)  # type: ignore[attr-defined]
+        store._keyword = KeywordIndex(weights=WEIGHTS, budget=25, split_min_rows=100)  # type: ignore[attr-defined]
         c = store.database.connection()
         parts = _parts(store, "u1")
         assert KeywordIndex._whole_file(c, parts)

@@ -24,9 +24,14 @@ What is approximate: a row that matches only common terms is never returned. It 
 rank by those terms' low IDF; ``bench/keyword_topk.py`` measures recall@10 against the exact
 ranking. Queries whose terms all fit in the budget run as one query, as before.
 
-When the partitions searched are all the partitions in the file, the partition-token phrase
-(weight 0, but FTS5 walks the whole partition to compute its IDF) is left out of the
-``MATCH``; the fetched rows are still checked against the partitions.
+The partition-token phrase (weight 0, but FTS5 walks the whole partition to compute its IDF)
+is left out of the split path's ``MATCH``: when the partitions searched are all the
+partitions in the file, the fetched rows are only checked against them; otherwise the
+partitions filter the joined rows before the ``LIMIT`` (the essential terms' rows are few by
+construction, table-wide). The split path runs when the partitions searched hold at least
+``split_min_rows`` rows (or are the whole file); a small partition in a big shared file (1,000
+users x 1,000 memories) keeps the single ``part AND terms`` query, whose scoring is bounded by
+the partition, while the split path would still pay the common terms' table-wide IDF walks.
 """
 
 from __future__ import annotations
@@ -73,13 +78,16 @@ class KeywordIndex:
         budget_share: ... or this share of the table's rows, whichever is larger.
         df_tolerance: a cached document frequency is recounted once the table's row count
             has moved by more than this share of it.
+        split_min_rows: partitions of at least this many rows (together) take the split path.
     """
 
     weights: tuple[float, float, float, float, float]
     budget: int = 5_000
-    budget_share: float = 0.05
+    budget_share: float = 0.0
     df_tolerance: float = 0.1
+    split_min_rows: int = 20_000
     _df: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _sizes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ------------------------------------------------------------------ statistics
@@ -103,6 +111,30 @@ class KeywordIndex:
                 self._df.clear()
             self._df[term] = (n, rows)
         return n
+
+    def partition_rows(self, c: sqlite3.Connection, parts: Sequence[str], cap: int) -> int:
+        """Rows in ``parts`` (each counted up to ``cap``), cached per partition while its
+        (appends, changes) counters stay the same."""
+        marks = ",".join("?" * len(parts))
+        sql = f"SELECT partition, appends, changes FROM partitions WHERE partition IN ({marks})"
+        stamps = {r[0]: (int(r[1]), int(r[2])) for r in c.execute(sql, parts)}
+        total = 0
+        for p, stamp in stamps.items():
+            with self._lock:
+                hit = self._sizes.get(p)
+            if hit is None or hit[1:] != stamp:
+                sql = "SELECT count(*) FROM (SELECT 1 FROM facts WHERE partition = ? LIMIT ?)"
+                n = int(c.execute(sql, (p, cap)).fetchone()[0])
+                with self._lock:
+                    if len(self._sizes) >= 100_000:
+                        self._sizes.clear()
+                    self._sizes[p] = (n, *stamp)
+            else:
+                n = hit[0]
+            total += n
+            if total >= cap:
+                break
+        return total
 
     def split(self, c: sqlite3.Connection, terms: Sequence[str]) -> tuple[list[str], list[str]]:
         """(essential, common) terms; terms that match nothing are dropped."""
@@ -133,9 +165,7 @@ class KeywordIndex:
         return len(stored) <= len(parts) and set(stored) <= set(parts)
 
     @staticmethod
-    def _match(parts: Sequence[str], terms: Sequence[str], *, whole_file: bool) -> str:
-        if whole_file:
-            return fts_or_query(terms)
+    def _part_match(parts: Sequence[str], terms: Sequence[str]) -> str:
         tokens = " OR ".join(f'part : "{partition_token(p)}"' for p in parts)
         # `part` only ever holds partition tokens, so the terms need no column filter.
         return f"({tokens}) AND ({fts_or_query(terms)})"
@@ -150,14 +180,17 @@ class KeywordIndex:
         fargs: Sequence[Any],
         *,
         check_parts: bool,
+        prefilter: bool = False,
     ) -> list[tuple[int, str, float, str | None]]:
-        """(rowid, id, bm25, author) of the best ``limit`` rows for ``match`` (bm25 order)."""
+        """(rowid, id, bm25, author) of the best ``limit`` rows for ``match`` (bm25 order);
+        ``check_parts``: only rows of ``parts``, checked after the ``LIMIT`` (a safety net) or,
+        with ``prefilter``, before it."""
         inner = f"SELECT rowid, {self._bm25()} AS s FROM facts_fts WHERE facts_fts MATCH ? ORDER BY s"
         psql, pargs = "", []
         if check_parts:
             psql = f" AND f.partition IN ({','.join('?' * len(parts))})"
             pargs = list(parts)
-        if not fsql:
+        if not fsql and not prefilter:
             # Only rowid and score go through the sort; the author comes from the joined row.
             sql = (
                 f"SELECT k.rowid, f.id, k.s, f.author FROM ({inner} LIMIT ?) k JOIN facts f ON f.rowid = k.rowid"
@@ -185,7 +218,7 @@ class KeywordIndex:
         """FTS5's bm25 ranking of every match (the reference; the keyword path before issue 11)."""
         if not terms or not parts or limit <= 0:
             return []
-        match = self._match(parts, terms, whole_file=False)
+        match = self._part_match(parts, terms)
         rows = self._ranked(c, match, parts, limit, fsql, fargs, check_parts=False)
         return [(fid, -s, author or None) for _, fid, s, author in rows]
 
@@ -202,17 +235,21 @@ class KeywordIndex:
         """The best ``limit`` rows (scores: negated bm25 of the whole query, higher is better)."""
         if not terms or not parts or limit <= 0:
             return []
+        whole = self._whole_file(c, parts)
+        if not whole and self.partition_rows(c, parts, self.split_min_rows) < self.split_min_rows:
+            return self.exact(c, parts, terms, limit=limit, fsql=fsql, fargs=fargs)
         essential, common = self.split(c, terms)
         if not essential:
             return []
-        whole = self._whole_file(c, parts)
-        match_e = self._match(parts, essential, whole_file=whole)
-        found = self._ranked(c, match_e, parts, limit, fsql, fargs, check_parts=whole)
+        # No partition phrase: the whole file needs no filter (the join checks it anyway);
+        # otherwise the join filters before the LIMIT.
+        match_e = fts_or_query(essential)
+        found = self._ranked(c, match_e, parts, limit, fsql, fargs, check_parts=True, prefilter=not whole)
         if common:
             # Rows matching a common term too: their full score (E first: FTS5 steps through
             # the short essential lists and seeks in the long common ones).
             match_ec = f"({match_e}) AND ({fts_or_query(common)})"
-            both = self._ranked(c, match_ec, parts, limit, fsql, fargs, check_parts=whole)
+            both = self._ranked(c, match_ec, parts, limit, fsql, fargs, check_parts=True, prefilter=not whole)
             seen = {r[0] for r in both}
             found = both + [r for r in found if r[0] not in seen]
             found.sort(key=lambda r: r[2])
