@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast, overload
 
 import numpy as np
 
@@ -583,8 +583,8 @@ class AsyncMemory:
     async def _put_groups(
         self, groups: builtins.list[builtins.list[Fact]], vectors: Matrix | None
     ) -> builtins.list[builtins.list[tuple[Fact, bool]]]:
-        if isinstance(self.facts, GroupWritable):  # one transaction
-            return await self.facts.put_fact_groups(groups, vectors, actor="api")
+        if hasattr(self.facts, "put_fact_groups"):  # GroupWritable: one transaction
+            return await cast(GroupWritable, self.facts).put_fact_groups(groups, vectors, actor="api")
         out, start = [], 0  # one put_facts per group: the same rows, a transaction each
         for g in groups:
             out.append(await self.facts.put_facts(g, None if vectors is None else vectors[start : start + len(g)]))
