@@ -60,7 +60,7 @@ from memlane.stores.sqlite.fts import partition_token
 from memlane.stores.sqlite.keyword import KeywordIndex
 from memlane.stores.sqlite.vector import VectorIndex
 from memlane.stores.sqlite.vector_cache import CachedIndex as _CachedIndex
-from memlane.stores.sqlite.vector_cache import VectorCaches
+from memlane.stores.sqlite.vector_cache import VectorCaches, prewarm_usearch
 
 log = logging.getLogger("memlane")
 
@@ -214,6 +214,7 @@ class SqliteFactStore:
         self._vectors: VectorCaches | None = None
         #: vectors read from ``facts.embedding`` BLOBs into the caches (a sidecar avoids them)
         self.vector_blob_rows = 0
+        prewarm_usearch(self._db.path)
         if not isinstance(db, Database):
             self._load_meta(self._db.connection())
 

@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import secrets
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,6 +52,25 @@ log = logging.getLogger("memlane")
 MAGIC = b"MLVEC01\n"
 FORMAT = 1
 _ALIGN = 64
+
+
+_prewarm_lock = threading.Lock()
+_prewarmed = False
+
+
+def prewarm_usearch(db_path: str) -> None:
+    """Import usearch on a daemon thread when the database has graph sidecars: its import costs
+    ~0.15 s (urllib, tqdm), which the first search would otherwise wait for."""
+    global _prewarmed
+    if _prewarmed or "usearch.index" in sys.modules or db_path == ":memory:":
+        return
+    with contextlib.suppress(OSError):
+        if not any(Path(db_path + ".vectors").glob("*.usearch")):
+            return
+        with _prewarm_lock:
+            if not _prewarmed:
+                _prewarmed = True
+                threading.Thread(target=load_usearch, name="memlane-usearch-import", daemon=True).start()
 
 
 class CachedIndex:
