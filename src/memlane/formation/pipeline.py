@@ -36,6 +36,7 @@ from memlane.formation.schemas import (
     ExistingFact,
     ExtractedFact,
     ExtractionInput,
+    ExtractionReport,
     ProfileInput,
     ReflectionInput,
     ScopeMemory,
@@ -213,7 +214,7 @@ class Pipeline:
                 allow_agent_scope=agent_ok,
             )
         )
-        if unread is not None:
+        if unread is not None and isinstance(out, ExtractionReport):
             unread.extend(u for u in out.unread if 0 <= u.index < len(turns))
         # Off the loop: guessing sources by word overlap costs facts x turns.
         return await run_cpu(self._clean_extracted, out.facts, turns, user_ok, agent_ok)

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
-from pydantic.json_schema import SkipJsonSchema
 
 from memlane.models import UtcDatetime
 
@@ -125,8 +124,15 @@ class ExtractionOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     facts: list[ExtractedFact] = Field(default_factory=list, json_schema_extra={"maxItems": MAX_FACTS_PER_CALL})
-    unread: SkipJsonSchema[list[UnreadTurn]] = Field(default_factory=list)
-    """Turns the model could not read (not part of the schema an LLM fills: only the offline model sets it)."""
+
+
+class ExtractionReport(ExtractionOutput):
+    """An extraction that also names the turns it could not read (what the offline model returns).
+
+    A subclass, so :class:`ExtractionOutput` (the schema an LLM fills) keeps its one list field.
+    """
+
+    unread: list[UnreadTurn] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- 2. dedup

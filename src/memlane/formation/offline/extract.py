@@ -29,7 +29,7 @@ from memlane.formation.schemas import (
     MAX_FACT_WORDS,
     ExtractedFact,
     ExtractionInput,
-    ExtractionOutput,
+    ExtractionReport,
     Turn,
     UnreadTurn,
     word_count,
@@ -106,10 +106,10 @@ def _blocked_categories(instructions: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def _extract(inp: ExtractionInput) -> ExtractionOutput:
+def _extract(inp: ExtractionInput) -> ExtractionReport:
     """Facts of a batch: drafts of every turn, named once the whole batch is read (a name said late still counts)."""
     if not (inp.allow_user_scope or inp.allow_agent_scope):
-        return ExtractionOutput()
+        return ExtractionReport()
     scope: Literal["user", "agent"] = "user" if inp.allow_user_scope else "agent"
     blocked = _blocked_categories(inp.instructions) if inp.instructions else frozenset()
     default_user = (inp.user_name or "").strip() or "The user"
@@ -162,7 +162,7 @@ def _extract(inp: ExtractionInput) -> ExtractionOutput:
         # the turns it came from: the pipeline would otherwise guess them by word overlap
         # (facts x turns on the event loop); here it is exact and off the loop
         facts.append(ExtractedFact(content=text, scope=scope, sources=[index]))
-    return ExtractionOutput(facts=_drop_contained(_latest_wins(facts)), unread=unread)
+    return ExtractionReport(facts=_drop_contained(_latest_wins(facts)), unread=unread)
 
 
 def _speaker_key(turn: Turn, default_user: str, labels: dict[str, str]) -> str:

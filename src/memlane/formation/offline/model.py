@@ -20,7 +20,7 @@ from memlane.formation.schemas import (
     DedupInput,
     DedupOutput,
     ExtractionInput,
-    ExtractionOutput,
+    ExtractionReport,
     ProfileInput,
     ProfileOutput,
     ReflectionInput,
@@ -90,7 +90,7 @@ class OfflineModel:
         self.meter.record(self.name, task, usage)
         return out
 
-    async def extract_facts(self, inp: ExtractionInput) -> ExtractionOutput:
+    async def extract_facts(self, inp: ExtractionInput) -> ExtractionReport:
         out = await self._call("extract", _extract, inp)
         if out.unread:
             _log_unread(out.unread, len(inp.conversation))
