@@ -112,7 +112,7 @@ def _dump(path: Path) -> dict[str, Any]:
     return out
 
 
-async def _write(path: Path, embedder: Any, bulk_call: bool, embed: str = "now") -> list[list[str]]:
+async def _write(path: Path | str, embedder: Any, bulk_call: bool, embed: str = "now") -> list[list[tuple[Any, ...]]]:
     first, bulk = _scenario()
     async with AsyncMemory(path, embedder=embedder, sessions="null") as m:
         for b in first:
@@ -130,7 +130,7 @@ async def _write(path: Path, embedder: Any, bulk_call: bool, embed: str = "now")
                     )
                 )  # fmt: skip
         await m.drain_embeddings()
-    return [[f.content for f in batch] for batch in stored]
+    return [[(f.content, f.seq, f.kind, f.author, f.session_id) for f in batch] for batch in stored]
 
 
 @pytest.mark.parametrize("embedder", [None, "hash"])
@@ -160,6 +160,12 @@ async def test_deferred_bulk_stores_the_same_and_every_row_gets_its_vector(tmp_p
     await _write(tmp_path / "add.db", "hash", bulk_call=False)
     await _write(tmp_path / "bulk.db", "hash", bulk_call=True, embed="low")
     assert _dump(tmp_path / "add.db") == _dump(tmp_path / "bulk.db")
+
+
+async def test_add_many_on_postgresql(tmp_path: Path, pg_url: str) -> None:
+    """PostgreSQL has no ``put_fact_groups``: one ``put_facts`` per batch, the same facts."""
+    expected = await _write(tmp_path / "add.db", "hash", bulk_call=False)
+    assert await _write(pg_url, "hash", bulk_call=True) == expected
 
 
 def test_neighbour_context_is_the_sessions_valid_neighbours(tmp_path: Path) -> None:
