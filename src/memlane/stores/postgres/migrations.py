@@ -13,6 +13,42 @@ the event date in words (B) and the neighbouring turns of the session (C), under
 
 from __future__ import annotations
 
+# retrieval.text.keyword_text in PL/pgSQL (for migration 0003): NFKC, ß as ss, every run of
+# CJK characters (the same ranges as retrieval.text._CJK_RUN) as " c1 c1c2 c2 c2c3 ... cn ".
+_KEYWORD_TEXT_FUNCTION = r"""CREATE FUNCTION pg_temp.memlane_keyword_text(t text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $f$
+DECLARE
+    s text;
+    out text := '';
+    run text := '';
+    ch text;
+    n int;
+BEGIN
+    IF t IS NULL OR octet_length(t) = char_length(t) THEN
+        RETURN t;
+    END IF;
+    s := replace(replace(normalize(t, NFKC), 'ß', 'ss'), 'ẞ', 'SS');
+    n := char_length(s);
+    FOR i IN 1 .. n + 1 LOOP
+        ch := CASE WHEN i <= n THEN substr(s, i, 1) ELSE '' END;
+        IF ch <> '' AND ch ~ '[々㐀-䶿一-鿿豈-﫿𠀀-𱍏ぁ-ゟァ-ヺー-ヿㇰ-ㇿ가-힯ᄀ-ᇿㄱ-ㆎ]' THEN
+            run := run || ch;
+        ELSE
+            IF run <> '' THEN
+                out := out || ' ';
+                FOR j IN 1 .. char_length(run) - 1 LOOP
+                    out := out || substr(run, j, 1) || ' ' || substr(run, j, 2) || ' ';
+                END LOOP;
+                out := out || substr(run, char_length(run), 1) || ' ';
+                run := '';
+            END IF;
+            out := out || ch;
+        END IF;
+    END LOOP;
+    RETURN out;
+END
+$f$"""
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     (
         "0001_core",
@@ -208,6 +244,20 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             # reflections written in the same microsecond keep their order.
             "ALTER TABLE history ADD COLUMN rowid BIGSERIAL",
             "ALTER TABLE reflections ADD COLUMN rowid BIGSERIAL",
+        ],
+    ),
+    (
+        # Chinese / Japanese / Korean text findable by keyword: search_text and ctx hold
+        # retrieval.text.keyword_text of the texts (CJK runs as characters and character pairs,
+        # NFKC, ß as ss); rows written before held the raw texts. The function below is that
+        # transformation in PL/pgSQL (tests/test_multilingual.py compares the two), used once.
+        "0003_cjk_keyword_text",
+        [
+            _KEYWORD_TEXT_FUNCTION,
+            "UPDATE facts SET search_text = pg_temp.memlane_keyword_text(search_text),"
+            " ctx = pg_temp.memlane_keyword_text(ctx)"
+            " WHERE octet_length(search_text) <> char_length(search_text) OR octet_length(ctx) <> char_length(ctx)",
+            "DROP FUNCTION pg_temp.memlane_keyword_text(text)",
         ],
     ),
 ]

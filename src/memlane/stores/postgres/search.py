@@ -31,6 +31,7 @@ import numpy as np
 from memlane.documents import DOCUMENT_THRESHOLD_CHARS
 from memlane.errors import ConfigError, DimensionMismatchError
 from memlane.retrieval.context import CONTEXT_RADIUS, affected_range, neighbour_context
+from memlane.retrieval.text import keyword_text
 from memlane.stores.base import Candidate, FactFilter, PartitionFilter, Vector
 from memlane.stores.postgres.rows import Conn, dec, enc, filter_sql, resolve_partitions
 
@@ -310,7 +311,7 @@ class PgSearchMixin:
         for rowid, seq, _, valid, old in rows:
             if not lo <= seq <= hi:
                 continue
-            ctx = neighbour_context(by_seq, seq) if valid else ""
+            ctx = keyword_text(neighbour_context(by_seq, seq)) if valid else ""
             if ctx != old:
                 changes.append((ctx, rowid))
         if changes:
