@@ -531,7 +531,7 @@ def _global_options(p: argparse.ArgumentParser, settings: MemlaneSettings, *, de
     )
     p.add_argument(
         "--embedder", default=d(m.embedder),
-        help="auto | local | local:/path | hash | openai:MODEL | gemini:MODEL | none "
+        help="auto | local | local:/path | e5 (multilingual) | hash | openai:MODEL | gemini:MODEL | none "
         f"(default: {esc(m.embedder)})",
     )  # fmt: skip
     p.add_argument(
