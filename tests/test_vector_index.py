@@ -154,6 +154,7 @@ async def test_sidecar_reused_by_a_second_store(tmp_path: Path) -> None:
     b = await open_store(db)
     after = [await search(b, q) for q in queries]
     assert b.vector_blob_rows == 0  # memory-mapped, no BLOB read
+    assert b.vector_caches.wait_idle(60)  # the graph file is mapped on the builder thread
     cached = b._cache[PART]
     assert len(cached.index) == n and cached.index.base_rows == n and cached.index.ann_n == n
     assert after == before

@@ -990,10 +990,12 @@ class SqliteFactStore:
         found = self.vector_caches.load(part, self.dim, changes, same_row, exact_max=self.exact_max)
         if found is None:
             return None
-        index, stamp = found
+        index, stamp, graph = found
         cached = _CachedIndex(index, stamp.appends, changes, stamp.max_rowid, generation, embedded=stamp.embedded)
         cached.last_id = stamp.last_id
         cached.persisted_n = cached.requested_n = len(index)
+        if graph is not None:  # mapped on the builder thread: this search does not wait for usearch
+            self.vector_caches.attach_later(part, cached, graph)
         return cached
 
     def _index_for(self, c: sqlite3.Connection, part: str) -> _CachedIndex | None:

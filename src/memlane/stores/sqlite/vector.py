@@ -42,7 +42,7 @@ def load_usearch() -> Any | None:
 #: Graph parameters (measured in bench/vector_ann.py): candidates proposed per search and
 #: the graph's search breadth (usearch ``expansion_search``, HNSW "ef").
 ANN_CANDIDATES = 64
-ANN_EXPANSION = 64
+ANN_EXPANSION = 128
 
 
 class _Codes:
@@ -130,11 +130,15 @@ class VectorIndex:
         session_codes: npt.NDArray[np.int32],
         kind_names: list[str | None],
         kind_codes: npt.NDArray[np.int32],
+        bits: npt.NDArray[np.uint64] | None = None,
         **kwargs: Any,
     ) -> VectorIndex:
         """An index whose first rows are given arrays (e.g. memory-mapped from a sidecar):
-        ``key_blob[key_offsets[i]:key_offsets[i + 1]]`` is row ``i``'s key in UTF-8."""
+        ``key_blob[key_offsets[i]:key_offsets[i + 1]]`` is row ``i``'s key in UTF-8; ``bits``:
+        the rows' sign bits (:meth:`sign_bits`), else computed on first use."""
         ix = cls(dim, **kwargs)
+        if bits is not None and bits.shape[0] == matrix.shape[0]:
+            ix._bits, ix._bits_n = bits, int(bits.shape[0])
         n = int(matrix.shape[0])
         ix._base, ix._base_n, ix._n = matrix, n, n
         ix._base_keys = (key_blob, key_offsets)
@@ -262,6 +266,10 @@ class VectorIndex:
         if self._pos is None:
             self._pos = {self.key(i): i for i in range(self._n)}
         return self._pos
+
+    def sign_bits(self, n: int) -> npt.NDArray[np.uint64]:
+        """Sign bits of rows [0, n) (``(dim + 63) // 64`` words per row)."""
+        return self._packed()[:n]
 
     def _packed(self) -> npt.NDArray[np.uint64]:
         if self._bits is None or self._bits_n != self._n:

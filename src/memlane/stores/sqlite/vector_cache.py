@@ -160,6 +160,7 @@ class Sidecars:
                 ("key_blob", np.frombuffer(blob, dtype=np.uint8)),
                 ("session_codes", scodes.astype(np.int32)),
                 ("kind_codes", kcodes.astype(np.int32)),
+                ("sign_bits", np.ascontiguousarray(index.sign_bits(n))),
             ]
             header: dict[str, Any] = {
                 "format": FORMAT,
@@ -230,11 +231,11 @@ class Sidecars:
         dim: int,
         changes: int,
         same_row: Callable[[int, str | None], bool],
-        usearch: Any | None,
         **index_kwargs: Any,
-    ) -> tuple[VectorIndex, Stamp] | None:
-        """The partition's index memory-mapped from its sidecar, or None (missing, stale,
-        damaged). ``same_row(max_rowid, last_id)`` checks the recorded last row in the database."""
+    ) -> tuple[VectorIndex, Stamp, tuple[Path, int] | None] | None:
+        """The partition's index memory-mapped from its sidecar and its graph file (path, rows),
+        or None (missing, stale, damaged). ``same_row(max_rowid, last_id)`` checks the recorded
+        last row in the database."""
         key = partition_file_key(part)
         path = self._vec(key)
         try:
@@ -282,21 +283,26 @@ class Sidecars:
             blob = arr("key_blob", np.uint8, (int(sec["key_blob"][1]),))
             scodes: npt.NDArray[np.int32] = np.asarray(arr("session_codes", np.int32, (n,)))
             kcodes: npt.NDArray[np.int32] = np.asarray(arr("kind_codes", np.int32, (n,)))
+            bits = arr("sign_bits", np.uint64, (n, (dim + 63) // 64)) if "sign_bits" in sec else None
         except (OSError, ValueError, KeyError, TypeError):
             return None
         index = VectorIndex.from_arrays(
-            dim, matrix, blob, offsets, header["sessions"], scodes, header["kinds"], kcodes, **index_kwargs
+            dim, matrix, blob, offsets, header["sessions"], scodes, header["kinds"], kcodes, bits, **index_kwargs
         )
         ann_info = header.get("ann")
-        if ann_info and usearch is not None:
-            ann_path = self.dir / ann_info["file"]
-            try:
-                ann = usearch.Index.restore(str(ann_path), view=True)
-                if ann is not None and len(ann) == int(ann_info["rows"]) and ann.ndim == dim:
-                    index.attach_ann(ann, int(ann_info["rows"]))
-            except Exception as exc:  # a damaged graph file: search without it, rebuild later
-                log.debug("memlane: vector graph sidecar unreadable: %s", exc)
-        return index, stamp
+        graph = (self.dir / ann_info["file"], int(ann_info["rows"])) if ann_info else None
+        return index, stamp, graph
+
+    @staticmethod
+    def open_graph(path: Path, rows: int, dim: int, usearch: Any) -> Any | None:
+        """A graph sidecar memory-mapped (None when it is missing, damaged or not the expected one)."""
+        try:
+            ann = usearch.Index.restore(str(path), view=True)
+            if ann is not None and len(ann) == rows and ann.ndim == dim:
+                return ann
+        except Exception as exc:  # a damaged graph file: search without it (rebuilt later)
+            log.debug("memlane: vector graph sidecar unreadable: %s", exc)
+        return None
 
 
 class VectorCaches:
@@ -323,14 +329,16 @@ class VectorCaches:
         use_ann: bool = True,
     ) -> None:
         self.sidecars = Sidecars(path) if path else None
-        self.usearch = load_usearch() if use_ann else None
+        self._use_ann = use_ann
+        self._usearch: Any | None = None
+        self._usearch_loaded = False
         self.ann_min = ann_min
         self.sidecar_min = sidecar_min
         self.rebuild_fraction = rebuild_fraction
         self.min_tail = min_tail
         self._current = current
         self._cond = threading.Condition()
-        self._jobs: dict[str, CachedIndex] = {}
+        self._jobs: dict[str, tuple[CachedIndex, tuple[Path, int] | None, bool]] = {}
         self._busy = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -339,19 +347,35 @@ class VectorCaches:
 
     def load(
         self, part: str, dim: int, changes: int, same_row: Callable[[int, str | None], bool], **index_kwargs: Any
-    ) -> tuple[VectorIndex, Stamp] | None:
+    ) -> tuple[VectorIndex, Stamp, tuple[Path, int] | None] | None:
+        """The partition's sidecar (see :meth:`Sidecars.load`); pass its graph to
+        :meth:`attach_later` once the index is cached."""
         if self.sidecars is None:
             return None
-        return self.sidecars.load(part, dim, changes, same_row, self.usearch, **index_kwargs)
+        return self.sidecars.load(part, dim, changes, same_row, **index_kwargs)
+
+    def attach_later(self, part: str, cached: CachedIndex, graph: tuple[Path, int]) -> None:
+        """Memory-map the graph file into ``cached`` on the builder thread (importing usearch
+        takes ~0.15 s; searches use the sign-bit path of the sidecar meanwhile)."""
+        if self._use_ann and not self._closed:
+            self._submit(part, cached, graph, build=False)
 
     def drop(self, part: str) -> None:
         if self.sidecars is not None:
             self.sidecars.drop(part)
 
+    @property
+    def usearch(self) -> Any | None:
+        """The usearch module (imported on first use), or None."""
+        if not self._usearch_loaded:
+            self._usearch = load_usearch() if self._use_ann else None
+            self._usearch_loaded = True
+        return self._usearch
+
     # ------------------------------------------------------------------ builder
     def _due(self, cached: CachedIndex) -> bool:
         n = len(cached.index)
-        wants_ann = self.usearch is not None and n >= self.ann_min
+        wants_ann = self._use_ann and n >= self.ann_min and self.usearch is not None
         wants_file = self.sidecars is not None and n >= self.sidecar_min
         if not (wants_ann or wants_file):
             return False
@@ -366,8 +390,14 @@ class VectorCaches:
         if self._closed or not self._due(cached):
             return
         cached.requested_n = len(cached.index)
+        self._submit(part, cached, None, build=True)
+
+    def _submit(self, part: str, cached: CachedIndex, graph: tuple[Path, int] | None, *, build: bool) -> None:
         with self._cond:
-            self._jobs[part] = cached
+            prev = self._jobs.get(part)
+            if prev is not None and prev[0] is cached:  # merge with the queued job
+                graph, build = graph or prev[1], build or prev[2]
+            self._jobs[part] = (cached, graph, build)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="memlane-vector-builder", daemon=True)
                 self._thread.start()
@@ -396,11 +426,14 @@ class VectorCaches:
                     self._busy = False
                     self._cond.notify_all()
                     return
-                part, cached = next(iter(self._jobs.items()))
+                part, (cached, graph, build) = next(iter(self._jobs.items()))
                 del self._jobs[part]
                 self._busy = True
             try:
-                self._build(part, cached)
+                if graph is not None:
+                    self._attach(cached, graph)
+                if build:
+                    self._build(part, cached)
             except Exception:  # never let a cache refresh kill the thread
                 if not self._closed:  # (closing cancels a graph build: usearch raises)
                     log.exception("memlane: vector cache build failed")
@@ -408,6 +441,17 @@ class VectorCaches:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+
+    def _attach(self, cached: CachedIndex, graph: tuple[Path, int]) -> None:
+        usearch = self.usearch
+        if usearch is None or self._closed:
+            return
+        ann = Sidecars.open_graph(graph[0], graph[1], cached.index.dim, usearch)
+        if ann is None:
+            return
+        with cached.lock:
+            if cached.index.ann is None and graph[1] <= len(cached.index):
+                cached.index.attach_ann(ann, graph[1])
 
     def _still(self, part: str, changes: int, generation: str | None) -> bool:
         now = self._current(part)
