@@ -262,7 +262,10 @@ async def test_a_mixed_turn_is_read_in_english_and_reported_for_the_rest() -> No
         ("私は東京に住んでいます", "ja"), ("저는 서울에 살아요", "ko"), ("Je suis végétarien.", "fr"),
         ("Yo vivo en Madrid con mi familia.", "es"), ("Eu moro em Lisboa.", "pt"), ("Ik woon in Amsterdam.", "nl"),
         ("Я живу в Москве", "ru"), ("I live in Lisbon.", "en"), ("My son José lives in Madrid.", "en"),
-        ("I love Die Hard.", "en"), ("We moved to Porto.", "en"), ("Danke!", None), ("ok", None), ("🙂", None),
+        ("I love Die Hard.", "en"),
+        ("Je me suis marié en juin.", "fr"),
+        ("Me llamo Juan y vivo en Madrid.", "es"),
+        ("We moved to Porto.", "en"), ("Danke!", None), ("ok", None), ("🙂", None),
     ],
 )  # fmt: skip
 async def test_language_guess(text: str, lang: str | None) -> None:

@@ -102,8 +102,15 @@ def _script(text: str) -> str | None:
     return None
 
 
+# English first person, case kept (Italian "i" is an article; "me", "we" are Spanish, French, Dutch words):
+# an ASCII sentence with one is English.
+_ENGLISH_FIRST_PERSON = re.compile(r"\b(?:I|[Mm]y|[Oo]ur)\b")
+
+
 def _language(text: str) -> str | None:
     """``"en"``, another language's code, or ``None`` (cannot tell)."""
+    if text.isascii() and _ENGLISH_FIRST_PERSON.search(text):
+        return "en"  # the common case, decided without scoring
     script = _script(text)
     if script is not None:
         return script
