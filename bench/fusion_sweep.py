@@ -4,7 +4,7 @@
 ``memlane bench locomo --bench-db FILE`` wrote), then records for every question its keyword
 list (the engine's own ``Searcher.keyword``: BM25 + author boost, 200 deep), its query vector,
 and every memory's vector. ``sweep`` then runs the real :func:`memlane.retrieval.hybrid.fuse`
-(plus the vector-side Rocchio feedback of ``RetrievalConfig``) over those lists for each
+(and optionally Rocchio feedback on the query vector) over those lists for each
 configuration and prints R@1/5/10 on the tune split (conv-26/30/41), the check split
 (conv-42/43/44) and all six. The final figures in docs/retrieval.md come from the real engine
 (``memlane bench locomo``); this script is for ranking candidates quickly.
@@ -32,7 +32,6 @@ import numpy as np
 from memlane.evaluation.locomo import CHECK, KS, TUNE, ingest, load
 from memlane.memory import AsyncMemory
 from memlane.models import Candidate
-from memlane.retrieval import hybrid
 from memlane.retrieval.hybrid import RetrievalConfig, fuse
 
 DEEP = 200
@@ -82,7 +81,11 @@ async def capture(data: str, db: str, out: str, embedder: str) -> None:
         pickle.dump(res, f)
 
 
-def run_config(convs: dict[str, Conv], cfg: RetrievalConfig, names: Iterable[str]) -> dict[str, float]:
+def run_config(
+    convs: dict[str, Conv], cfg: RetrievalConfig, names: Iterable[str], rocchio: tuple[int, float] | None = None
+) -> dict[str, float]:
+    """R@1/5/10 of one configuration; ``rocchio=(k, beta)`` moves each query vector towards
+    the mean vector of its top ``k`` keyword hits (weight ``beta``) before the vector search."""
     sums = {k: 0.0 for k in KS}
     n = 0
     for name in names:
@@ -94,9 +97,11 @@ def run_config(convs: dict[str, Conv], cfg: RetrievalConfig, names: Iterable[str
             vecs: list[list[Candidate]] = []
             if cfg.vector_weight > 0:
                 qv = q["qvec"]
-                if cfg.feedback_depth > 0 and cfg.feedback_weight > 0:
-                    top = [c.mat[pos[fid]] for fid, _ in q["kw"][: cfg.feedback_depth] if fid in pos]
-                    qv = hybrid.rocchio(qv, np.asarray(top), cfg.feedback_weight)
+                if rocchio:
+                    top = [c.mat[pos[fid]] for fid, _ in q["kw"][: rocchio[0]] if fid in pos]
+                    if top:
+                        qv = qv + rocchio[1] * np.mean(top, axis=0)
+                        qv = qv / np.linalg.norm(qv)
                 cos = c.mat @ qv
                 order = np.argsort(-cos)[:depth]
                 vecs = [[Candidate(c.ids[i], float(cos[i])) for i in order]]
@@ -109,12 +114,50 @@ def run_config(convs: dict[str, Conv], cfg: RetrievalConfig, names: Iterable[str
     return {f"r@{k}": sums[k] / n for k in KS}
 
 
-def table_row(label: str, convs: dict[str, Conv], cfg: RetrievalConfig) -> str:
+def table_row(
+    label: str, convs: dict[str, Conv], cfg: RetrievalConfig, rocchio: tuple[int, float] | None = None
+) -> str:
     cells = []
     for names in (TUNE, CHECK, tuple(convs)):
-        r = run_config(convs, cfg, names)
+        r = run_config(convs, cfg, names, rocchio)
         cells.append(" / ".join(f"{r[f'r@{k}']:.3f}" for k in KS))
     return f"| {label} | " + " | ".join(cells) + " |"
+
+
+RRF: dict[str, Any] = {"fusion": "rrf", "vector_weight": 0.1, "vector_margin": None}
+BLEND: dict[str, Any] = {"fusion": "blend"}
+#: The levers measured for docs/retrieval.md (label -> RetrievalConfig kwargs, Rocchio or None).
+LEVERS: dict[str, tuple[dict[str, Any], tuple[int, float] | None]] = {
+    "keyword only": ({"vector_weight": 0}, None),
+    "vectors only": ({"keyword_weight": 0}, None),
+    "old default: RRF, vector weight 0.1, depth 20, hard cut-off 0.3": (RRF, None),
+    "RRF, vector weight 0.3": ({**RRF, "vector_weight": 0.3}, None),
+    "score fusion (kw/max + 0.2 cos), depth 50": ({"fusion": "score", "vector_weight": 0.2, "depth": 50}, None),
+    "blend, keyword /max, calibrated cos, w 0.5": ({**BLEND, "keyword_norm": "max", "vector_weight": 0.5}, None),
+    "blend, keyword /max, raw cos, w 0.5": (
+        {**BLEND, "keyword_norm": "max", "vector_norm": "raw", "vector_weight": 0.5},
+        None,
+    ),
+    "blend, keyword z-score, cos z-score, w 0.3": (
+        {**BLEND, "keyword_norm": "zscore", "vector_norm": "zscore", "vector_weight": 0.3},
+        None,
+    ),
+    "blend, keyword saturate(20), calibrated cos, w 0.1": (
+        {**BLEND, "keyword_norm": "saturate", "vector_weight": 0.1},
+        None,
+    ),
+    "blend, min-max, min-max cos, w 0.2": ({**BLEND, "vector_norm": "minmax", "vector_weight": 0.2}, None),
+    "blend, min-max, calibrated cos, w 0.5": ({**BLEND, "vector_weight": 0.5}, None),
+    "blend, min-max, calibrated cos, w 2.0": ({**BLEND, "vector_weight": 2.0}, None),
+    "blend, min-max, calibrated cos, w 1.0, depth 10": ({**BLEND, "depth": 10}, None),
+    "blend, min-max, calibrated cos, w 1.0, depth 30": ({**BLEND, "depth": 30}, None),
+    "blend, min-max, calibrated cos (floor 0.25), w 1.0": ({**BLEND, "vector_floor": 0.25}, None),
+    "blend, hard cut-off 0.3 (no soft floor)": ({**BLEND, "vector_margin": None}, None),
+    "blend, no cosine floor at all": ({**BLEND, "min_vector_score": None}, None),
+    "blend + Rocchio (top 3 keyword hits, beta 1.0)": (BLEND, (3, 1.0)),
+    "blend + Rocchio (top 5 keyword hits, beta 0.5)": (BLEND, (5, 0.5)),
+    "new default: blend, min-max, calibrated cos (floor 0.3), w 1.0, depth 20, soft floor": ({}, None),
+}
 
 
 def main() -> None:
@@ -127,20 +170,20 @@ def main() -> None:
     c.add_argument("--embedder", default="local")
     s = sub.add_parser("sweep")
     s.add_argument("--capture", required=True)
-    s.add_argument("--configs", help="JSON file: {label: RetrievalConfig kwargs}")
+    s.add_argument("--configs", help="JSON file {label: RetrievalConfig kwargs} (default: the levers table)")
     a = p.parse_args()
     if a.cmd == "capture":
         asyncio.run(capture(a.data, a.db, a.out, a.embedder))
         return
     with open(a.capture, "rb") as f:
         convs = pickle.load(f)
-    configs: dict[str, dict[str, Any]] = (
-        json.loads(Path(a.configs).read_text()) if a.configs else {"keyword only": {"vector_weight": 0}, "default": {}}
-    )
+    levers = LEVERS
+    if a.configs:
+        levers = {k: (v, None) for k, v in json.loads(Path(a.configs).read_text()).items()}
     print("| configuration | tune R@1 / R@5 / R@10 | check R@1 / R@5 / R@10 | all R@1 / R@5 / R@10 |")
     print("|---|---|---|---|")
-    for label, kwargs in configs.items():
-        print(table_row(label, convs, RetrievalConfig(**kwargs)), flush=True)
+    for label, (kwargs, rocchio) in levers.items():
+        print(table_row(label, convs, RetrievalConfig(**kwargs), rocchio), flush=True)
 
 
 if __name__ == "__main__":

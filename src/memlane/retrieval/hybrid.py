@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from memlane.models import Candidate
-from memlane.providers.embed.base import Matrix
 from memlane.retrieval.fusion import RRF_K, Fused, rrf
 
 #: At most this many queries run per search (Eden's ``search_facts`` takes up to 3).
@@ -19,62 +17,75 @@ MAX_QUERIES = 3
 class RetrievalConfig(BaseModel):
     """How search fuses keyword and vector candidates.
 
-    The defaults are the ones measured best on the LoCoMo dev split (docs/benchmarks.md):
-    keyword lists dominate, vectors add a down-weighted vote, fusion looks at the top
-    ``depth`` of each list; vector candidates under cosine 0.3 are dropped. :meth:`eden`
-    gives Eden's production thresholds.
+    The defaults are the ones measured best on the LoCoMo dev split (tuned on conv-26/30/41,
+    checked on conv-42/43/44; docs/retrieval.md): normalised score fusion (``blend``) of the top
+    ``depth`` of each list, the keyword list min-max scaled, the cosine calibrated so that
+    ``vector_floor`` counts as nothing, with equal weights; vector candidates under cosine 0.3
+    are dropped unless they are within ``vector_margin`` of that floor and of the query's best
+    cosine (a soft floor). :meth:`eden` gives Eden's production thresholds (with RRF).
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    fusion: Literal["rrf", "score", "blend"] = "rrf"
-    """``rrf``: weighted Reciprocal Rank Fusion. ``score``: keyword score divided by the best
-    keyword score, plus ``vector_weight`` times the cosine (a keyword candidate missing from
-    the vector list gets that list's lowest cosine)."""
+    fusion: Literal["rrf", "score", "blend"] = "blend"
+    """``blend``: ``keyword_weight * norm(bm25) + vector_weight * norm(cosine)`` with the
+    normalisations ``keyword_norm`` and ``vector_norm``. ``rrf``: weighted Reciprocal Rank
+    Fusion (the default before issue 11). ``score``: keyword score divided by the best keyword
+    score, plus ``vector_weight`` times the raw cosine. In ``blend`` and ``score`` a keyword
+    candidate missing from the vector list gets that list's lowest cosine."""
     rrf_k: int = RRF_K
     """The RRF constant k."""
     keyword_weight: float = 1.0
-    """Weight of keyword lists in RRF."""
-    vector_weight: float = 0.1
-    """Weight of vector lists (0 disables vector search)."""
+    """Weight of keyword lists (0 leaves them out of fusion)."""
+    vector_weight: float = 1.0
+    """Weight of vector lists (0 disables vector search). With ``rrf``, 0.1 was measured best."""
     depth: int = 20
     """How many candidates of each list take part in fusion (at least ``top_k``)."""
     min_vector_score: float | None = 0.3
-    """Drop vector candidates below this cosine similarity. 0.3 keeps unrelated memories out
-    of results when few keywords match (MiniLM cosines of unrelated sentences sit around
-    0.0-0.25); it cost nothing on LoCoMo. Eden's 0.65 suits larger OpenAI embeddings."""
+    """Drop vector candidates below this cosine similarity (but see ``vector_margin``). 0.3
+    keeps unrelated memories out of results when few keywords match (MiniLM cosines of
+    unrelated sentences sit around 0.0-0.25); it cost nothing on LoCoMo. Eden's 0.65 suits
+    larger OpenAI embeddings. None: keep every vector candidate."""
+    vector_margin: float | None = 0.05
+    """Soft floor: a vector candidate under ``min_vector_score`` is still kept when its cosine
+    is at least ``min_vector_score - vector_margin`` and within ``vector_margin`` of the query's
+    best cosine, so a query's best semantic match is not lost at 0.2999 ("pets" -> "Alice's
+    cat is called Miso"). None: a hard cut-off at ``min_vector_score``."""
     min_keyword_score: float | None = None
     """Drop keyword candidates below this (negated BM25) score."""
     min_rrf_score: float | None = None
-    """Drop fused results below this RRF score."""
+    """Drop fused results below this fused score (an RRF score with ``fusion="rrf"``)."""
     author_boost: float = 2.0
     """Keyword score multiplier for memories by an author the query names."""
-    keyword_norm: Literal["max", "minmax", "zscore", "saturate"] = "max"
-    """``fusion="blend"``: how a keyword list's BM25 scores become 0-1 values. ``max``: score /
-    best score; ``minmax``: (score - worst) / (best - worst); ``zscore``: standard scores of the
-    list; ``saturate``: score / (score + ``keyword_saturation``), the same scale for every query,
-    so a list whose best match is weak stays weak."""
-    keyword_saturation: float = 5.0
+    keyword_norm: Literal["minmax", "max", "zscore", "saturate"] = "minmax"
+    """``blend``: how one list's BM25 scores become values. ``minmax``: (score - lowest) /
+    (best - lowest) over the top ``depth`` (1.0 when all are equal), so the weakest keyword
+    match of the list counts as nothing and a good semantic match can outrank it; ``max``:
+    score / best; ``zscore``: standard scores within the list; ``saturate``: score / (score +
+    ``keyword_saturation``), one scale for every query."""
+    keyword_saturation: float = 20.0
     """``keyword_norm="saturate"``: the BM25 score that maps to 0.5."""
-    vector_norm: Literal["raw", "calibrated", "minmax", "zscore"] = "calibrated"
-    """``fusion="blend"``: how cosines become values. ``calibrated``: (cos - ``vector_floor``) /
+    vector_norm: Literal["calibrated", "raw", "minmax", "zscore"] = "calibrated"
+    """``blend``: how cosines become values. ``calibrated``: (cos - ``vector_floor``) /
     (1 - ``vector_floor``), 0 at or under the floor; ``raw``: the cosine; ``minmax`` and
-    ``zscore`` as for keywords."""
-    vector_floor: float = 0.2
-    """``vector_norm="calibrated"``: the cosine that counts as no similarity."""
-    vector_margin: float | None = None
-    """Soft floor: a vector candidate under ``min_vector_score`` is kept when its cosine is within
-    this margin of the query's best cosine (and above ``vector_floor``). None: hard cut-off."""
-    feedback_depth: int = 0
-    """Rocchio feedback: the query vector moves towards the mean vector of this many top keyword
-    hits before vector search (0: off)."""
-    feedback_weight: float = 0.0
-    """Rocchio feedback: weight of that mean against the query vector (1.0)."""
+    ``zscore`` within the list, as for keywords."""
+    vector_floor: float = 0.3
+    """``vector_norm="calibrated"``: the cosine that counts as no similarity (the same 0.3 as
+    ``min_vector_score``: a near-threshold candidate the soft floor keeps is returned, but adds
+    nothing to a keyword match)."""
 
     @classmethod
     def eden(cls) -> RetrievalConfig:
-        """Eden memory v2's production thresholds (semantic 0.65, RRF 0.015)."""
-        return cls(min_vector_score=0.65, min_keyword_score=1.5, min_rrf_score=0.015)
+        """Eden memory v2's production thresholds (semantic 0.65 as a hard cut-off, keyword
+        1.5, RRF 0.015) with weighted RRF, whose scores that last threshold is for."""
+        return cls(
+            fusion="rrf",
+            vector_weight=0.1,
+            min_vector_score=0.65,
+            vector_margin=None,
+            min_keyword_score=1.5,
+            min_rrf_score=0.015,
+        )
 
 
 def fuse(
@@ -99,7 +110,8 @@ def fuse(
     if config.fusion == "score":
         fused = score_fusion(lists, weights, depth=depth)
     elif config.fusion == "blend":
-        fused = blend_fusion(lists, weights, config, depth=depth)
+        raw = {f"vector{i}": [(c.fact_id, c.score) for c in vec] for i, vec in enumerate(vector_lists)}
+        fused = blend_fusion(lists, weights, config, depth=depth, cosines=raw)
     else:
         fused = rrf(lists, weights=weights, k=config.rrf_k, depth=depth)
     if config.min_rrf_score is not None:
@@ -108,15 +120,15 @@ def fuse(
 
 
 def keep_vectors(vec: list[tuple[str, float]], config: RetrievalConfig) -> list[tuple[str, float]]:
-    """The vector candidates that pass ``min_vector_score``, or the soft floor: within
-    ``vector_margin`` of the best cosine and above ``vector_floor``."""
+    """The vector candidates at or above ``min_vector_score``, plus the near-threshold ones the
+    soft floor keeps (within ``vector_margin`` under it and of the best cosine)."""
     floor = config.min_vector_score
     if floor is None or not vec:
         return vec
-    soft = float("inf")
+    soft = floor
     if config.vector_margin is not None:
-        soft = max(max(s for _, s in vec) - config.vector_margin, config.vector_floor)
-    return [(k, s) for k, s in vec if s >= floor or s >= soft]
+        soft = max(floor - config.vector_margin, max(s for _, s in vec) - config.vector_margin)
+    return [(k, s) for k, s in vec if s >= min(floor, soft)]
 
 
 def _normalise(values: list[float], how: str, *, saturation: float = 1.0, floor: float = 0.0) -> list[float]:
@@ -141,45 +153,49 @@ def _normalise(values: list[float], how: str, *, saturation: float = 1.0, floor:
 
 
 def blend_fusion(
-    lists: dict[str, list[tuple[str, float]]], weights: dict[str, float], config: RetrievalConfig, *, depth: int
+    lists: dict[str, list[tuple[str, float]]],
+    weights: dict[str, float],
+    config: RetrievalConfig,
+    *,
+    depth: int,
+    cosines: dict[str, list[tuple[str, float]]] | None = None,
 ) -> list[Fused]:
     """Normalised score fusion: per query, ``keyword_weight * norm(bm25) + vector_weight *
-    norm(cosine)`` (``keyword_norm``, ``vector_norm``); a candidate missing from the vector list
-    gets that list's lowest value, one missing from the keyword list gets 0; queries combine by max."""
+    norm(cosine)`` (``keyword_norm``, ``vector_norm``); queries combine by max.
+
+    The candidates are the top ``depth`` of each (thresholded) list with a positive weight. A
+    keyword candidate's cosine comes from the unfiltered vector list (``cosines``) when it is
+    there at all, else it gets that list's lowest value; a vector candidate missing from the
+    keyword list gets the keyword list's lowest value (0 for ``minmax``).
+    """
     best: dict[str, Fused] = {}
     queries = {name.removeprefix("keyword").removeprefix("vector") for name in lists}
     for q in queries:
-        kw = lists.get(f"keyword{q}", [])[:depth]
-        vec = lists.get(f"vector{q}", [])[:depth]
-        kwn = dict(zip([k for k, _ in kw], _normalise([s for _, s in kw], config.keyword_norm,
-                                                      saturation=config.keyword_saturation), strict=True))  # fmt: skip
-        vn = dict(zip([k for k, _ in vec], _normalise([s for _, s in vec], config.vector_norm,
-                                                      floor=config.vector_floor), strict=True))  # fmt: skip
-        kmiss = min(0.0, *kwn.values()) if kwn else 0.0
-        vmiss = min(vn.values()) if vn else 0.0
         wk = weights.get(f"keyword{q}", 0.0)
         wv = weights.get(f"vector{q}", 0.0)
+        kw = lists.get(f"keyword{q}", [])[:depth] if wk > 0 else []
+        vec = lists.get(f"vector{q}", [])[:depth] if wv > 0 else []
+        allcos = ((cosines or {}).get(f"vector{q}") or vec) if wv > 0 else []
+        kwn = dict(zip([k for k, _ in kw], _normalise([s for _, s in kw], config.keyword_norm,
+                                                      saturation=config.keyword_saturation), strict=True))  # fmt: skip
+        vn = dict(zip([k for k, _ in allcos], _normalise([s for _, s in allcos], config.vector_norm,
+                                                         floor=config.vector_floor), strict=True))  # fmt: skip
+        kmiss = min(0.0, *kwn.values()) if kwn else 0.0
+        vmiss = min(vn.values()) if vn else 0.0
         krank = {k: r for r, (k, _) in enumerate(kw, start=1)}
         vrank = {k: r for r, (k, _) in enumerate(vec, start=1)}
-        kraw, vraw = dict(kw), dict(vec)
+        kraw, vraw = dict(kw), dict(allcos)
         for key in krank.keys() | vrank.keys():
             f = Fused(key, wk * kwn.get(key, kmiss) + wv * vn.get(key, vmiss))
             if key in krank:
                 f.raw["keyword"], f.ranks["keyword"] = kraw[key], krank[key]
+            if key in vraw:
+                f.raw["vector"] = vraw[key]
             if key in vrank:
-                f.raw["vector"], f.ranks["vector"] = vraw[key], vrank[key]
+                f.ranks["vector"] = vrank[key]
             if key not in best or f.score > best[key].score:
                 best[key] = f
     return sorted(best.values(), key=lambda f: (-f.score, min(f.ranks.values()), f.key))
-
-
-def rocchio(query: Matrix, top: Matrix, weight: float) -> Matrix:
-    """Rocchio pseudo-relevance feedback: ``query + weight * mean(top)``, unit length."""
-    if len(top) == 0 or weight <= 0:
-        return query
-    v = np.asarray(query, dtype=np.float32) + weight * np.asarray(top, dtype=np.float32).mean(axis=0)
-    n = float(np.linalg.norm(v))
-    return (v / n).astype(np.float32) if n > 0 else query
 
 
 def score_fusion(lists: dict[str, list[tuple[str, float]]], weights: dict[str, float], *, depth: int) -> list[Fused]:
