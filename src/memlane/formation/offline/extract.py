@@ -179,7 +179,7 @@ def _speaker_key(turn: Turn, default_user: str, labels: dict[str, str]) -> str:
 _WE = re.compile(
     r"\bwe\s+(?=(?:(?:now|currently|recently|just|finally|still|also|all|both)\s+)*(?:live|lived|reside|"
     r"moved|relocated|have\s+(?:been\s+living|lived)|are\s+(?:(?:now|currently|still)\s+)?(?:living|based|located|"
-    r"moving|relocating|married|engaged|expecting)|got\s+(?:married|engaged)|have|own|adopted|rescued|got)\b)",
+    r"moving|relocating|married|engaged)|got\s+(?:married|engaged)|have|own|adopted|rescued|got)\b)",
     _I,
 )
 _WE_ARE = re.compile(r"\bI(\s+(?:(?:now|currently|recently|just|finally|still|also|all|both)\s+)*)are\b", _I)
