@@ -148,6 +148,22 @@ class Report:
     recall: dict[int, float] = field(default_factory=dict)
     hit: dict[int, float] = field(default_factory=dict)
     search_ms: list[float] = field(default_factory=list)
+    per_question: list[tuple[str, dict[int, float]]] = field(default_factory=list)
+    """(conversation, {k: recall@k}) of every question, for per-conversation and split figures."""
+
+    def recall_of(self, conversations: Sequence[str]) -> dict[int, float]:
+        """Mean recall@k over the questions of these conversations (empty when none)."""
+        rows = [r for c, r in self.per_question if c in conversations]
+        return {k: sum(r[k] for r in rows) / len(rows) for k in KS} if rows else {}
+
+    def splits(self) -> dict[str, dict[int, float]]:
+        """recall@k per conversation, and for the dev split's tune / check halves when present."""
+        convs = list(dict.fromkeys(c for c, _ in self.per_question))
+        out = {c: self.recall_of([c]) for c in convs}
+        for name, members in (("tune", TUNE), ("check", CHECK)):
+            if any(c in convs for c in members):
+                out[name] = self.recall_of(members)
+        return out
 
     @property
     def p50(self) -> float:
@@ -165,6 +181,7 @@ class Report:
             **{f"hit@{k}": round(v, 4) for k, v in self.hit.items()},
             "search_p50_ms": round(self.p50, 2),
             "search_p95_ms": round(self.p95, 2),
+            "splits": {name: {f"recall@{k}": round(v, 4) for k, v in r.items()} for name, r in self.splits().items()},
         }
 
 
@@ -225,10 +242,13 @@ async def score(
             got = await search(conv.sample_id, question, max(KS))
             rep.search_ms.append((time.perf_counter() - t) * 1000)
             ev = set(evidence)
+            rec: dict[int, float] = {}
             for k in KS:
                 inter = ev.intersection(got[:k])
-                sums[k] += len(inter) / len(ev)
+                rec[k] = len(inter) / len(ev)
+                sums[k] += rec[k]
                 hits[k] += 1.0 if inter else 0.0
+            rep.per_question.append((conv.sample_id, rec))
             rep.questions += 1
             if progress:
                 progress(1)
