@@ -47,7 +47,7 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--limit", type=int, default=20, help="keyword_search limit (the engine's depth: 20)")
     ap.add_argument("--budget", type=int, default=None, help="KeywordIndex.budget")
     ap.add_argument("--budget-share", type=float, default=None, help="KeywordIndex.budget_share")
-    ap.add_argument("--overfetch", type=int, default=None, help="KeywordIndex.overfetch")
+    ap.add_argument("--split-min-rows", type=int, default=None, help="KeywordIndex.split_min_rows")
     ap.add_argument("--workdir", default="/tmp/memlane-bench")
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--seed", type=int, default=1234)
@@ -125,7 +125,7 @@ async def run_setting(name: str, n_users: int, per_user: int, pool_n: int, n_que
     store = await SqliteFactStore.open(path)
     c = store.database.connection()
     kw: dict[str, Any] = {}
-    for key in ("budget", "budget_share", "overfetch"):
+    for key in ("budget", "budget_share", "split_min_rows"):
         if getattr(a, key) is not None:
             kw[key] = getattr(a, key)
     ki = KeywordIndex(weights=(0.0, 0.0, 1.0, float(store.ctx_weight), float(store.date_weight)), **kw)
@@ -185,7 +185,7 @@ async def run_setting(name: str, n_users: int, per_user: int, pool_n: int, n_que
         "db_mb": round(db_size_mb(path), 1),
         "queries": len(timed),
         "limit": a.limit,
-        "config": {"budget": ki.budget, "budget_share": ki.budget_share, "overfetch": ki.overfetch},
+        "config": {"budget": ki.budget, "budget_share": ki.budget_share, "split_min_rows": ki.split_min_rows},
         "old_exact_ms": sl.summary(old_ms),
         "new_topk_ms": sl.summary(new_ms),
         "speedup_p50": round(float(np.median(old_ms)) / float(np.median(new_ms)), 1),
