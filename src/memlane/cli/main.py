@@ -277,8 +277,7 @@ def _drain_embeddings(m: Memory, *, quiet: bool) -> None:
     """Wait for the background queue to embed what the import stored, with a progress bar.
     Interrupted, nothing is lost: rows without vectors are embedded by the next process that
     runs the queue (``memlane import --embed deferred``, ``drain_embeddings()``)."""
-    first = m.embedding_progress()
-    with Progress(first["queued"], "embed", unit="turn", enabled=not quiet) as bar:
+    with Progress(None, "embed", unit="turn", enabled=not quiet) as bar:  # a batch in flight is not "queued"
         while True:
             p = m.embedding_progress()
             bar.update(p["done"] - bar.n)
