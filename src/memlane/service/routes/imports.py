@@ -25,6 +25,7 @@ from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from memlane import importers
+from memlane.bulk import CHUNK_ROWS, AddBatch
 from memlane.errors import InvalidInputError
 from memlane.service.deps import Caller, Engine, authorize
 
@@ -77,8 +78,10 @@ async def import_turns(body: ImportRequest, memory: Engine, caller: Caller, resp
     if not batches:
         raise InvalidInputError("the body holds no turns")
     events = importers.session_events(batches) if body.form else {}
-    for b in batches:
-        await memory.add(b.messages, user_id=b.user_id, session_id=b.session_id, embed="low")
+    for run in importers.chunks(batches, CHUNK_ROWS):  # bulk: one transaction per ~2,048 turns
+        await memory.add_many(
+            [AddBatch(b.messages, user_id=b.user_id, session_id=b.session_id) for b in run], embed="low"
+        )
     jobs: list[str] = []
     for (user_id, sid), session_events in events.items():
         await memory.sessions.get_or_create_session(user_ids=[user_id], session_id=sid)
