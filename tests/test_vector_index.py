@@ -352,3 +352,31 @@ def test_index_from_arrays_matches_appended_rows() -> None:
             r1, s1 = full.search(q, 5, **flt)  # type: ignore[arg-type]
             r2, s2 = part.search(q, 5, **flt)  # type: ignore[arg-type]
             assert r1.tolist() == r2.tolist() and np.allclose(s1, s2)
+
+
+async def test_sidecar_of_a_purged_partition_is_not_reused(tmp_path: Path) -> None:
+    """A purge restarts the partition's counters; a sidecar that survived it (say, a crash
+    between the commit and the unlink) must not pass for the new partition's."""
+    rng = np.random.default_rng(12)
+    db = tmp_path / "m.db"
+    store = await open_store(db)
+    old = unit(rng, 600)
+    await store.put_facts(make_facts(600), old)
+    await built(store, rng)
+    saved = {p.name: p.read_bytes() for p in sidecar_files(db)}
+    assert saved
+    await store.purge_user(USER)
+    assert sidecar_files(db) == []
+    new = unit(rng, 600)
+    fresh = [f for f, _ in await store.put_facts(make_facts(600, start=1000), new)]
+    await store.close()
+    for name, data in saved.items():  # the survivor: same name, same counters as the new partition
+        (Path(str(db) + ".vectors") / name).write_bytes(data)
+    again = await open_store(db)
+    got = await search(again, old[0])
+    assert again.vector_blob_rows == 600  # the new rows, read from the database
+    assert {g for g, _ in got} <= {f.id for f in fresh}
+    assert (await search(again, new[9]))[0][0] == fresh[9].id
+    blobs = b"".join(p.read_bytes() for p in sidecar_files(db))
+    assert old[0].tobytes() not in blobs  # the survivor was deleted
+    await again.close()
