@@ -45,6 +45,15 @@ ANN_CANDIDATES = 64
 ANN_EXPANSION = 128
 
 
+def sign_bits(matrix: F32) -> npt.NDArray[np.uint64]:
+    """Each row's sign bits, packed into ``(dim + 63) // 64`` words."""
+    words = (matrix.shape[1] + 63) // 64
+    packed = np.packbits(np.asarray(matrix) > 0, axis=1)
+    padded = np.zeros((matrix.shape[0], words * 8), dtype=np.uint8)
+    padded[:, : packed.shape[1]] = packed
+    return padded.view(np.uint64)
+
+
 class _Codes:
     """A growable int32 column of small-vocabulary strings (session ids, kinds)."""
 
@@ -135,7 +144,7 @@ class VectorIndex:
     ) -> VectorIndex:
         """An index whose first rows are given arrays (e.g. memory-mapped from a sidecar):
         ``key_blob[key_offsets[i]:key_offsets[i + 1]]`` is row ``i``'s key in UTF-8; ``bits``:
-        the rows' sign bits (:meth:`sign_bits`), else computed on first use."""
+        the rows' sign bits (:func:`sign_bits`), else computed on first use."""
         ix = cls(dim, **kwargs)
         if bits is not None and bits.shape[0] == matrix.shape[0]:
             ix._bits, ix._bits_n = bits, int(bits.shape[0])
@@ -267,18 +276,11 @@ class VectorIndex:
             self._pos = {self.key(i): i for i in range(self._n)}
         return self._pos
 
-    def sign_bits(self, n: int) -> npt.NDArray[np.uint64]:
-        """Sign bits of rows [0, n) (``(dim + 63) // 64`` words per row)."""
-        return self._packed()[:n]
-
     def _packed(self) -> npt.NDArray[np.uint64]:
         if self._bits is None or self._bits_n != self._n:
             words = (self.dim + 63) // 64
             old = self._bits if self._bits is not None else np.zeros((0, words), dtype=np.uint64)
-            new = np.packbits(self.rows(self._bits_n, self._n) > 0, axis=1)
-            padded = np.zeros((new.shape[0], words * 8), dtype=np.uint8)
-            padded[:, : new.shape[1]] = new
-            self._bits = np.concatenate([old[: self._bits_n], padded.view(np.uint64)])
+            self._bits = np.concatenate([old[: self._bits_n], sign_bits(self.rows(self._bits_n, self._n))])
             self._bits_n = self._n
         return self._bits
 

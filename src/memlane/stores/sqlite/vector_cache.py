@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memlane.stores.sqlite.vector import VectorIndex, build_ann, load_usearch
+from memlane.stores.sqlite.vector import VectorIndex, build_ann, load_usearch, sign_bits
 
 log = logging.getLogger("memlane")
 
@@ -154,13 +154,14 @@ class Sidecars:
                 os.replace(tmp_ann, self.dir / ann_name)
             blob, offsets = index.key_arrays(n)
             snames, scodes, knames, kcodes = index.code_arrays(n)
+            matrix = np.ascontiguousarray(index.rows(0, n), dtype=np.float32)
             sections: list[tuple[str, Any]] = [
-                ("matrix", np.ascontiguousarray(index.rows(0, n), dtype=np.float32)),
+                ("matrix", matrix),
                 ("key_offsets", offsets.astype(np.int64)),
                 ("key_blob", np.frombuffer(blob, dtype=np.uint8)),
                 ("session_codes", scodes.astype(np.int32)),
                 ("kind_codes", kcodes.astype(np.int32)),
-                ("sign_bits", np.ascontiguousarray(index.sign_bits(n))),
+                ("sign_bits", sign_bits(matrix)),  # computed here: the index's own copy is the searches'
             ]
             header: dict[str, Any] = {
                 "format": FORMAT,
@@ -454,7 +455,10 @@ class VectorCaches:
                 cached.index.attach_ann(ann, graph[1])
 
     def _still(self, part: str, changes: int, generation: str | None) -> bool:
-        now = self._current(part)
+        try:
+            now = self._current(part)
+        except Exception:  # the database closed under us: keep nothing on disk
+            return False
         return now is not None and now == (changes, generation)
 
     def _build(self, part: str, cached: CachedIndex) -> None:
