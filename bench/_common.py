@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -39,4 +40,7 @@ def db_size_mb(path: Path) -> float:
 
 def remove_db(path: Path) -> None:
     for p in path.parent.glob(path.name + "*"):
-        p.unlink()
+        if p.is_dir():  # <db>.vectors/: the vector sidecars (stores/sqlite/vector_cache.py)
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink()
