@@ -1,8 +1,9 @@
 """Search orchestration: one scope's hybrid search, from query text to ranked hits.
 
 Data flow: queries (up to 3) -> keyword candidates per query (the store's BM25, then the
-author boost here) and, concurrently, query embeddings -> vector candidates -> weighted RRF
-(:mod:`memlane.retrieval`) -> facts fetched in the scope -> access counts bumped. Filters
+author boost here) and, concurrently, query embeddings -> vector candidates -> fusion
+(:func:`memlane.retrieval.hybrid.fuse`: normalised score blend by default, or weighted RRF)
+-> facts fetched in the scope -> access counts bumped. Filters
 are pushed down into the store's queries, so they cut candidates before ``limit``.
 """
 
