@@ -151,20 +151,30 @@ async def main() -> None:
     ap.add_argument("--workdir", default="/tmp/memlane-bench/vector_ann")
     ap.add_argument("--data", default="../shared/bench/locomo/locomo_dev.json")
     ap.add_argument("--cold-runs", type=int, default=5)
+    ap.add_argument(
+        "--pool",
+        help="rows from this .npy instead (e.g. bench/search_latency.py's cached MiniLM pool of 100,000 "
+        "generated texts: /tmp/memlane-bench/pool-local_all_MiniLM_L6_v2-1234-100000.npy)",
+    )
     ap.add_argument("--out", default="bench/results/vector_ann.json")
     a = ap.parse_args()
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
     turns, questions = await embed_locomo(work, Path(a.data))
-    rows = make_rows(turns, a.rows, seed=0)
+    if a.pool:
+        rows = np.load(a.pool).astype(np.float32)[: a.rows]
+        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+        a.rows = len(rows)
+    else:
+        rows = make_rows(turns, a.rows, seed=0)
     qs = questions[: a.queries]
     np.save(work / "q.npy", qs)
-    db = work / f"vec{a.rows}.db"
+    db = work / f"vec{a.rows}{'-' + Path(a.pool).stem if a.pool else ''}.db"
     if not db.exists():
         await build_db(db, rows)
     for p in sorted(Path(str(db) + ".vectors").glob("*")) if Path(str(db) + ".vectors").exists() else []:
         p.unlink()
-    res: dict[str, Any] = {"rows": a.rows, "queries": len(qs), "dim": int(rows.shape[1])}
+    res: dict[str, Any] = {"rows": a.rows, "queries": len(qs), "dim": int(rows.shape[1]), "pool": a.pool}
 
     log("cold first search, no sidecar (BLOBs) ...")
     res["cold_no_sidecar"] = cold_runs(db, work / "q.npy", 0, a.cold_runs)
