@@ -168,8 +168,10 @@ def test_int8_close_to_fp32(int8: LocalEmbedder, fp32: LocalEmbedder, capsys: py
     # activations are quantised per call (one scale per matrix product, padding included), so a
     # batch is close to, not equal to, one by one (measured min 0.957, for "ok")
     assert cos(batch, single).min() >= 0.95
-    # the int8 vectors still rank like the fp32 ones: each sentence is its own nearest neighbour
-    assert (np.argmax(single @ ref.T, axis=1) == np.arange(len(SENTENCES))).all()
+    # the int8 vectors still rank like the fp32 ones: each sentence's nearest fp32 neighbour is
+    # itself ("" and "   " are the same tokens, hence the same vector)
+    nearest = np.argmax(single @ ref.T, axis=1)
+    assert cos(ref[nearest], ref).min() >= 0.9999
 
 
 def test_name_and_dim_do_not_depend_on_backend(
@@ -328,3 +330,20 @@ def test_closed_onnx_embedder_raises(cache: Path) -> None:
     emb.close()
     with pytest.raises(EmbedderError, match="closed"):
         emb.embed_sync(["closed"])
+
+
+def test_unwritable_cache_builds_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, fp32: LocalEmbedder
+) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv(onnx_build.ENV_CACHE_DIR, str(blocker))  # mkdir fails even for root
+    emb = LocalEmbedder(backend="onnx", threads=1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="memlane"):
+            got = emb.embed_sync(SENTENCES[:3])
+    finally:
+        emb.close()
+    np.testing.assert_allclose(got, fp32.embed_sync(SENTENCES[:3]), atol=2e-5)
+    assert any("building it in memory" in r.getMessage() for r in caplog.records)
+    assert blocker.is_file()

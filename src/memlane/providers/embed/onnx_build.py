@@ -353,12 +353,10 @@ class OnnxEncoder:
         self.path = cache_path(self.weights_sha256, precision, directory)
         self._sessions: dict[int, Any] = {}
         self._lock = threading.Lock()
+        self._in_memory: bytes | None = None  # the serialised graph, when the cache is not writable
 
-    def _fp32_path(self) -> Path:
-        return cache_path(self.weights_sha256, "fp32", self.path.parent)
-
-    def _open(self, path: Path, precision: str, threads: int) -> Any:
-        """An ORT session on ``path``; raises when the file is missing, unreadable or not ours."""
+    def _open(self, path: Path | bytes, precision: str, threads: int) -> Any:
+        """An ORT session on ``path`` (or a serialised model); raises when it is missing, unreadable or not ours."""
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
@@ -369,30 +367,54 @@ class OnnxEncoder:
         opts.log_severity_level = 3  # errors only
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        model = path if isinstance(path, bytes) else str(path)
+        session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         meta = dict(session.get_modelmeta().custom_metadata_map)
         expected = metadata(self.weights_sha256, precision)
         if any(meta.get(k) != v for k, v in expected.items()):
-            raise ValueError(f"{path} was not built for these weights / this precision")
+            raise ValueError(f"{self.path.name} was not built for these weights / this precision")
         return session
 
     def _load_or_build(self, threads: int) -> Any:
-        """Open the cached file; (re)build it when missing or unreadable, then open it."""
+        """Open the cached file; (re)build it when missing or unreadable, then open it.
+
+        When the cache directory cannot be written (a read-only home, say), the graph is
+        built in a temporary directory and kept in memory for this encoder's sessions.
+        """
+        if self._in_memory is not None:
+            return self._open(self._in_memory, self.precision, threads)
         try:
             return self._open(self.path, self.precision, threads)
         except Exception as exc:
             if self.path.exists():
                 log.warning("memlane: rebuilding the ONNX encoder cache %s (%s)", self.path, exc)
+        try:
+            self._build(self.path)
+        except OSError as exc:
+            log.warning(
+                "memlane: cannot write the ONNX encoder cache in %s (%s); building it in memory for this "
+                "process (set $%s to a writable folder)",
+                self.path.parent,
+                exc,
+                ENV_CACHE_DIR,
+            )
+            with tempfile.TemporaryDirectory(prefix="memlane-onnx-") as tmp:
+                private = Path(tmp) / self.path.name
+                self._build(private)
+                self._in_memory = private.read_bytes()
+            return self._open(self._in_memory, self.precision, threads)
+        return self._open(self.path, self.precision, threads)
+
+    def _build(self, path: Path) -> None:
         if self.precision == "int8":
-            fp32 = self._fp32_path()
+            fp32 = cache_path(self.weights_sha256, "fp32", path.parent)
             try:
                 self._open(fp32, "fp32", 1)
             except Exception:
                 self._build_fp32(fp32)
-            write_int8(self.path, fp32, self.weights_sha256)
+            write_int8(path, fp32, self.weights_sha256)
         else:
-            self._build_fp32(self.path)
-        return self._open(self.path, self.precision, threads)
+            self._build_fp32(path)
 
     def _build_fp32(self, path: Path) -> None:
         tensors = _bert.read_safetensors(self.weights_file, skip=("pooler.",))
