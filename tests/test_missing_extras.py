@@ -27,7 +27,8 @@ ADAPTERS = [
 ]
 
 #: Everything a core install lacks: the four frameworks (and what they bring), the optional
-#: extras' packages (tokenizers for MiniLM, httpx for remote providers, tqdm, threadpoolctl).
+#: extras' packages (tokenizers, threadpoolctl, onnx and onnxruntime for MiniLM, httpx for remote
+#: providers, tqdm).
 NOT_IN_CORE = [
     "google.adk",
     "google.genai",
@@ -40,6 +41,8 @@ NOT_IN_CORE = [
     "httpx",
     "tqdm",
     "threadpoolctl",
+    "onnx",
+    "onnxruntime",
 ]
 
 
