@@ -20,29 +20,31 @@ sidecar (:meth:`VectorIndex.from_arrays`), later ones are appended in memory.
 
 from __future__ import annotations
 
-import importlib
 import math
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from memlane._native import import_usearch
+
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 
 
 def load_usearch() -> Any | None:
-    """The ``usearch.index`` module, or None when the ``ann`` extra is not installed."""
-    try:
-        return importlib.import_module("usearch.index")
-    except ImportError:
-        return None
+    """The ``usearch.index`` module, or None when the ``ann`` extra is not installed (imported
+    after onnxruntime: see :mod:`memlane._native`)."""
+    return import_usearch()
 
 
-#: Graph parameters (measured in bench/vector_ann.py): candidates proposed per search and
-#: the graph's search breadth (usearch ``expansion_search``, HNSW "ef").
+#: Graph parameters (measured in bench/vector_ann.py): candidates proposed per search, the
+#: graph's search breadth (usearch ``expansion_search``, HNSW "ef"; doubled above
+#: ``ANN_WIDE_ROWS`` rows) and its links per node (HNSW "M").
 ANN_CANDIDATES = 64
 ANN_EXPANSION = 128
+ANN_WIDE_ROWS = 50_000
+ANN_CONNECTIVITY = 32
 
 
 def sign_bits(matrix: F32) -> npt.NDArray[np.uint64]:
@@ -267,7 +269,7 @@ class VectorIndex:
 
     def attach_ann(self, ann: Any, rows: int) -> None:
         """Use ``ann`` (usearch index, keys = row numbers) for rows [0, rows)."""
-        ann.expansion_search = max(int(ann.expansion_search), ANN_EXPANSION)
+        ann.expansion_search = ANN_EXPANSION * (2 if rows > ANN_WIDE_ROWS else 1)
         self.ann, self.ann_n = ann, rows
 
     def positions(self) -> dict[str, int]:
@@ -377,7 +379,9 @@ def build_ann(
     if base is not None:
         ann = base.copy()
     else:
-        ann = usearch.Index(ndim=dim, metric="ip", dtype=dtype, expansion_search=ANN_EXPANSION)
+        ann = usearch.Index(
+            ndim=dim, metric="ip", dtype=dtype, connectivity=ANN_CONNECTIVITY, expansion_search=ANN_EXPANSION
+        )
     if vectors.shape[0]:
         keys = np.arange(start, start + vectors.shape[0], dtype=np.uint64)
         ann.add(keys, np.ascontiguousarray(vectors, dtype=np.float32), threads=threads, progress=progress)
