@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memlane._native import onnxruntime_blocked
 from memlane.providers.embed import _bert
 
 log = logging.getLogger("memlane")
@@ -314,6 +315,9 @@ def write_int8(path: Path, fp32_path: Path, weights_sha256: str) -> None:
 
 def available() -> str | None:
     """``None`` when onnxruntime imports and onnx is installed, else why not."""
+    blocked = onnxruntime_blocked()
+    if blocked is not None:
+        return blocked
     try:
         import onnxruntime  # type: ignore[import-untyped]  # noqa: F401
     except ImportError as exc:
