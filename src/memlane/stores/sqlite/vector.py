@@ -39,7 +39,7 @@ def load_usearch() -> Any | None:
 
 
 #: Graph parameters (measured in bench/vector_ann.py): candidates proposed per search, the
-#: graph's search breadth (usearch ``expansion_search``, HNSW "ef"; doubled above
+#: graph's search breadth (usearch ``expansion_search``, HNSW "ef"; 1.5x above
 #: ``ANN_WIDE_ROWS`` rows) and its links per node (HNSW "M").
 ANN_CANDIDATES = 64
 ANN_EXPANSION = 128
@@ -269,7 +269,7 @@ class VectorIndex:
 
     def attach_ann(self, ann: Any, rows: int) -> None:
         """Use ``ann`` (usearch index, keys = row numbers) for rows [0, rows)."""
-        ann.expansion_search = ANN_EXPANSION * (2 if rows > ANN_WIDE_ROWS else 1)
+        ann.expansion_search = ANN_EXPANSION * 3 // 2 if rows > ANN_WIDE_ROWS else ANN_EXPANSION
         self.ann, self.ann_n = ann, rows
 
     def positions(self) -> dict[str, int]:
