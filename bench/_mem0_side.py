@@ -8,7 +8,8 @@ SPEC: ``{"model_dir", "workdir", "conversations": [{"user", "turns": [{"dia_id",
 "text"}]}]}``. The script builds mem0, adds every turn, then prints one JSON line
 (``{"ready": true, "versions", "torch_threads", "init_s", "ingest_s", "turns"}``) and answers
 one JSON line per request line on stdin: ``{"user", "question", "top_k", "threshold"}`` ->
-``{"ranked": [dia_id, ...], "ms": search time}``; ``{"notes": true}`` -> ``{"notes": [...]}``.
+``{"ranked": [dia_id, ...], "ms": search time, "embed_ms": its query embedding}``;
+``{"notes": true}`` -> ``{"notes": [...]}``.
 Anything mem0 or its libraries print goes to stderr, never into the protocol.
 
 mem0 is configured as a user without servers or keys would: the HuggingFace embedder on the
@@ -90,6 +91,17 @@ def main(spec_path: Path) -> None:
     }
     proto.write(json.dumps(ready) + "\n")
 
+    embed_ms: list[float] = []  # the query embedding inside each search, timed by a wrapper
+    embed = m.embedding_model.embed
+
+    def timed_embed(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        out = embed(*args, **kwargs)
+        embed_ms.append((time.perf_counter() - t) * 1000)
+        return out
+
+    m.embedding_model.embed = timed_embed  # type: ignore[method-assign]
+
     for line in sys.stdin:
         req = json.loads(line)
         if req.get("notes"):
@@ -101,13 +113,14 @@ def main(spec_path: Path) -> None:
             ]
             proto.write(json.dumps({"notes": notes}) + "\n")
             continue
+        embed_ms.clear()
         t = time.perf_counter()
         res = m.search(
             req["question"], filters={"user_id": req["user"]}, top_k=req["top_k"], threshold=req["threshold"]
         )
         ms = (time.perf_counter() - t) * 1000
         ranked = [(r.get("metadata") or {}).get("dia_id") for r in res["results"]]
-        proto.write(json.dumps({"ranked": ranked, "ms": ms}) + "\n")
+        proto.write(json.dumps({"ranked": ranked, "ms": ms, "embed_ms": sum(embed_ms)}) + "\n")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@ from datetime import datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+import numpy as np  # noqa: E402
 from _common import log, remove_db  # noqa: E402
 
 from memlane import AsyncMemory  # noqa: E402
@@ -161,9 +162,10 @@ class Mem0Side:
         self.proc.stdin.flush()
         return self._read()
 
-    def search(self, user: str, question: str, threshold: float) -> tuple[list[str | None], float]:
+    def search(self, user: str, question: str, threshold: float) -> tuple[list[str | None], float, float]:
+        """(ranked dia_ids, search ms, of which query embedding ms)."""
         r = self.ask({"user": user, "question": question, "top_k": TOP_K, "threshold": threshold})
-        return r["ranked"], r["ms"]
+        return r["ranked"], r["ms"], r["embed_ms"]
 
     def close(self) -> list[str]:
         """Stop the process; the log lines about BM25 / spaCy (what mem0 ran without)."""
@@ -268,6 +270,7 @@ async def main() -> None:
                 for thr in THRESHOLDS}  # fmt: skip
     ranked: dict[str, list[list[str | None]]] = {n: [] for n in [*modes, *m0_names.values()]}
     ms: dict[str, list[float]] = {n: [] for n in ranked}
+    embed_ms: dict[str, list[float]] = {"memlane": [], "mem0": []}  # query embedding alone
     done = 0
     for c in convs:
         for question, _, _ in c.questions:
@@ -278,10 +281,15 @@ async def main() -> None:
                 res = await mem.search(question, user_id=c.sample_id, top_k=TOP_K)
                 ms[name].append((time.perf_counter() - t) * 1000)
                 ranked[name].append([h.fact.metadata.get("dia_id") for h in res.hits])
+            t = time.perf_counter()  # memlane's query embedding alone, outside the timed searches
+            await embedder.embed_batch([question])
+            embed_ms["memlane"].append((time.perf_counter() - t) * 1000)
             for thr, name in m0_names.items():
-                got, took = m0.search(c.sample_id, question, thr)
+                got, took, emb = m0.search(c.sample_id, question, thr)
                 ranked[name].append(got)
                 ms[name].append(took)
+                if thr == THRESHOLDS[0]:
+                    embed_ms["mem0"].append(emb)
             done += 1
             if done % 100 == 0:
                 log(f"searched {done}/{n_q} questions")
@@ -336,6 +344,10 @@ async def main() -> None:
             "BM25 and entity boosts off (their models need a download)",
         },
         "reports": [r.as_dict() for r in reports],
+        "query_embedding_ms": {
+            side: {"p50": round(float(np.percentile(v, 50)), 2), "p95": round(float(np.percentile(v, 95)), 2)}
+            for side, v in embed_ms.items()
+        },
         "ratio": ratio,
         "elapsed_s": round(time.perf_counter() - started, 1),
     }
@@ -364,6 +376,9 @@ def print_table(rep: dict[str, Any]) -> None:
           f"recall@10 memlane - mem0 = {r['recall@10_memlane_minus_mem0']:+.4f} "
           f"(vs threshold 0: {r['recall@10_memlane_minus_mem0_threshold0']:+.4f}); "
           f"ingest {r['ingest_turns_per_s_memlane_over_mem0']}x")  # fmt: skip
+    e = rep["query_embedding_ms"]
+    print(f"query embedding alone p50 / p95 ms: memlane {e['memlane']['p50']} / {e['memlane']['p95']}, "
+          f"mem0 {e['mem0']['p50']} / {e['mem0']['p95']}")  # fmt: skip
     print("mem0: " + "; ".join(z["notes"]))
 
 
