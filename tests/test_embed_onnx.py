@@ -192,6 +192,7 @@ def test_cache_file_reused(fp32: LocalEmbedder, int8: LocalEmbedder, cache: Path
     assert local.DEFAULT_MODEL_SHA256 in fp32.onnx_path.name
     mtimes = {p: p.stat().st_mtime_ns for p in (cache / "onnx").iterdir()}
     builds = onnx_build.build_count
+    onnx_build.forget_sessions()  # open the files again rather than share the live sessions
     for precision in ("fp32", "int8"):
         again = LocalEmbedder(backend="onnx", precision=precision, threads=1)
         try:
@@ -347,3 +348,18 @@ def test_unwritable_cache_builds_in_memory(
     np.testing.assert_allclose(got, fp32.embed_sync(SENTENCES[:3]), atol=2e-5)
     assert any("building it in memory" in r.getMessage() for r in caplog.records)
     assert blocker.is_file()
+
+
+def test_sessions_shared_within_a_process(cache: Path) -> None:
+    onnx_build.forget_sessions()
+    first, other = LocalEmbedder(backend="onnx", threads=1), LocalEmbedder(backend="onnx", threads=1)
+    try:
+        first.embed_sync(["x"])
+        other.embed_sync(["y"])
+        assert isinstance(first._encoder, onnx_build.OnnxEncoder) and isinstance(other._encoder, onnx_build.OnnxEncoder)
+        assert other._encoder.session(1) is first._encoder.session(1)
+        other.close()
+        first.embed_sync(["the first embedder still works after the other one closed"])
+    finally:
+        first.close()
+        other.close()

@@ -30,6 +30,7 @@ import math
 import os
 import tempfile
 import threading
+import weakref
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
@@ -50,6 +51,19 @@ PRECISIONS = ("fp32", "int8")
 ENV_CACHE_DIR = "MEMLANE_CACHE_DIR"
 #: Builds done by this process (tests check that a cached file is reused).
 build_count = 0
+
+# Sessions shared by the encoders of one process, per (cached file, threads), while any
+# encoder holds them: a second Memory with the local embedder opens no new session (about
+# 0.3-0.8 s and the weights' memory each). run() is thread-safe, so sharing is safe.
+_shared_sessions: weakref.WeakValueDictionary[tuple[str, int], Any] = weakref.WeakValueDictionary()
+_shared_lock = threading.Lock()
+
+
+def forget_sessions() -> None:
+    """Stop sharing the sessions opened so far (the next encoders open the cached file again)."""
+    with _shared_lock:
+        _shared_sessions.clear()
+
 
 #: Node-name infix of the matrix products with a weight (the ones int8 quantises).
 WEIGHT_MATMUL = "weight_matmul_"
@@ -432,7 +446,14 @@ class OnnxEncoder:
         with self._lock:
             session = self._sessions.get(threads)
             if session is None:
-                session = self._load_or_build(threads)
+                key = (str(self.path), threads)
+                with _shared_lock:
+                    session = _shared_sessions.get(key)
+                if session is None:
+                    session = self._load_or_build(threads)
+                    if self._in_memory is None:
+                        with _shared_lock:
+                            _shared_sessions[key] = session
                 self._sessions[threads] = session
             return session
 
