@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
+# One cache of built ONNX graphs for the whole run, also for tests (and their subprocesses) that
+# point HOME at a temporary folder: otherwise each of them rebuilds MiniLM's graph (~4-6 s).
+os.environ.setdefault("MEMLANE_CACHE_DIR", str(Path.home() / ".cache" / "memlane"))
 
 from memlane import AsyncMemory
 
