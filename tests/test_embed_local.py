@@ -53,6 +53,15 @@ SENTENCES = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fp32() -> Iterator[None]:
+    """These tests hold the encoder to sentence-transformers' vectors: fp32 (the onnx backend's
+    default precision is int8, whose vectors are ~0.99 cosine off; tests/test_embed_onnx.py)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEMLANE_EMBED_PRECISION", "fp32")
+        yield
+
+
 @pytest.fixture(scope="module")
 def embedder() -> Iterator[LocalEmbedder]:
     emb = LocalEmbedder(threads=2)

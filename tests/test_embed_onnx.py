@@ -137,7 +137,7 @@ def test_mixed_length_batch_equals_one_by_one(fp32: LocalEmbedder) -> None:
 def test_batches_on_worker_threads_equal_one_call(fp32: LocalEmbedder, cache: Path) -> None:
     """More texts than one batch: parallel batches on the pool (threads=2) == one thread."""
     texts = [f"memory number {i}: " + "word " * (i % 40) for i in range(150)]
-    one = LocalEmbedder(backend="onnx", threads=1, batch_size=16)
+    one = LocalEmbedder(backend="onnx", precision="fp32", threads=1, batch_size=16)
     try:
         np.testing.assert_allclose(fp32.embed_sync(texts), one.embed_sync(texts), atol=2e-5)
     finally:
@@ -205,7 +205,7 @@ def test_cache_file_reused(fp32: LocalEmbedder, int8: LocalEmbedder, cache: Path
 
 def test_nothing_built_before_the_first_embed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(onnx_build.ENV_CACHE_DIR, str(tmp_path))
-    emb = LocalEmbedder(backend="onnx", threads=1)
+    emb = LocalEmbedder(backend="onnx", precision="fp32", threads=1)
     try:
         assert emb.onnx_path is not None and emb.onnx_path.parent == tmp_path / "onnx"
         assert not (tmp_path / "onnx").exists()
@@ -245,7 +245,7 @@ def test_corrupt_cache_file_is_rebuilt(
     else:
         target.write_bytes(b"")
     builds = onnx_build.build_count
-    emb = LocalEmbedder(backend="onnx", threads=1)
+    emb = LocalEmbedder(backend="onnx", precision="fp32", threads=1)
     try:
         got = emb.embed_sync(SENTENCES[:3])
     finally:
@@ -339,7 +339,7 @@ def test_unwritable_cache_builds_in_memory(
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder should be")
     monkeypatch.setenv(onnx_build.ENV_CACHE_DIR, str(blocker))  # mkdir fails even for root
-    emb = LocalEmbedder(backend="onnx", threads=1)
+    emb = LocalEmbedder(backend="onnx", precision="fp32", threads=1)
     try:
         with caplog.at_level(logging.WARNING, logger="memlane"):
             got = emb.embed_sync(SENTENCES[:3])
