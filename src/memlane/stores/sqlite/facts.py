@@ -1161,9 +1161,7 @@ class SqliteFactStore:
                 changed: set[str] = set()
                 seqs: dict[str, int] = {}
                 for fid, vec in zip(fact_ids, vectors, strict=True):
-                    row = c.execute(
-                        "SELECT partition, embedding IS NOT NULL FROM facts WHERE id=?", (fid,)
-                    ).fetchone()
+                    row = c.execute("SELECT partition, embedding IS NOT NULL FROM facts WHERE id=?", (fid,)).fetchone()
                     if row is None:
                         continue
                     part, had = row
