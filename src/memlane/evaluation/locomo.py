@@ -8,7 +8,6 @@ recall@k = mean |evidence ∩ top-k| / |evidence|, hit@k = mean 1[evidence ∩ t
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from memlane.errors import InvalidInputError
+from memlane.evaluation._files import read_json_list
 from memlane.memory import AsyncMemory
 
 KS = (1, 5, 10)
@@ -72,20 +72,7 @@ def load(path: str | Path, conversations: Sequence[str] | None = None) -> list[C
             says where: which item, session or turn).
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise InvalidInputError(f"cannot read {p}: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise _not_locomo(p, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    except json.JSONDecodeError as exc:
-        raise _not_locomo(p, f"not JSON ({exc.msg} at line {exc.lineno})") from exc
-    except RecursionError:
-        raise _not_locomo(p, "JSON nested too deeply") from None
-    if not isinstance(data, list):
-        raise _not_locomo(p, f"expected a JSON list of conversations, got {type(data).__name__}")
+    data = read_json_list(p, "conversations", _not_locomo)
     out = []
     for i, item in enumerate(data):
         where = f"item {i}"

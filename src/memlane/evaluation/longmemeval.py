@@ -27,7 +27,6 @@ Abstention questions (``_abs`` in the id) are skipped, as the official scripts d
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -40,6 +39,7 @@ from typing import Any, Literal
 import numpy as np
 
 from memlane.errors import InvalidInputError
+from memlane.evaluation._files import read_json_list
 from memlane.inputs import MAX_TEXT_CHARS
 from memlane.memory import AsyncMemory
 
@@ -106,20 +106,7 @@ def load(path: str | Path, *, roles: Literal["all", "user"] = "all", limit: int 
             message says which question, session or turn).
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise InvalidInputError(f"cannot read {p}: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise _not_lme(p, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    except json.JSONDecodeError as exc:
-        raise _not_lme(p, f"not JSON ({exc.msg} at line {exc.lineno})") from exc
-    except RecursionError:
-        raise _not_lme(p, "JSON nested too deeply") from None
-    if not isinstance(data, list):
-        raise _not_lme(p, f"expected a JSON list of questions, got {type(data).__name__}")
+    data = read_json_list(p, "questions", _not_lme)
     out: list[Question] = []
     for i, item in enumerate(data):
         if limit is not None and len(out) >= limit:
