@@ -475,6 +475,18 @@ class AsyncMemory:
         stored = await self._store_rows(rows, embed)
         return [stored[i] for i in firsts]
 
+    def _verbatim_rows(self, b: AddBatch) -> tuple[builtins.list[Fact], builtins.list[int]]:
+        """One ``add_many`` batch checked as verbatim :meth:`add` checks its arguments: its rows
+        (documents followed by their fragments) and the index of each input's first row."""
+        user_id, agent_id, session_id = inputs.scope_ids(b.user_id, b.agent_id, b.session_id)
+        fact_scope = self._write_scope(b.scope, user_id, agent_id, session_id, "add_many()")
+        metadata, timestamp = inputs.metadata(b.metadata), inputs.timestamp(b.timestamp)
+        facts = messages_.to_facts(
+            b.messages, scope=fact_scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
+            metadata=dict(metadata or {}), timestamp=timestamp, kind=inputs.memory_kind(b.kind),
+        )  # fmt: skip
+        return split_documents(facts)
+
     def _write_scope(
         self, scope: object, user_id: str | None, agent_id: str | None, session_id: str | None, what: str
     ) -> Literal["user", "agent", "room"]:
@@ -492,19 +504,11 @@ class AsyncMemory:
     async def _store_rows(self, rows: builtins.list[Fact], embed: str) -> builtins.list[Fact]:
         """Write rows (documents followed by their fragments), embedded now (``embed="now"``)
         or queued for the background worker at that priority."""
-        if embed != "now" and self.embedder is not None:
-            pairs = await self.facts.put_facts(rows, None, actor="api")
-            queue = self._embedding_queue()
-            queue.put([f.id for f, created in pairs if created], embed)  # type: ignore[arg-type]
-            return [f for f, _ in pairs]
-        # A document is not searched itself (its fragments are): it gets its first fragment's vector.
-        texts = [next(f.content for f in rows[i + 1 :]) if f.kind == "document" else f.content
-                 for i, f in enumerate(rows)]  # fmt: skip
-        vectors = await self._embed_or_defer(texts)
-        stored = await self.facts.put_facts(rows, vectors, actor="api")
-        if vectors is not None:
-            await self._backfill_if_pending()
-        return [f for f, _ in stored]
+        queued: builtins.list[str] = []
+        [stored] = await self._store_groups([rows], embed, queued)
+        if queued:
+            self._embedding_queue().put(queued, embed)  # type: ignore[arg-type]
+        return stored
 
     @_opening
     async def add_many(
@@ -533,18 +537,10 @@ class AsyncMemory:
         embed = inputs.embed_priority(embed)
         checked: builtins.list[tuple[builtins.list[Fact], builtins.list[int]]] = []
         for index, item in enumerate(batches):
-            b = as_batch(item, index)
             try:
-                user_id, agent_id, session_id = inputs.scope_ids(b.user_id, b.agent_id, b.session_id)
-                fact_scope = self._write_scope(b.scope, user_id, agent_id, session_id, "add_many()")
-                metadata, timestamp = inputs.metadata(b.metadata), inputs.timestamp(b.timestamp)
-                facts = messages_.to_facts(
-                    b.messages, scope=fact_scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
-                    metadata=dict(metadata or {}), timestamp=timestamp, kind=inputs.memory_kind(b.kind),
-                )  # fmt: skip
+                checked.append(self._verbatim_rows(as_batch(item, index)))
             except InvalidInputError as exc:
                 raise type(exc)(f"batch {index}: {exc}") from exc
-            checked.append(split_documents(facts))
         out: builtins.list[builtins.list[Fact]] = []
         queued: builtins.list[str] = []  # new ids to embed in the background (embed != "now")
         start = 0
@@ -566,12 +562,13 @@ class AsyncMemory:
     async def _store_groups(
         self, groups: builtins.list[builtins.list[Fact]], embed: str, queued: builtins.list[str]
     ) -> builtins.list[builtins.list[Fact]]:
-        """:meth:`_store_rows` of several batches in one transaction (and one embedding call);
-        with a background priority, the new rows' ids are appended to ``queued``."""
+        """Write several batches' rows in one transaction, embedded in one call (``embed="now"``);
+        with a background priority, the new rows' ids are appended to ``queued`` instead."""
         if embed != "now" and self.embedder is not None:
             stored = await self._put_groups(groups, None)
             queued += [f.id for g in stored for f, created in g if created]
             return [[f for f, _ in g] for g in stored]
+        # A document is not searched itself (its fragments are): it gets its first fragment's vector.
         texts = [next(f.content for f in rows[i + 1 :]) if f.kind == "document" else f.content
                  for rows in groups for i, f in enumerate(rows)]  # fmt: skip
         vectors = await self._embed_or_defer(texts)
