@@ -214,6 +214,8 @@ class SqliteFactStore:
         self._vectors: VectorCaches | None = None
         #: vectors read from ``facts.embedding`` BLOBs into the caches (a sidecar avoids them)
         self.vector_blob_rows = 0
+        # Top-k keyword search (stores/sqlite/keyword.py), with its document-frequency cache.
+        self._keyword = KeywordIndex(weights=self._bm25_weights())
         prewarm_usearch(self._db.path)
         if not isinstance(db, Database):
             self._load_meta(self._db.connection())
@@ -936,12 +938,8 @@ class SqliteFactStore:
     ) -> list[Candidate]:
         if not terms:
             return []
-        # Top-k without scoring every match (stores/sqlite/keyword.py); one per store (its
-        # document-frequency cache), created on first use.
-        ki: KeywordIndex | None = self.__dict__.get("_keyword")
-        if ki is None:
-            ki = self.__dict__.setdefault("_keyword", KeywordIndex(weights=(0.0, 0.0, 1.0, 0.5, 1.0)))
-        ki.weights = (0.0, 0.0, 1.0, float(self.ctx_weight), float(self.date_weight))
+        ki = self._keyword
+        ki.weights = self._bm25_weights()  # ctx_weight / date_weight may be tuned between searches
         fsql, fargs = _filter_sql(filter, "f")
 
         def op(c: sqlite3.Connection) -> list[tuple[str, float, str | None]]:
@@ -950,6 +948,10 @@ class SqliteFactStore:
 
         rows = await self._db.run(op)
         return [Candidate(fid, score, author) for fid, score, author in rows]
+
+    def _bm25_weights(self) -> tuple[float, float, float, float, float]:
+        """bm25 column weights of facts_fts: part, author (not scored), text, ctx, date."""
+        return (0.0, 0.0, 1.0, float(self.ctx_weight), float(self.date_weight))
 
     @property
     def vector_caches(self) -> VectorCaches:
