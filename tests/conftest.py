@@ -15,8 +15,9 @@ os.environ.setdefault("MEMLANE_CACHE_DIR", str(Path.home() / ".cache" / "memlane
 from memlane import AsyncMemory
 
 #: ``llama_server``: SmolLM2-135M behind a real llama.cpp server (session-scoped, started on first use);
-#: ``services``: real PostgreSQL + pgvector and Redis (``pg_url``, ``redis_url``: fresh per test).
-pytest_plugins = ("llama_server", "services")
+#: ``services``: real PostgreSQL + pgvector and Redis (``pg_url``, ``redis_url``: fresh per test);
+#: ``repo_guard``: a test (or the run) that leaves a file in the checkout fails.
+pytest_plugins = ("llama_server", "services", "repo_guard")
 
 
 @pytest.fixture

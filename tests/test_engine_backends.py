@@ -239,81 +239,95 @@ def redis_hits(url: str, needles: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- engine tests with their own opens
 
 
-async def test_replicas_see_each_others_writes_and_forgets(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_replicas_see_each_others_writes_and_forgets(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two engines on one store (two replicas): the vector cache follows the other's writes,
     deletes and a forget; a reopen resumes facts and vectors."""
     rebind(monkeypatch, test_memory, backend)
     rebind(monkeypatch, test_erasure, backend)
-    where = Path("ignored.db")
+    where = tmp_path / "m.db"
     await test_memory.test_vector_cache_sees_writes_of_another_instance(where)
     await test_memory.test_reopen_resumes_facts_and_vectors(where)
     await test_erasure.test_a_second_memory_on_the_file_sees_a_forget(where.parent)
 
 
-async def test_dimension_learned_on_first_call_then_enforced(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_dimension_learned_on_first_call_then_enforced(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rebind(monkeypatch, test_memory, backend)
-    await test_memory.test_embedder_that_learns_its_dimension_on_first_call(Path("ignored.db"))
+    await test_memory.test_embedder_that_learns_its_dimension_on_first_call(tmp_path / "m.db")
 
 
-async def test_session_forms_with_the_offline_model(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_session_forms_with_the_offline_model(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """create_session/add_event/end_session -> form() through the backend's sessions and queue."""
     rebind(monkeypatch, test_memory, backend)
-    await test_memory.test_agent_session_forms_under_its_agent(Path("ignored"))
+    await test_memory.test_agent_session_forms_under_its_agent(tmp_path)
 
 
 async def test_formation_through_an_openai_compatible_server(
-    backend: Backend, monkeypatch: pytest.MonkeyPatch, model: test_formation_e2e.Server
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch, model: test_formation_e2e.Server
 ) -> None:
     """A real HTTP model: the job is kept over malformed JSON and retried from the backend's queue."""
     rebind(monkeypatch, test_formation_e2e, backend)
-    await test_formation_e2e.test_session_formed_through_openai_compatible_server(model, Path("ignored"))
+    await test_formation_e2e.test_session_formed_through_openai_compatible_server(model, tmp_path)
 
 
 async def test_formation_job_kept_then_run(
-    backend: Backend, monkeypatch: pytest.MonkeyPatch, model: test_formation_e2e.Server
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch, model: test_formation_e2e.Server
 ) -> None:
     rebind(monkeypatch, test_formation_e2e, backend)
-    await test_formation_e2e.test_malformed_json_keeps_the_job_then_succeeds(model, Path("ignored"))
+    await test_formation_e2e.test_malformed_json_keeps_the_job_then_succeeds(model, tmp_path)
 
 
 async def test_stale_neighbour_context_after_delete_update_forget(
-    backend: Backend, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rebind(monkeypatch, test_erasure, backend)
-    await test_erasure.test_deleted_or_updated_turn_stops_matching_through_its_neighbours(Path("ignored"))
+    await test_erasure.test_deleted_or_updated_turn_stops_matching_through_its_neighbours(tmp_path)
 
 
-async def test_forget_refreshes_kept_neighbours(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_forget_refreshes_kept_neighbours(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rebind(monkeypatch, test_erasure, backend)
-    await test_erasure.test_forget_refreshes_the_context_of_kept_neighbours(Path("ignored"))
+    await test_erasure.test_forget_refreshes_the_context_of_kept_neighbours(tmp_path)
 
 
-async def test_forget_reconsolidates_the_agent(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_forget_reconsolidates_the_agent(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rebind(monkeypatch, test_erasure, backend)
-    await test_erasure.test_forget_drops_the_agent_blob_and_reconsolidates_from_the_others(Path("ignored"))
+    await test_erasure.test_forget_drops_the_agent_blob_and_reconsolidates_from_the_others(tmp_path)
 
 
-async def test_forget_keeping_the_agents_shared_memory(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_forget_keeping_the_agents_shared_memory(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rebind(monkeypatch, test_erasure, backend)
-    await test_erasure.test_forget_can_keep_the_agents_shared_memory(Path("ignored"))
+    await test_erasure.test_forget_can_keep_the_agents_shared_memory(tmp_path)
 
 
-async def test_long_pasted_document(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_long_pasted_document(tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 50k-character paste: document + fragments, found by search, deleted with its fragments."""
     rebind(monkeypatch, test_long_content, backend)
-    await test_long_content.test_pasted_document_keeps_the_conversation_and_is_searchable(Path("ignored"))
-    await test_long_content.test_documents_over_the_hard_cap_are_refused_whole(Path("ignored"))
+    await test_long_content.test_pasted_document_keeps_the_conversation_and_is_searchable(tmp_path)
+    await test_long_content.test_documents_over_the_hard_cap_are_refused_whole(tmp_path)
 
 
-def test_sync_facade_code_document(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sync_facade_code_document(tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     rebind(monkeypatch, test_long_content, backend)
-    test_long_content.test_sync_text_document(Path("ignored"))
+    test_long_content.test_sync_text_document(tmp_path)
 
 
 # --------------------------------------------------------------------------- erasure, export
 
 
-async def test_forget_leaves_no_text_of_the_user_anywhere(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_forget_leaves_no_text_of_the_user_anywhere(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every kind of memory two users can leave (verbatim, inferred, agent-scope, sessions
     open and ended, formation jobs, reflections, consolidated blobs); forget(ann): no table
     cell (PostgreSQL: every column of every table of the schema as text) and no Redis key or
@@ -321,7 +335,7 @@ async def test_forget_leaves_no_text_of_the_user_anywhere(backend: Backend, monk
     from test_erasure import AGENT_CONF, CA, CB, cfg
 
     rebind(monkeypatch, test_erasure, backend)
-    await test_erasure._populate(Path("ignored"))
+    await test_erasure._populate(tmp_path)
     assert text_hits(backend, CA) and text_hits(backend, CB)
     if backend.redis is not None:  # the sessions and the queue really are in Redis
         assert any(h.startswith("redis:") for h in text_hits(backend, CA))
@@ -368,14 +382,16 @@ def test_every_table_is_exported_or_has_a_reason(backend: Backend) -> None:
             assert TABLES[t] == EXPORTED or t in ("context_cache", "applied_batches"), t
 
 
-async def test_export_covers_the_user_and_nothing_of_others(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_export_covers_the_user_and_nothing_of_others(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """export_user against the backend's own tables (and Redis's sessions and queue)."""
     from test_erasure import AGENT_CONF, CA, CB, cfg
 
     rebind(monkeypatch, test_erasure, backend)
     rebind(monkeypatch, test_export_user, backend)
-    await test_erasure._populate(Path("ignored"))
-    await test_export_user._group_session(Path("ignored"))
+    await test_erasure._populate(tmp_path)
+    await test_export_user._group_session(tmp_path)
     async with backend.memory(formation=cfg(**AGENT_CONF)) as m:
         gone = (await m.add(f"Old note {CA}", user_id="ann", agent_id="club"))[0]
         await m.delete(gone.id, user_id="ann", agent_id="club")
@@ -425,11 +441,13 @@ async def test_export_covers_the_user_and_nothing_of_others(backend: Backend, mo
 # --------------------------------------------------------------------------- context across replicas
 
 
-async def test_context_cache_sees_a_write_of_another_replica(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_context_cache_sees_a_write_of_another_replica(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Replica A caches a context; replica B (another engine on the same store, open at the
     same time) writes a fact, a reflection, deletes: A's next context is rebuilt each time."""
     rebind(monkeypatch, test_context, backend)
-    await test_context.test_cache_is_persisted_and_sees_other_processes_writes(Path("ignored"))
+    await test_context.test_cache_is_persisted_and_sees_other_processes_writes(tmp_path)
     async with backend.memory() as a, backend.memory() as b:
         counter = test_context._ProfileCounter(a)
         first = await a.context(session_id="s", user_id="alice", agent_id="eden")
@@ -509,9 +527,11 @@ def test_no_read_crosses_scopes_on_postgres(pg_url: str) -> None:
     prop()
 
 
-async def test_separator_in_ids_does_not_leak_on_postgres(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_separator_in_ids_does_not_leak_on_postgres(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rebind(monkeypatch, test_isolation, Backend("pg", pg_url, "sqlite", None))
-    await test_isolation.test_separator_in_ids_does_not_leak(Path("ignored"))
+    await test_isolation.test_separator_in_ids_does_not_leak(tmp_path)
 
 
 # --------------------------------------------------------------------------- the same answers everywhere
