@@ -4,7 +4,7 @@ Run::
 
     .venv/bin/python bench/peers.py              # 6 LoCoMo dev conversations
     .venv/bin/python bench/peers.py --quick      # first conversation only
-    .venv/bin/python bench/peers.py --venv /tmp/mem0-venv   # where mem0 lives (made if missing)
+    .venv/bin/python bench/peers.py --venv ~/mem0-venv      # where mem0 lives (made if missing)
 
 mem0ai is never a memlane dependency: it lives in a throwaway venv (``--venv``, made when
 missing with ``python -m venv`` and ``pip install mem0ai==MEM0_VERSION sentence-transformers
@@ -38,17 +38,31 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
+from pathlib import Path
 
 THREADS = 1
+#: The checkout's parent holds ``shared/bench/`` (the LoCoMo split), next to the repository.
+SHARED_BENCH = Path(__file__).resolve().parents[1].parent / "shared" / "bench"
+TEMP = Path(tempfile.gettempdir())
 
 
 def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="first conversation only")
-    ap.add_argument("--data", default="/work/shared/bench/locomo/locomo_dev.json")
-    ap.add_argument("--venv", default="/tmp/mem0-venv", help="mem0's throwaway venv (made when missing)")
+    ap.add_argument(
+        "--data", default=str(SHARED_BENCH / "locomo" / "locomo_dev.json"),
+        help="LoCoMo-format JSON (default: ../shared/bench/locomo/locomo_dev.json next to the checkout: %(default)s)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--venv", default=str(TEMP / "mem0-venv"),
+        help="mem0's throwaway venv, made when missing (default: in the system temp folder: %(default)s)",
+    )  # fmt: skip
     ap.add_argument("--embedder", default="local", help="memlane's embedder spec (default local MiniLM)")
-    ap.add_argument("--workdir", default="/tmp/memlane-peers")
+    ap.add_argument(
+        "--workdir", default=str(TEMP / "memlane-peers"),
+        help="scratch databases (default: in the system temp folder: %(default)s)",
+    )  # fmt: skip
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/peers.json)")
     return ap.parse_args()
 
@@ -65,7 +79,6 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from datetime import datetime  # noqa: E402
-from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402

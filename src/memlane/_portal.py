@@ -9,6 +9,7 @@ it and refuses calls from any other with a :class:`~memlane.errors.UsageError`."
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
 from collections.abc import Coroutine
@@ -24,6 +25,8 @@ class LoopThread:
 
     def __init__(self, name: str = "memlane-loop") -> None:
         self.pid = os.getpid()
+        #: A :meth:`call` with a timeout did not finish: the loop is blocked, do not join it.
+        self.stuck = False
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -44,8 +47,10 @@ class LoopThread:
         """True in a process forked after this portal was created (its loop thread is not here)."""
         return os.getpid() != self.pid
 
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the private loop and return its result (exceptions propagate)."""
+    def call(self, coro: Coroutine[Any, Any, T], *, timeout: float | None = None) -> T:
+        """Run ``coro`` on the private loop and return its result (exceptions propagate).
+        With ``timeout``, a coroutine still running after that many seconds is cancelled,
+        :attr:`stuck` is set and TimeoutError raised (used only at interpreter exit)."""
         if self.forked:
             coro.close()
             raise UsageError(
@@ -59,7 +64,15 @@ class LoopThread:
         if self._loop.is_closed():
             coro.close()
             raise UsageError("this Memory is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        if timeout is None:
+            return future.result()
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            self.stuck = True
+            raise TimeoutError(f"the memlane loop did not finish within {timeout:g} s") from None
 
     async def call_async(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await ``coro`` on the private loop from another event loop without blocking it: an

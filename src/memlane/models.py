@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -640,8 +641,20 @@ class CheckReport(BaseModel):
 
 
 class Page(BaseModel):
-    """A page of a listing; pass ``next_cursor`` back as ``cursor`` for the next."""
+    """A page of a listing; pass ``next_cursor`` back as ``cursor`` for the next.
+
+    A page is a sequence of its items: ``for f in page``, ``len(page)`` (this page's items,
+    not ``total``) and ``page[0]`` work on :attr:`items`."""
 
     items: list[Fact]
     next_cursor: str | None = None
     total: int
+
+    def __iter__(self) -> Iterator[Fact]:  # type: ignore[override]  # items, not pydantic's (field, value) pairs
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> Fact:
+        return self.items[index]

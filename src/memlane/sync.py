@@ -4,7 +4,10 @@ private event-loop thread. Every method is a one-line pass-through; no logic liv
 from __future__ import annotations
 
 import builtins
+import concurrent.futures.thread
+import contextlib
 import os
+import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -38,6 +41,40 @@ from memlane.stores.base import JobStore, SessionStore, StoreStats
 
 T = TypeVar("T")
 
+#: How long interpreter exit waits for an open Memory's engine to close (a loop thread stuck in
+#: a blocking call is left to die with the process instead of holding the exit forever).
+EXIT_CLOSE_SECONDS = 30.0
+
+#: Every Memory not yet closed; :func:`_close_at_exit` closes them when the interpreter exits.
+_OPEN: set[Memory] = set()
+
+
+def _close_at_exit() -> None:
+    """Close every Memory a script left open, while the interpreter can still run threads.
+
+    It runs among threading's exit hooks, before ``concurrent.futures`` refuses new work (which
+    the engine's loop needs for every database call): without it, a script ending without
+    ``close()`` left a claimed formation job ``running`` until its lease expired and printed
+    "formation worker error (cannot schedule new futures after shutdown)". Closing stops the
+    worker, which hands a job it had started back to the queue; queued jobs stay queued in the
+    store for the next process that opens it. Nothing is printed."""
+    for m in list(_OPEN):
+        with contextlib.suppress(Exception):
+            m._close(timeout=EXIT_CLOSE_SECONDS)
+
+
+# Registered after concurrent.futures.thread registered its own hook, so this one runs first
+# (threading runs them in reverse order). Private API with a documented fallback: atexit runs
+# later, when the executors are already shut down, but still stops the worker's thread.
+_register_atexit: Any = getattr(threading, "_register_atexit", None)
+assert concurrent.futures.thread  # imported above so that its hook is registered before ours
+if _register_atexit is not None:
+    _register_atexit(_close_at_exit)
+else:  # pragma: no cover - every CPython >= 3.9 has threading._register_atexit
+    import atexit
+
+    atexit.register(_close_at_exit)
+
 
 class Memory:
     """Synchronous memlane. Same constructor and methods as :class:`AsyncMemory`.
@@ -66,6 +103,7 @@ class Memory:
         except BaseException:
             self._portal.stop()
             raise
+        _OPEN.add(self)
 
     @property
     def sessions(self) -> SyncSessions:
@@ -101,16 +139,25 @@ class Memory:
         return await self._portal.call_async(coro)
 
     def close(self) -> None:
-        """Close the engine and stop the loop thread (idempotent)."""
+        """Close the engine and stop the loop thread (idempotent). A Memory left open is closed
+        when the interpreter exits, quietly: queued formation jobs stay queued in the store and a
+        job the worker had started is handed back to the queue."""
+        self._close(timeout=None)
+
+    def _close(self, *, timeout: float | None) -> None:
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        _OPEN.discard(self)
         if self._portal.forked:  # a forked child: the engine and its thread belong to the parent
             return
         try:
-            self._portal.call(self._async.close())
+            self._portal.call(self._async.close(), timeout=timeout)
+        except TimeoutError:  # at exit, a loop stuck in a blocking call: leave the daemon thread
+            return
         finally:
-            self._portal.stop()
+            if not self._portal.stuck:
+                self._portal.stop()
 
     def __enter__(self) -> Memory:
         return self
