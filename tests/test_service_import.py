@@ -105,3 +105,29 @@ def test_user_bound_and_read_only_keys(keyed: ServiceServer, keys: KeyStore) -> 
     assert keyed.client.post("/v1/import", json={"content": own}, headers=ann).status_code == 202
     reader = {"Authorization": f"Bearer {keys.create('acme', read_only=True).secret}"}
     assert keyed.client.post("/v1/import", json={"content": own}, headers=reader).status_code == 403
+
+
+def test_an_import_never_joins_another_users_session(keyed: ServiceServer, keys: KeyStore) -> None:
+    """Issue 17 (6): alice's user-bound key imported into bob's session S (her turn in his
+    session, formed as "bob said"), and into ``alice:import`` that bob created first (bob then
+    read her turns). An existing session of another user is 409, and nothing is written."""
+    bob = {"Authorization": f"Bearer {keys.create('acme', user_id='bob').secret}"}
+    alice = {"Authorization": f"Bearer {keys.create('acme', user_id='alice').secret}"}
+    for sid in ("S", "alice:import"):
+        r = keyed.client.post("/v1/sessions", json={"session_id": sid}, headers=bob)
+        assert r.status_code == 201, r.text
+    named = jsonl({"user_id": "alice", "session_id": "S", "role": "user", "content": "my passport number is 123"})
+    default = jsonl({"user_id": "alice", "role": "user", "content": "my passport number is 456"})
+    for content in (named, default):
+        r = keyed.client.post("/v1/import", json={"content": content, "form": True}, headers=alice)
+        assert r.status_code == 409, r.text
+        assert r.json()["error"]["code"] == "conflict"
+    for sid in ("S", "alice:import"):
+        session = keyed.client.get(f"/v1/sessions/{sid}", headers=bob).json()
+        assert session["user_ids"] == ["bob"] and session["events"] == [], session
+    assert keyed.client.get("/v1/memories", headers=alice).json()["memories"] == []  # all or nothing
+    assert keyed.client.get("/v1/jobs", headers=bob).json()["jobs"] == []
+    # her own session (or a new one) still takes her turns
+    own = jsonl({"user_id": "alice", "session_id": "A1", "role": "user", "content": "I moved to Porto"})
+    assert keyed.client.post("/v1/import", json={"content": own, "form": True}, headers=alice).status_code == 202
+    assert keyed.client.get("/v1/sessions/A1", headers=alice).json()["user_ids"] == ["alice"]

@@ -17,10 +17,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memlane.errors import InvalidInputError
+from memlane.errors import ConflictError, InvalidInputError
 from memlane.evaluation import locomo
 from memlane.formation.config import FormationConfig
-from memlane.models import Event, EventType, message_role
+from memlane.models import Event, EventType, Session, message_role
 
 #: Turns per ``add`` call when importing.
 BATCH = 256
@@ -193,6 +193,18 @@ def _locate(scratch: Any, b: Batch, exc: InvalidInputError) -> InvalidInputError
         except InvalidInputError as one:
             return InvalidInputError(f"{where}: " + re.sub(r"^message 0\b", "the turn", str(one)))
     return InvalidInputError(f"{b.where[0]}: {exc}")
+
+
+def check_session_owner(user_id: str, session_id: str, session: Session | None) -> None:
+    """Imported turns join only their user's own sessions: ConflictError (HTTP 409) when the
+    session ``session_id`` (of the default app) exists and ``user_id`` does not take part in it.
+    Called for every session of an import before anything is written (and again on the session
+    the import resumes, in case another writer created it in between)."""
+    if session is not None and user_id not in session.user_ids:
+        raise ConflictError(
+            f"session {session_id!r} already exists and {user_id!r} does not take part in it:"
+            " import these turns under another session_id"
+        )
 
 
 def session_events(batches: list[Batch]) -> dict[tuple[str, str], list[Event]]:

@@ -256,6 +256,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     with Progress(total, f"check {path.name}", unit="turn", enabled=not args.quiet) as bar:
         importers.check_with_engine(batches, bar.update)
     with _open(args) as m:
+        for user_id, sid in events:  # an existing session takes only its own user's turns
+            importers.check_session_owner(user_id, sid, m.sessions.get_session(sid))
         # Bulk: ~2,048 turns per transaction, across sessions, embedded in one call per chunk
         # (--embed now) or after everything is stored, in big batches (--embed deferred).
         embed: Literal["now", "low"] = "now" if args.embed == "now" else "low"
@@ -295,7 +297,8 @@ def _form_sessions(m: Memory, sessions: dict[tuple[str, str], list[Event]], *, q
     changes = reflections = blobs = 0
     with Progress(len(sessions), "form memory", unit="session", enabled=not quiet) as bar:
         for (user_id, sid), events in sessions.items():
-            m.sessions.get_or_create_session(user_ids=[user_id], session_id=sid)
+            session = m.sessions.get_or_create_session(user_ids=[user_id], session_id=sid)
+            importers.check_session_owner(user_id, sid, session)
             stored = {e.id for e in m.sessions.get_events(sid)}
             for event in events:
                 if event.id not in stored:  # through the engine: the formation cursor sees it

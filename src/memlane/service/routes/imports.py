@@ -10,8 +10,10 @@ replayed and queued for formation. The answer is 202: the formation jobs to poll
 watch the embedding queue.
 
 A user-bound key may import only its own user's turns (every line must name it); a read-only
-key may not import. The request body is bounded by the server's body limit (1 MiB by
-default): a larger file goes through ``memlane import`` on the server.
+key may not import. With ``form: true`` the turns join a session only if their user takes
+part in it: an existing session of another user is 409 ``conflict``, before anything is
+written. The request body is bounded by the server's body limit (1 MiB by default): a
+larger file goes through ``memlane import`` on the server.
 """
 
 from __future__ import annotations
@@ -78,13 +80,16 @@ async def import_turns(body: ImportRequest, memory: Engine, caller: Caller, resp
     if not batches:
         raise InvalidInputError("the body holds no turns")
     events = importers.session_events(batches) if body.form else {}
+    for user_id, sid in events:  # an existing session takes only its own user's turns (409)
+        importers.check_session_owner(user_id, sid, await memory.sessions.get_session(sid))
     for run in importers.chunks(batches, CHUNK_ROWS):  # bulk: one transaction per ~2,048 turns
         await memory.add_many(
             [AddBatch(b.messages, user_id=b.user_id, session_id=b.session_id) for b in run], embed="low"
         )
     jobs: list[str] = []
     for (user_id, sid), session_events in events.items():
-        await memory.sessions.get_or_create_session(user_ids=[user_id], session_id=sid)
+        session = await memory.sessions.get_or_create_session(user_ids=[user_id], session_id=sid)
+        importers.check_session_owner(user_id, sid, session)  # created by another writer since
         stored = {e.id for e in await memory.sessions.get_events(sid)}
         for event in session_events:
             if event.id not in stored:  # through the engine: the formation cursor sees it
