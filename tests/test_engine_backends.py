@@ -44,6 +44,10 @@ from test_context import (  # noqa: F401  (collected here, on every backend)
     test_one_users_context_never_shows_anothers,
     test_window_replays_last_user_turns_or_last_events,
 )
+from test_formation_kept import (  # noqa: F401
+    test_a_plain_repeat_is_still_none,
+    test_a_superseded_value_added_again_never_outlives_a_newer_statement,
+)
 from test_list_filters import (  # noqa: F401
     test_author_session_and_scope_filters,
     test_filters_are_pushed_into_the_query,

@@ -5,8 +5,13 @@ re-adding. These rules guard against that, once, for every backend: a store read
 state inside its transaction and calls :func:`resolve_change`, then performs the action.
 
 Rules, in order:
-  1. A new fact whose text is already stored valid in the partition is NONE (never a
-     deletion of the identical fact).
+  0. A new fact whose text is already stored valid in the partition, planned as a DELETE of
+     another valid fact or an UPDATE of it to the new fact's own text (the model saw the
+     duplicate and a contradiction, e.g. an old e-mail added again after it was superseded):
+     the contradicted fact is invalidated (``retire``) and the identical one stays. The new
+     statement is the latest word: an old value never outlives it.
+  1. Otherwise a new fact whose text is already stored valid in the partition is NONE (never
+     a deletion of the identical fact).
   2. UPDATE of a valid target in the same partition changes its text, unless another valid
      fact already holds that text; then the new fact falls through to ADD.
   3. NONE on a valid target records a NONE history row on it.
@@ -28,7 +33,7 @@ from memlane.models import Fact, content_hash
 if TYPE_CHECKING:
     from memlane.stores.base import FactChange
 
-Action = Literal["none", "update", "delete", "add"]
+Action = Literal["none", "update", "delete", "retire", "add"]
 
 
 @dataclass(frozen=True)
@@ -37,9 +42,12 @@ class Resolution:
 
     action: Action
     existing: Fact | None = None
-    """``none``: the fact the NONE is recorded on; ``update`` / ``delete``: the target."""
+    """``none`` / ``retire``: the fact the NONE is recorded on (the identical, current one);
+    ``update`` / ``delete``: the target."""
     text: str | None = None
     """``update``: the target's new text."""
+    retired: Fact | None = None
+    """``retire``: the contradicted fact to invalidate (nothing new is stored)."""
 
 
 def resolve_change(change: FactChange, target: Fact | None, lookup: Callable[[str], Fact | None]) -> Resolution:
@@ -54,6 +62,8 @@ def resolve_change(change: FactChange, target: Fact | None, lookup: Callable[[st
     if new is not None:
         same = lookup(new.hash or content_hash(new.content))
         if same is not None:
+            if target is not None and target.id != same.id and _replaces(change, same):
+                return Resolution("retire", same, retired=target)
             return Resolution("none", same)
     if change.event == "UPDATE" and target is not None:
         text = change.text or (new.content if new is not None else None)
@@ -68,6 +78,15 @@ def resolve_change(change: FactChange, target: Fact | None, lookup: Callable[[st
     if change.event == "DELETE" and target is not None:
         return Resolution("delete", target)
     return Resolution("add")
+
+
+def _replaces(change: FactChange, same: Fact) -> bool:
+    """The change would make its target say what ``same`` says: a DELETE (the new fact replaces
+    the target) or an UPDATE to the new fact's own text. An UPDATE that merges other words in
+    (its text is not the duplicate's) is not a replacement: retiring its target would lose them."""
+    if change.event == "DELETE":
+        return True
+    return change.event == "UPDATE" and (change.text is None or content_hash(change.text) == same.hash)
 
 
 def merge_provenance(updated: Fact, new: Fact) -> tuple[list[str], datetime | None]:

@@ -231,6 +231,8 @@ is stored.
 Rules:
 - An identical or equivalent fact is NONE, never DELETE (and never UPDATE). DELETE is only for a real \
 contradiction, where both cannot be true at once.
+- If one candidate is identical to the new fact and another candidate contradicts it (an old value \
+stored again), DELETE the contradicted candidate: the new fact is the latest word.
 - Different facts about the same person or thing are not duplicates: "Ann lives in Oslo" and "Ann \
 works in Bergen" -> ADD.
 - Only use a fact_id from that new fact's own candidate list. A new fact without candidates is ADD.

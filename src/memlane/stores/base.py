@@ -155,7 +155,9 @@ class FactChange:
     embedding). ``DELETE``: invalidate ``target_id`` and store ``fact``. ``NONE``: nothing but a
     history row on ``target_id``. Targets outside ``partition`` or already invalid are ignored
     (the change falls back to ADD), and a ``fact`` whose text is already stored valid in the
-    partition is always NONE.
+    partition is never stored twice: NONE, or, when the change replaces another valid fact
+    (a DELETE, or an UPDATE to that same text), that other fact is invalidated and the result
+    is a DELETE whose ``fact`` is the identical one (:func:`memlane.policy.resolve_change`).
     """
 
     event: Literal["ADD", "UPDATE", "DELETE", "NONE"]

@@ -146,22 +146,29 @@ def _has_negation(text: str) -> bool:
 
 
 def _decide_one(item: DedupItem) -> Decision:
-    """Exact duplicate: NONE; opposite polarity: DELETE; new value of a single-valued slot: UPDATE; covered: NONE."""
+    """Opposite polarity: DELETE; new value of a single-valued slot: UPDATE; exact duplicate or
+    covered: NONE.
+
+    A contradiction wins over an exact duplicate: "Sam's email is b@x" said again while an older
+    value "Sam's email is a@x" is also stored (added back by hand after it was superseded) is a
+    DELETE of the old value; the store keeps the identical fact and stores nothing twice."""
     new = item.content
     key = _normalise(new)
     cands = item.candidates
-    for c in cands:
-        if _normalise(c.content) == key:
-            return Decision(index=item.index, event="NONE", fact_id=c.id)
+    duplicate = next((c for c in cands if _normalise(c.content) == key), None)
     claim = _parse_claim(new)
-    parsed = [(c, _parse_claim(c.content)) for c in cands]
+    parsed = [(c, _parse_claim(c.content)) for c in cands if c is not duplicate]
     if claim is not None:
         for c, old in parsed:
             if old is not None and _contradicts(claim, old):
                 return Decision(index=item.index, event="DELETE", fact_id=c.id)
         for c, old in parsed:
             if old is not None and _supersedes(claim, old):
+                if duplicate is not None:
+                    return Decision(index=item.index, event="DELETE", fact_id=c.id)
                 return Decision(index=item.index, event="UPDATE", fact_id=c.id, text=new)
+    if duplicate is not None:
+        return Decision(index=item.index, event="NONE", fact_id=duplicate.id)
     tokens = _content(new)
     negated = _has_negation(new)
     for c in cands:

@@ -578,6 +578,16 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
                 new_fact.content if new_fact else None, actor, utcnow(),
             )  # fmt: skip
             return AppliedChange("NONE", existing, existing.content)
+        if res.action == "retire":  # the new fact is stored already; the value it replaces goes
+            assert res.existing is not None and res.retired is not None
+            assert target_row is not None
+            retired = (await self._invalidate_row(conn, target_row, actor)).content
+            existing = res.existing
+            await self._history(
+                conn, existing.id, existing.user_id, "NONE", existing.content,
+                new_fact.content if new_fact else None, actor, utcnow(),
+            )  # fmt: skip
+            return AppliedChange("DELETE", existing, retired)
         if res.action == "update":
             assert target_row is not None and target is not None and res.text is not None
             contributor = new_fact.user_id if new_fact is not None else None
@@ -899,6 +909,12 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
                     (enc(scope.user_id), enc(scope.agent_id)),
                 )
                 st.reflections = int(n[0]) if n else 0
+                n = await self._one(  # blobs keep '' for "no id"
+                    conn,
+                    "SELECT COUNT(*) FROM consolidated WHERE user_id = %s AND agent_id = %s",
+                    (enc(scope.user_id or ""), enc(scope.agent_id or "")),
+                )
+                st.consolidated = int(n[0]) if n else 0
         return st
 
     # ------------------------------------------------------------------ health and export

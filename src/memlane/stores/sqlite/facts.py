@@ -676,6 +676,16 @@ class SqliteFactStore:
                 actor, utcnow(),
             )  # fmt: skip
             return AppliedChange("NONE", existing, existing.content)
+        if res.action == "retire":  # the new fact is stored already; the value it replaces goes
+            assert res.existing is not None and res.retired is not None
+            assert target_row is not None
+            retired = self._invalidate_row(c, target_row, actor).content
+            existing = res.existing
+            self._history(
+                c, existing.id, existing.user_id, "NONE", existing.content,
+                new_fact.content if new_fact else None, actor, utcnow(),
+            )  # fmt: skip
+            return AppliedChange("DELETE", existing, retired)
         if res.action == "update":
             assert target_row is not None and target is not None and res.text is not None
             contributor = new_fact.user_id if new_fact is not None else None
@@ -1404,6 +1414,10 @@ class SqliteFactStore:
                 st.reflections = c.execute(
                     "SELECT COUNT(*) FROM reflections WHERE user_id IS ? AND agent_id IS ?",
                     (scope.user_id, scope.agent_id),
+                ).fetchone()[0]
+                st.consolidated = c.execute(  # blobs keep '' for "no id"
+                    "SELECT COUNT(*) FROM consolidated WHERE user_id = ? AND agent_id = ?",
+                    (scope.user_id or "", scope.agent_id or ""),
                 ).fetchone()[0]
             return st
 
