@@ -439,11 +439,14 @@ class FormationRunner:
         final: bool = False,
         activity_at: datetime | None = None,
     ) -> Job:
-        cursor = await self.jobs.get_cursor(app, session_id)
-        users = cursor.user_ids if cursor else []
+        # the session's participants now, stored with the job: who may read it (GET /v1/jobs)
+        # stays theirs even if the session id is later reused by someone else
+        session = await self.sessions.get_session(session_id, app=app)
+        cursor = None if session is not None else await self.jobs.get_cursor(app, session_id)
+        users = list(session.user_ids) if session is not None else cursor.user_ids if cursor else []
         payload: dict[str, Any] = {
             "app": app, "session_id": session_id, "reason": reason, "upto": upto, "clear": clear, "final": final,
-            "activity_at": activity_at.isoformat() if activity_at else None,
+            "activity_at": activity_at.isoformat() if activity_at else None, "user_ids": users,
         }  # fmt: skip
         job = await self.jobs.enqueue(
             "form",

@@ -1,7 +1,8 @@
 """``/v1/jobs``: formation jobs (queued by form/end/reset, ``add(infer=True)``, triggers).
 
 A user-bound key sees only its own jobs: those owned by its user, and formation jobs of
-sessions its user takes part in.
+sessions its user took part in when the job was queued (the participants are stored with the
+job, so a session id reused by another user reaches none of the earlier session's jobs).
 """
 
 from __future__ import annotations
@@ -71,19 +72,20 @@ class JobList(BaseModel):
     total: int
 
 
-async def _visible(memory: AsyncMemory, caller: Principal, job: Job) -> bool:
+def _visible(caller: Principal, job: Job) -> bool:
+    """A tenant-wide key sees every job; a user-bound key its user's jobs and the formation jobs
+    of sessions its user took part in *when the job was queued* (``payload["user_ids"]``), never
+    through a session that now has the job's session id (a reused id is another session). A job
+    queued before participants were stored shows only to its ``user_id``."""
     if caller.user_id is None or job.user_id == caller.user_id:
         return True
-    app, session_id = job.payload.get("app"), job.payload.get("session_id")
-    if job.kind != "form" or not isinstance(app, str) or not isinstance(session_id, str):
-        return False
-    session = await memory.sessions.get_session(session_id, app=app)
-    return session is not None and caller.user_id in session.user_ids
+    users = job.payload.get("user_ids")
+    return job.kind == "form" and isinstance(users, list) and caller.user_id in users
 
 
 async def _job(memory: AsyncMemory, caller: Principal, job_id: str) -> Job:
     job = await memory.get_job(job_id)
-    if not await _visible(memory, caller, job):
+    if not _visible(caller, job):
         raise NotFoundError(f"no formation job {job_id!r}")
     return job
 
@@ -102,7 +104,7 @@ async def list_jobs(
     limit = page(request, limit)
     authorize(caller, user_id=None, write=False)
     scan = limit if caller.user_id is None else min(10_000, limit * 20)
-    jobs = [j for j in await memory.list_jobs(status=status, limit=scan) if await _visible(memory, caller, j)]
+    jobs = [j for j in await memory.list_jobs(status=status, limit=scan) if _visible(caller, j)]
     out = [JobOut.of(j) for j in jobs[:limit]]
     return JobList(jobs=out, total=len(out))
 
