@@ -354,10 +354,12 @@ async def test_window_replays_last_user_turns_or_last_events(mem: AsyncMemory) -
         await mem.sessions.add_event(s.id, Event(type=EventType.TOOL_CALL, author="bot", content=f"t{i}"), app="chat")
         await mem.sessions.add_event(s.id, Event(type=EventType.AGENT_RESPONSE, author="bot", content=f"a{i}"),
                                      app="chat")  # fmt: skip
-    window = await mem.window(s.id, app="chat")
-    assert len(window) == 90 and window[0].content == "q5" and window[-1].content == "a34"
+    gaia = await mem.window(s.id, app="chat", last_n=None)  # the last 30 user turns
+    assert len(gaia) == 90 and gaia[0].content == "q5" and gaia[-1].content == "a34"
     kaos = await mem.window(s.id, app="chat", user_turns=None, last_n=6)
     assert [e.content for e in kaos] == ["q33", "t33", "a33", "q34", "t34", "a34"]
+    assert await mem.window(s.id, app="chat") == kaos  # by default the shorter window: 6 events (KAOS)
+    assert [e.content for e in await mem.window(s.id, app="chat", user_turns=1)] == ["q34", "t34", "a34"]
     messages = await replay_messages(mem, s.id, app="chat", user_turns=1)
     assert [m["role"] for m in messages] == ["user", "tool", "assistant"]
     with pytest.raises(NotFoundError):

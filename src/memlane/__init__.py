@@ -9,6 +9,7 @@ always-in-context reflections, embedded on SQLite and offline by default.
     >>> m.search("what does alice eat?", user_id="alice")  # doctest: +SKIP
 """
 
+from memlane.agent.config import RecallConfig
 from memlane.bulk import AddBatch
 from memlane.errors import (
     AuthenticationError,
@@ -92,6 +93,7 @@ __all__ = [
     "PermissionDeniedError",
     "ProviderError",
     "RateLimitedError",
+    "RecallConfig",
     "Reflection",
     "RetrievalConfig",
     "Scope",

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from memlane.errors import ConfigError
 
 if TYPE_CHECKING:
+    from memlane.agent.config import RecallConfig
     from memlane.formation.config import FormationConfig
     from memlane.memory import AsyncMemory
     from memlane.stores.base import SessionStore
@@ -49,6 +50,7 @@ __all__ = [
     "env_positive_int",
     "formation_config",
     "load_settings",
+    "recall_config",
     "redact_url",
     "session_backend",
 ]
@@ -98,7 +100,7 @@ class MemorySettings(BaseModel):
     auto_ingest: bool = True
     """Form memories automatically (message triggers and the idle timer)."""
     recall_limit: int = Field(5, ge=1, le=100)
-    """Hits ``load_memory`` / a search returns by default."""
+    """Hits ``load_memory`` returns (the agent tools, ``POST /v1/tools/load_memory``)."""
     preload: bool = True
     """Distil the session-start user profile."""
     preload_limit: int = Field(20, ge=1, le=200)
@@ -128,11 +130,13 @@ class SessionSettings(BaseModel):
     """``sqlite`` (durable, in the store), ``local`` (in-process, bounded), ``null`` (off),
     ``redis`` (shared by replicas, bounded like ``local``; needs ``redis_url``)."""
     window_turns: int = Field(30, ge=1)
-    """Recent user turns replayed to the model."""
+    """Recent user turns replayed to the model (``window``; the shorter of this and
+    ``context_limit`` wins)."""
     idle_consolidate_minutes: float | None = Field(30.0, gt=0)
     """Silence after which a session is formed and cleared (null: no idle timer)."""
     context_limit: int = Field(6, ge=0)
-    """KAOS ``memory_context_limit``: events replayed as model history."""
+    """KAOS ``memory_context_limit``: events replayed as model history (``window``, the
+    pydantic-ai bridge's ``load_history`` / ``run_with_memory``)."""
     max_sessions: int = Field(1000, ge=1)
     """Sessions the ``local`` and ``redis`` backends keep (the oldest 10% are evicted when full)."""
     max_session_events: int = Field(500, ge=1)
@@ -596,6 +600,19 @@ def build_memory(
         formation=formation if formation is not None else formation_config(settings),
         llm=m.llm,
         strong_llm=m.strong_llm,
+        recall=recall_config(settings),
+    )
+
+
+def recall_config(settings: MemlaneSettings) -> RecallConfig:
+    """The :class:`~memlane.agent.config.RecallConfig` the settings describe:
+    ``memory.recall_limit`` (``load_memory`` hits), ``sessions.window_turns`` and
+    ``sessions.context_limit`` (the session window replayed to the model)."""
+    from memlane.agent.config import RecallConfig
+
+    s = settings.sessions
+    return RecallConfig(
+        recall_limit=settings.memory.recall_limit, window_turns=s.window_turns, context_limit=s.context_limit
     )
 
 

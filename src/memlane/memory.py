@@ -27,9 +27,9 @@ import numpy as np
 
 from memlane import inputs
 from memlane import messages as messages_
+from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
 from memlane.agent.context import (
     FACTS_FIFO_LIMIT,
-    WINDOW_USER_TURNS,
     LocalContextCache,
     assemble_context,
     replay_window,
@@ -173,6 +173,8 @@ class AsyncMemory:
             ``"offline"``, an :class:`~memlane.providers.llm.base.LLM` or a
             :class:`~memlane.formation.model.FormationModel`.
         strong_llm: overrides ``formation.strong_model`` (premium-tier model), same forms.
+        recall: what a turn recalls by default (:class:`~memlane.agent.config.RecallConfig`):
+            the hits ``load_memory`` returns and the session window :meth:`window` replays.
     """
 
     def __init__(
@@ -186,12 +188,16 @@ class AsyncMemory:
         formation: FormationConfig | None = None,
         llm: str | LLM | FormationModel | None = None,
         strong_llm: str | LLM | FormationModel | None = None,
+        recall: RecallConfig | None = None,
     ) -> None:
         # No I/O here: stores, models and the embedder are opened by :meth:`open` (called by
         # ``async with`` and by the first call), on worker threads, never on the event loop.
         self.db_path = store_location(db) if db is not None else default_db_path()
         self.retrieval = retrieval or RetrievalConfig()
         self.formation_config = formation or FormationConfig()
+        if recall is not None and not isinstance(recall, RecallConfig):
+            raise InvalidInputError(f"recall must be a RecallConfig, got {type(recall).__name__}")
+        self.recall_config = recall or RecallConfig()
         check_embedder_spec(embedder)
         self._specs = (embedder, sessions, llm, strong_llm)
         self._jobs_spec = jobs
@@ -1063,11 +1069,13 @@ class AsyncMemory:
         session_id: str,
         *,
         app: str = "default",
-        user_turns: int | None = WINDOW_USER_TURNS,
-        last_n: int | None = None,
+        user_turns: ConfiguredInt = CONFIGURED,
+        last_n: ConfiguredInt = CONFIGURED,
     ) -> builtins.list[Event]:
-        """The session's tail to replay to the model: the last ``user_turns`` user turns (30)
-        with everything after them, and/or the last ``last_n`` events (KAOS: 6)."""
+        """The session's tail to replay to the model: the last ``user_turns`` user turns with
+        everything after them, and at most the last ``last_n`` events; the shorter window wins.
+        By default the engine's :attr:`recall_config` (``window_turns``: Gaia, 30;
+        ``context_limit``: KAOS ``MEMORY_CONTEXT_LIMIT``, 6); None lifts a bound."""
         return await replay_window(self, session_id, app=app, user_turns=user_turns, last_n=last_n)
 
     # ------------------------------------------------------------------ formation

@@ -14,7 +14,8 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 
 from memlane._portal import LoopThread
-from memlane.agent.context import FACTS_FIFO_LIMIT, WINDOW_USER_TURNS
+from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
+from memlane.agent.context import FACTS_FIFO_LIMIT
 from memlane.bulk import AddBatch
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.model import FormationModel
@@ -96,10 +97,13 @@ class Memory:
         formation: FormationConfig | None = None,
         llm: str | LLM | FormationModel | None = None,
         strong_llm: str | LLM | FormationModel | None = None,
+        recall: RecallConfig | None = None,
     ) -> None:
         self._portal = LoopThread()
         try:
-            self._async = self._portal.call(_build(db, embedder, sessions, retrieval, formation, llm, strong_llm, jobs))
+            self._async = self._portal.call(
+                _build(db, embedder, sessions, retrieval, formation, llm, strong_llm, jobs, recall)
+            )
         except BaseException:
             self._portal.stop()
             raise
@@ -486,8 +490,8 @@ class Memory:
         session_id: str,
         *,
         app: str = "default",
-        user_turns: int | None = WINDOW_USER_TURNS,
-        last_n: int | None = None,
+        user_turns: ConfiguredInt = CONFIGURED,
+        last_n: ConfiguredInt = CONFIGURED,
     ) -> builtins.list[Event]:
         """See :meth:`AsyncMemory.window`."""
         return self._portal.call(self._async.window(session_id, app=app, user_turns=user_turns, last_n=last_n))
@@ -502,10 +506,11 @@ async def _build(
     llm: str | LLM | FormationModel | None,
     strong_llm: str | LLM | FormationModel | None,
     jobs: str | JobStore | None = None,
+    recall: RecallConfig | None = None,
 ) -> AsyncMemory:
     memory = AsyncMemory(
         db, embedder=embedder, sessions=sessions, jobs=jobs, retrieval=retrieval, formation=formation, llm=llm,
-        strong_llm=strong_llm,
+        strong_llm=strong_llm, recall=recall,
     )  # fmt: skip
     await memory.start()
     return memory

@@ -37,8 +37,9 @@ System prompts are not part of the replayed history: give the agent ``instructio
 (re-sent on every request) rather than ``system_prompt=`` (only sent when the history is empty).
 
 :func:`run_with_memory` does a whole turn: loads the session's last ``context_limit`` events
-(KAOS ``memory_context_limit``, 6), made provider-valid with pydantic-ai's
-``repair_messages`` (a window can cut a call from its return), runs the agent, and appends
+(KAOS ``memory_context_limit``: the engine's ``recall_config.context_limit``, 6 by default),
+made provider-valid with pydantic-ai's ``repair_messages`` (a window can cut a call from its
+return), runs the agent, and appends
 the run's new messages to the session through :meth:`AsyncMemory.add_event` (so memory
 formation sees them).
 """
@@ -54,6 +55,8 @@ import pydantic_core
 
 from memlane import inputs
 from memlane.adapters import missing_extra
+from memlane.agent.config import CONFIGURED, ConfiguredInt
+from memlane.agent.config import CONTEXT_LIMIT as DEFAULT_CONTEXT_LIMIT
 from memlane.errors import InvalidInputError, ScopeError
 from memlane.models import Event, EventType, Session
 from memlane.sessions import window_events
@@ -93,8 +96,9 @@ __all__ = [
 
 OutputT = TypeVar("OutputT")
 
-#: KAOS ``MEMORY_CONTEXT_LIMIT``: events of the session replayed to the model.
-CONTEXT_LIMIT = 6
+#: KAOS ``MEMORY_CONTEXT_LIMIT``: events of the session replayed to the model when the engine
+#: says nothing else (its ``recall_config.context_limit``, the settings' ``sessions.context_limit``).
+CONTEXT_LIMIT = DEFAULT_CONTEXT_LIMIT
 
 _REQUEST_TYPES = frozenset({EventType.USER_MESSAGE, EventType.TASK_DELEGATION_RECEIVED, EventType.TOOL_RESULT})
 _RESPONSE_TYPES = frozenset({EventType.AGENT_RESPONSE, EventType.TOOL_CALL})
@@ -327,9 +331,10 @@ async def load_history(
     *,
     app: str = "default",
     user_id: str | None = None,
-    context_limit: int | None = CONTEXT_LIMIT,
+    context_limit: ConfiguredInt = CONFIGURED,
 ) -> list[ModelMessage]:
-    """The last ``context_limit`` events of a session (None: all) as provider-valid
+    """The last ``context_limit`` events of a session (None: all; by default the engine's
+    ``recall_config.context_limit``, KAOS ``MEMORY_CONTEXT_LIMIT``, 6) as provider-valid
     pydantic-ai history (``repair_messages``: orphaned returns dropped, unanswered calls
     closed). An unknown session gives ``[]``.
 
@@ -338,11 +343,17 @@ async def load_history(
     """
     session_id, app = inputs.identifier(session_id, "session_id"), inputs.identifier(app, "app")
     user_id = inputs.optional_id(user_id, "user_id")
-    context_limit = inputs.optional_integer(context_limit, "context_limit", 0, inputs.MAX_INT)
+    context_limit = _limit(memory, context_limit)
     session = await _session(memory, session_id, app, user_id, None, create=False)
     if session is None:
         return []
     return _history(session, context_limit)
+
+
+def _limit(memory: AsyncMemory, context_limit: ConfiguredInt) -> int | None:
+    if context_limit is CONFIGURED:
+        return memory.recall_config.context_limit
+    return inputs.optional_integer(context_limit, "context_limit", 0, inputs.MAX_INT)
 
 
 def _history(session: Session, context_limit: int | None) -> list[ModelMessage]:
@@ -383,12 +394,13 @@ async def run_with_memory(
     app: str = "default",
     user_id: str | None = None,
     agent_id: str | None = None,
-    context_limit: int | None = CONTEXT_LIMIT,
+    context_limit: ConfiguredInt = CONFIGURED,
     **run_kwargs: Any,
 ) -> AgentRunResult[OutputT]:
     """One turn of ``agent`` with memlane as its conversation memory.
 
-    Loads the session's windowed history (:func:`load_history`, KAOS ``context_limit`` 6),
+    Loads the session's windowed history (:func:`load_history`, KAOS ``context_limit``: the
+    engine's, 6 by default),
     runs ``agent.run(prompt, message_history=..., **run_kwargs)``, then appends the run's
     new messages to the session (:func:`save_messages`; ``agent.name`` is the responses'
     author). Nothing is stored when the run raises.
@@ -401,7 +413,8 @@ async def run_with_memory(
         app: the session store's app name.
         user_id: the user talking; a session with other participants is refused.
         agent_id: recorded on a newly created session.
-        context_limit: events replayed (None: the whole session).
+        context_limit: events replayed (None: the whole session; default: the engine's
+            ``recall_config.context_limit``).
         run_kwargs: passed to ``agent.run`` (``deps``, ``model``, ``usage_limits``, ...).
 
     Raises:
@@ -412,7 +425,7 @@ async def run_with_memory(
         raise InvalidInputError("run_with_memory loads message_history from memlane; do not pass it")
     session_id, app = inputs.identifier(session_id, "session_id"), inputs.identifier(app, "app")
     user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
-    context_limit = inputs.optional_integer(context_limit, "context_limit", 0, inputs.MAX_INT)
+    context_limit = _limit(memory, context_limit)
     session = await _session(memory, session_id, app, user_id, agent_id, create=True)
     assert session is not None
     history = _history(session, context_limit)
@@ -433,7 +446,7 @@ def run_with_memory_sync(
     app: str = "default",
     user_id: str | None = None,
     agent_id: str | None = None,
-    context_limit: int | None = CONTEXT_LIMIT,
+    context_limit: ConfiguredInt = CONFIGURED,
     **run_kwargs: Any,
 ) -> AgentRunResult[OutputT]:
     """Blocking :func:`run_with_memory` for the sync :class:`memlane.Memory`: the turn (the

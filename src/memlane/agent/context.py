@@ -46,6 +46,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from memlane import inputs
+from memlane.agent.config import CONFIGURED, WINDOW_TURNS, ConfiguredInt
 from memlane.documents import CHARS_PER_TOKEN
 from memlane.errors import InvalidInputError, ScopeError
 from memlane.models import Event, Fact, FactFilter, Scope, as_utc, utcnow
@@ -73,8 +74,9 @@ FACTS_FIFO_LIMIT = 40
 FACTS_FIFO_MAX_AGE = timedelta(days=7)
 #: Eden: the assembled context is cached for 5 minutes.
 CONTEXT_TTL = timedelta(minutes=5)
-#: Gaia ``sessions.window_turns``: user turns replayed to the model.
-WINDOW_USER_TURNS = 30
+#: Gaia ``sessions.window_turns``: user turns replayed to the model (the engine's
+#: :class:`~memlane.agent.config.RecallConfig` holds the value in use).
+WINDOW_USER_TURNS = WINDOW_TURNS
 #: Largest accepted ``budget_tokens``.
 MAX_BUDGET_TOKENS = 10_000_000
 
@@ -457,18 +459,22 @@ async def replay_window(
     session_id: str,
     *,
     app: str = "default",
-    user_turns: int | None = WINDOW_USER_TURNS,
-    last_n: int | None = None,
+    user_turns: ConfiguredInt = CONFIGURED,
+    last_n: ConfiguredInt = CONFIGURED,
 ) -> list[Event]:
-    """The tail of a session to replay to the model: the last ``user_turns`` user turns (Gaia,
-    30) with everything after them, and/or the last ``last_n`` events (KAOS
-    ``memory_context_limit``, 6). The shorter window wins; oldest first.
+    """The tail of a session to replay to the model: the last ``user_turns`` user turns (Gaia)
+    with everything after them, and at most the last ``last_n`` events (KAOS
+    ``memory_context_limit``). The shorter window wins; oldest first. By default both come from
+    ``memory.recall_config`` (``window_turns``, 30; ``context_limit``, 6); None lifts a bound.
 
     Raises:
         NotFoundError: no such session.
     """
     from memlane.errors import NotFoundError
 
+    cfg = memory.recall_config
+    user_turns = cfg.window_turns if user_turns is CONFIGURED else user_turns
+    last_n = cfg.context_limit if last_n is CONFIGURED else last_n
     session_id, app = inputs.identifier(session_id, "session_id"), inputs.identifier(app, "app")
     user_turns = inputs.optional_integer(user_turns, "user_turns", 0, inputs.MAX_INT)
     last_n = inputs.optional_integer(last_n, "last_n", 0, inputs.MAX_INT)
@@ -484,8 +490,8 @@ async def replay_messages(
     session_id: str,
     *,
     app: str = "default",
-    user_turns: int | None = WINDOW_USER_TURNS,
-    last_n: int | None = None,
+    user_turns: ConfiguredInt = CONFIGURED,
+    last_n: ConfiguredInt = CONFIGURED,
 ) -> list[dict[str, str]]:
     """:func:`replay_window` as chat messages (``{"role", "content", "name"}``)."""
     events = await replay_window(memory, session_id, app=app, user_turns=user_turns, last_n=last_n)

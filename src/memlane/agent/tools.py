@@ -31,6 +31,7 @@ from typing import Any, Final, Literal, get_args
 
 from memlane import inputs
 from memlane.agent._binding import Binding, Identity, MemoryLike
+from memlane.agent.config import RECALL_LIMIT
 from memlane.agent.context import escape_memory_text
 from memlane.errors import ConfigError, InvalidInputError, UsageError
 from memlane.models import Fact, Hit, utcnow
@@ -58,8 +59,6 @@ SchemaFormat = Literal["openai", "openai_responses", "anthropic", "gemini"]
 
 #: The tools advertised by default, in this order.
 DEFAULT_TOOLS: Final[tuple[ToolName, ...]] = ("search_facts", "load_memory", "remember")
-#: Hits ``load_memory`` returns (Gaia's ``memory.recall_limit``).
-RECALL_LIMIT: Final = 5
 #: Bullets ``preload_memory`` adds at most (adk-rs ``preload_memory_tool(5)``).
 PRELOAD_MAX_ENTRIES: Final = 5
 #: Heading of the block ``preload_memory`` appends to the system text (adk-rs).
@@ -251,7 +250,8 @@ class MemoryTools:
         session_id: the current session: provenance of what ``remember`` stores.
         app: the application name sessions are stored under.
         tools: which tools are advertised and callable through :meth:`call`.
-        recall_limit: hits ``load_memory`` returns (Gaia: 5).
+        recall_limit: hits ``load_memory`` returns; None: the engine's
+            ``recall_config.recall_limit`` (settings ``memory.recall_limit``; Gaia: 5).
         preload_max_entries: default cap of ``preload_memory``'s bullet list (adk-rs: 5).
 
     Raises:
@@ -268,10 +268,13 @@ class MemoryTools:
         session_id: str | None = None,
         app: str = "default",
         tools: Sequence[ToolName] = DEFAULT_TOOLS,
-        recall_limit: int = RECALL_LIMIT,
+        recall_limit: int | None = None,
         preload_max_entries: int = PRELOAD_MAX_ENTRIES,
     ) -> None:
         self._binding = Binding(memory, allow_none=True)
+        if recall_limit is None:
+            engine = self._binding.engine
+            recall_limit = engine.recall_config.recall_limit if engine is not None else RECALL_LIMIT
         self.identity = Identity(user_id, agent_id, session_id, app)
         if isinstance(tools, str) or not isinstance(tools, Sequence):
             raise InvalidInputError(f"tools must be a list of tool names, got {inputs.show(tools)}")
@@ -616,7 +619,7 @@ def memory_tools(
     app: str = "default",
     enabled: bool = True,
     tools: Sequence[ToolName] = DEFAULT_TOOLS,
-    recall_limit: int = RECALL_LIMIT,
+    recall_limit: int | None = None,
     preload_max_entries: int = PRELOAD_MAX_ENTRIES,
 ) -> MemoryTools | None:
     """Eden's automatic provisioning: the memory tools of an agent, or None when memory is off.
