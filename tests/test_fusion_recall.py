@@ -96,8 +96,9 @@ async def test_near_threshold_semantic_match_is_returned(mem: AsyncMemory) -> No
     miso = res.hits[0]
     assert miso.keyword_rank is None and miso.vector_score is not None
     assert 0.29 < miso.vector_score < 0.3  # the case: just under the 0.3 floor
+    assert miso.score > 0  # kept by the soft floor, and read as a match (issue 17: it showed 0.0)
     # unrelated memories do not fill the results: only what is within the margin of the best
-    assert all(h.vector_score is not None and h.vector_score >= 0.25 for h in res.hits)
+    assert all(h.vector_score is not None and h.vector_score >= 0.28 for h in res.hits)
     # a hard cut-off at 0.3 (the old default) finds nothing at all
     assert await ranked(mem, "pets", OLD_DEFAULT) == []
 
@@ -144,9 +145,9 @@ async def test_unrelated_query_returns_nothing(mem: AsyncMemory) -> None:
 
 
 def test_soft_floor_rule() -> None:
-    cfg = RetrievalConfig()  # min_vector_score 0.3, vector_margin 0.05
-    vec = [("a", 0.299), ("b", 0.27), ("c", 0.24)]
-    assert [k for k, _ in keep_vectors(vec, cfg)] == ["a", "b"]  # within 0.05 of the best, >= 0.25
+    cfg = RetrievalConfig()  # min_vector_score 0.3, vector_margin 0.02 (0.05 before issue 17)
+    vec = [("a", 0.299), ("b", 0.285), ("c", 0.27)]
+    assert [k for k, _ in keep_vectors(vec, cfg)] == ["a", "b"]  # within 0.02 of the best, >= 0.28
     assert [k for k, _ in keep_vectors([("x", 0.6), ("a", 0.299)], cfg)] == ["x"]  # far under the best
     assert keep_vectors(vec, RetrievalConfig(vector_margin=None)) == []
     assert keep_vectors(vec, RetrievalConfig(min_vector_score=None)) == vec
@@ -156,13 +157,15 @@ def test_blend_scores_and_zero_weights() -> None:
     kw = [Candidate("a", 12.0), Candidate("b", 6.0), Candidate("c", 3.0)]
     vec = [Candidate("d", 0.65), Candidate("a", 0.5), Candidate("c", 0.1)]
     out = {f.key: f for f in fuse([kw], [vec], RetrievalConfig(), top_k=10)}
-    assert out["a"].score == pytest.approx(1.0 + (0.5 - 0.3) / 0.7)
-    assert out["b"].score == pytest.approx((6 - 3) / 9 + 0.0)  # missing cosine: the list's lowest, under the floor
-    assert out["d"].score == pytest.approx(0.0 + (0.65 - 0.3) / 0.7)
-    assert out["c"].score == 0.0 and out["c"].raw["vector"] == 0.1 and "vector" not in out["c"].ranks
+    lift = 0.01  # min-max maps the keyword list onto [0.01, 1]; the cosine floor is 0.28
+    assert out["a"].score == pytest.approx(1.0 + (0.5 - 0.28) / 0.72)
+    # missing cosine: the list's lowest, under the floor
+    assert out["b"].score == pytest.approx(lift + (1 - lift) * (6 - 3) / 9 + 0.0)
+    assert out["d"].score == pytest.approx(0.0 + (0.65 - 0.28) / 0.72)
+    assert out["c"].score == pytest.approx(lift) and out["c"].raw["vector"] == 0.1 and "vector" not in out["c"].ranks
     assert [f.key for f in fuse([kw], [vec], RetrievalConfig(), top_k=10)][:2] == ["a", "d"]
     # one keyword hit alone counts fully; a zero weight leaves its list out
-    assert fuse([kw[:1]], [], RetrievalConfig(), top_k=5)[0].score == 1.0
+    assert fuse([kw[:1]], [], RetrievalConfig(), top_k=5)[0].score == pytest.approx(1.0)
     assert {f.key for f in fuse([kw], [vec], RetrievalConfig(keyword_weight=0), top_k=10)} == {"d", "a"}
     assert {f.key for f in fuse([kw], [vec], RetrievalConfig(vector_weight=0), top_k=10)} == {"a", "b", "c"}
 

@@ -138,7 +138,10 @@ async def test_unrelated_vector_neighbours_are_not_returned(mem: AsyncMemory) ->
     """With no keyword match, only vectors above ``min_vector_score`` may fill the results."""
     await mem.add("Omar repaired the kitchen sink", user_id="o")
     assert (await mem.search("quantum chromodynamics lecture", user_id="o")).hits == []
+    # no cosine floor: still nothing, a cosine at or under vector_floor is no evidence (issue 17)
     mem.retrieval = RetrievalConfig(min_vector_score=None)
+    assert (await mem.search("quantum chromodynamics lecture", user_id="o")).hits == []
+    mem.retrieval = RetrievalConfig(min_vector_score=None, vector_floor=-1.0)  # every cosine counts
     assert len((await mem.search("quantum chromodynamics lecture", user_id="o")).hits) == 1
 
 

@@ -12,6 +12,11 @@ from memlane.retrieval.fusion import RRF_K, Fused, rrf
 
 #: At most this many queries run per search (Eden's ``search_facts`` takes up to 3).
 MAX_QUERIES = 3
+#: ``keyword_norm="minmax"`` (and ``vector_norm="minmax"``) maps a list to
+#: ``[MINMAX_LIFT, 1]`` (0.01), not ``[0, 1]``: the weakest keyword match of a list is still a match
+#: (its score must not read 0.0, which means "no evidence"), and counts a little more than a
+#: memory with no keyword match at all.
+MINMAX_LIFT = 0.01
 
 
 class RetrievalConfig(BaseModel):
@@ -23,6 +28,13 @@ class RetrievalConfig(BaseModel):
     ``vector_floor`` counts as nothing, with equal weights; vector candidates under cosine 0.3
     are dropped unless they are within ``vector_margin`` of that floor and of the query's best
     cosine (a soft floor). :meth:`eden` gives Eden's production thresholds (with RRF).
+
+    No match, no hit (issue 17): a memory is returned only with *evidence*, a keyword match
+    (a positive BM25 score, through its own text, its date words or its neighbouring turns)
+    or a vector candidate kept by the floor whose cosine is above the level that counts as
+    nothing (``vector_floor`` under ``blend`` with the calibrated cosine, else 0). Under
+    ``blend`` with the default normalisations every hit's score is then positive, and 0 never
+    appears: see docs/retrieval.md, "What a score means".
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -46,11 +58,13 @@ class RetrievalConfig(BaseModel):
     keeps unrelated memories out of results when few keywords match (MiniLM cosines of
     unrelated sentences sit around 0.0-0.25); it cost nothing on LoCoMo. Eden's 0.65 suits
     larger OpenAI embeddings. None: keep every vector candidate."""
-    vector_margin: float | None = 0.05
+    vector_margin: float | None = 0.02
     """Soft floor: a vector candidate under ``min_vector_score`` is still kept when its cosine
     is at least ``min_vector_score - vector_margin`` and within ``vector_margin`` of the query's
     best cosine, so a query's best semantic match is not lost at 0.2999 ("pets" -> "Alice's
-    cat is called Miso"). None: a hard cut-off at ``min_vector_score``."""
+    cat is called Miso"). None: a hard cut-off at ``min_vector_score``. 0.02, not the 0.05 of
+    issue 11: "marathon" for a user who never ran one found "The Alfa Pendular train gets you
+    to Porto" at cosine 0.27 (issue 17)."""
     min_keyword_score: float | None = None
     """Drop keyword candidates below this (negated BM25) score."""
     min_rrf_score: float | None = None
@@ -69,10 +83,11 @@ class RetrievalConfig(BaseModel):
     """``blend``: how cosines become values. ``calibrated``: (cos - ``vector_floor``) /
     (1 - ``vector_floor``), 0 at or under the floor; ``raw``: the cosine; ``minmax`` and
     ``zscore`` within the list, as for keywords."""
-    vector_floor: float = 0.3
-    """``vector_norm="calibrated"``: the cosine that counts as no similarity (the same 0.3 as
-    ``min_vector_score``: a near-threshold candidate the soft floor keeps is returned, but adds
-    nothing to a keyword match)."""
+    vector_floor: float = 0.28
+    """``vector_norm="calibrated"``: the cosine that counts as no similarity, the lowest one the
+    soft floor can keep (``min_vector_score - vector_margin``), so every vector candidate kept
+    scores above 0 and a candidate under it is no evidence. (Issue 11 had 0.3, which gave the
+    soft floor's "pets" -> "Alice's cat is called Miso" at 0.29999 a score of 0.0.)"""
 
     @classmethod
     def eden(cls) -> RetrievalConfig:
@@ -94,18 +109,24 @@ def fuse(
     config: RetrievalConfig,
     top_k: int,
 ) -> list[Fused]:
-    """Apply thresholds, then fuse every query's keyword and vector list."""
+    """Apply thresholds, keep the candidates with evidence (:func:`evidence_floor`), then fuse
+    every query's keyword and vector list. Every fused result has evidence: a positive keyword
+    score or a kept cosine above the evidence floor."""
     depth = max(config.depth, top_k)
     lists: dict[str, list[tuple[str, float]]] = {}
     weights: dict[str, float] = {}
     for i, kw in enumerate(keyword_lists):
         kept = [
-            (c.fact_id, c.score) for c in kw if config.min_keyword_score is None or c.score >= config.min_keyword_score
+            (c.fact_id, c.score)
+            for c in kw
+            if c.score > 0 and (config.min_keyword_score is None or c.score >= config.min_keyword_score)
         ]
         lists[f"keyword{i}"] = kept
         weights[f"keyword{i}"] = config.keyword_weight
+    floor = evidence_floor(config)
     for i, vec in enumerate(vector_lists):
-        lists[f"vector{i}"] = keep_vectors([(c.fact_id, c.score) for c in vec], config)
+        kept_vec = keep_vectors([(c.fact_id, c.score) for c in vec], config)
+        lists[f"vector{i}"] = [(k, s) for k, s in kept_vec if s > floor]
         weights[f"vector{i}"] = config.vector_weight
     if config.fusion == "score":
         fused = score_fusion(lists, weights, depth=depth)
@@ -117,6 +138,14 @@ def fuse(
     if config.min_rrf_score is not None:
         fused = [f for f in fused if f.score >= config.min_rrf_score]
     return fused[:top_k]
+
+
+def evidence_floor(config: RetrievalConfig) -> float:
+    """The cosine a vector candidate must exceed to count as evidence: ``vector_floor`` when
+    ``blend`` calibrates cosines (at or under it a cosine is worth 0), else 0 (no similarity)."""
+    if config.fusion == "blend" and config.vector_norm == "calibrated":
+        return config.vector_floor
+    return 0.0
 
 
 def keep_vectors(vec: list[tuple[str, float]], config: RetrievalConfig) -> list[tuple[str, float]]:
@@ -131,7 +160,9 @@ def keep_vectors(vec: list[tuple[str, float]], config: RetrievalConfig) -> list[
     return [(k, s) for k, s in vec if s >= min(floor, soft)]
 
 
-def _normalise(values: list[float], how: str, *, saturation: float = 1.0, floor: float = 0.0) -> list[float]:
+def _normalise(
+    values: list[float], how: str, *, saturation: float = 1.0, floor: float = 0.0, lift: float = MINMAX_LIFT
+) -> list[float]:
     if not values:
         return []
     if how == "max":
@@ -143,7 +174,7 @@ def _normalise(values: list[float], how: str, *, saturation: float = 1.0, floor:
         return [max(v - floor, 0.0) / (1.0 - floor) for v in values]
     if how == "minmax":
         lo, hi = min(values), max(values)
-        return [(v - lo) / (hi - lo) if hi > lo else 1.0 for v in values]
+        return [lift + (1.0 - lift) * (v - lo) / (hi - lo) if hi > lo else 1.0 for v in values]
     if how == "zscore":
         n = len(values)
         mean = sum(values) / n
