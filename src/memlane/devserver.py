@@ -3,8 +3,10 @@ scale-out deployment on one machine.
 
 PostgreSQL comes from the ``pgserver`` wheel (PostgreSQL 16 with pgvector inside; ``pip install
 'memlane[devserver]'``). Its server refuses to run as root, so as root it is run as the
-``postgres`` user (or ``nobody``) with ``runuser``. Redis is found at ``127.0.0.1:6379`` or
-started from a ``redis-server`` binary on a free port.
+``postgres`` user (or ``nobody``) with ``runuser``; when that user cannot reach the wheel's
+binaries (a checkout or virtualenv inside a folder only root can enter, such as ``mktemp -d``),
+they are copied once to ``/var/tmp/memlane-pgserver-<version>-<digest>/`` and run from there.
+Redis is found at ``127.0.0.1:6379`` or started from a ``redis-server`` binary on a free port.
 
     python -m memlane.devserver postgres ./pgdata    # prints postgresql://... ; stays up
     python -m memlane.devserver redis                 # prints redis://...
@@ -22,8 +24,10 @@ import os
 import pwd
 import shutil
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +43,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _pg_bin() -> Path:
+def _pg_install() -> Path:
+    """The ``pginstall`` folder of the installed pgserver wheel (bin/, lib/, share/)."""
     import importlib.util
 
     # Found, not imported: importing pgserver creates platformdirs folders and warns.
@@ -49,7 +54,113 @@ def _pg_bin() -> Path:
             "a local PostgreSQL with pgvector needs the pgserver wheel: pip install 'memlane[devserver]' "
             "(or point memlane at your own PostgreSQL with the vector extension)"
         )
-    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+
+
+#: Where a copy of pgserver's binaries is kept when the server's user cannot reach the wheel's.
+PG_COPY_PARENT = Path("/var/tmp")
+
+
+def _pg_bin() -> Path:
+    """The folder of the PostgreSQL binaries the server's user can run.
+
+    As root the server runs as ``postgres`` (or ``nobody``), which cannot execute the wheel's
+    binaries when a folder above them is closed to it (a checkout or virtualenv in a ``0700``
+    folder, e.g. ``mktemp -d``): then a copy made for it is used (:func:`_reachable_copy`).
+    """
+    install = _pg_install()
+    prefix = _run_as()
+    if not prefix or _can_execute(prefix, install / "bin" / "postgres"):
+        return install / "bin"
+    return _reachable_copy(install, prefix) / "bin"
+
+
+def _can_execute(prefix: list[str], binary: Path) -> bool:
+    """Whether the user of ``prefix`` (``runuser -u USER --``) may execute ``binary``."""
+    test = shutil.which("test") or "/usr/bin/test"
+    try:
+        return subprocess.run([*prefix, test, "-x", str(binary)], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _copy_key(install: Path) -> str:
+    """A name for the copy of ``install``: pgserver's version and a digest of its file list."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ver = version("pgserver")
+    except PackageNotFoundError:  # pragma: no cover - found by find_spec, so installed
+        ver = "unknown"
+    digest = hashlib.sha256()
+    for p in sorted(install.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            digest.update(f"{p.relative_to(install)}\0{p.stat().st_size}\0".encode())
+    return f"memlane-pgserver-{ver}-{digest.hexdigest()[:12]}"
+
+
+def _trusted_copy(path: Path) -> bool:
+    """``path`` is a real folder of ours that nobody else can write (it holds what we run)."""
+    st = path.lstat()
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _reachable_copy(install: Path, prefix: list[str]) -> Path:
+    """A copy of ``install`` the server's user can run, kept in :data:`PG_COPY_PARENT` and reused.
+
+    The wheel's libraries are found relative to the binaries (``$ORIGIN/../../../pgserver.libs``),
+    so the copy keeps the wheel's layout: ``<copy>/pgserver/pginstall`` and ``<copy>/pgserver.libs``.
+    It is made in a temporary folder and renamed into place (concurrent starts agree on one), and
+    reused only when owned by this user and writable by nobody else.
+
+    Raises:
+        ConfigError: the copy could not be made or reused, or its binaries still cannot be run.
+    """
+    user = prefix[2]
+    parent = PG_COPY_PARENT
+    final = parent / _copy_key(install)
+    what_to_do = (
+        f"PostgreSQL runs as user {user!r}, which cannot reach {install} (a folder above it is closed to "
+        f"it, e.g. a checkout in a 0700 folder); memlane runs a copy of the binaries from {parent} instead"
+    )
+    try:
+        if not final.exists():
+            staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=parent))
+            try:
+                shutil.copytree(install, staging / "pgserver" / "pginstall", symlinks=True)
+                libs = install.parent.parent / "pgserver.libs"
+                if libs.is_dir():
+                    shutil.copytree(libs, staging / "pgserver.libs", symlinks=True)
+                for p in [staging, *staging.rglob("*")]:
+                    if not p.is_symlink():  # readable (and folders enterable) by all, writable by us only
+                        mode = p.stat().st_mode
+                        os.chmod(p, (mode | 0o444 | (0o111 if stat.S_ISDIR(mode) or mode & 0o100 else 0)) & ~0o022)
+                try:
+                    staging.rename(final)
+                except OSError:  # another process put its copy in place first
+                    if not final.is_dir():
+                        raise
+            finally:
+                if staging.exists():
+                    shutil.rmtree(staging, ignore_errors=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"{what_to_do}, but the copy failed ({exc}). Make the folders above {install} enterable by "
+            f"{user!r} (chmod o+x), or run as a user other than root."
+        ) from exc
+    if not _trusted_copy(final):
+        raise ConfigError(
+            f"{what_to_do}, but {final} is not a folder owned by uid {os.geteuid()} and writable by it only; "
+            "remove it and retry."
+        )
+    copy = final / "pgserver" / "pginstall"
+    if not _can_execute(prefix, copy / "bin" / "postgres"):
+        raise ConfigError(
+            f"{what_to_do}, but {user!r} cannot run {copy / 'bin' / 'postgres'} either. Make the folders "
+            f"above {install} enterable by {user!r} (chmod o+x), or run as a user other than root."
+        )
+    return copy
 
 
 def _run_as() -> list[str]:
