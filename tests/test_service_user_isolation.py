@@ -80,3 +80,38 @@ def test_a_reused_session_id_reaches_none_of_the_earlier_sessions_jobs(srv: Serv
     mine = srv.client.post("/v1/sessions/S/form", headers=alice).json()["job_id"]
     assert srv.client.get(f"/v1/jobs/{mine}", headers=alice).status_code == 200
     assert srv.client.get(f"/v1/jobs/{mine}", headers=bob).status_code == 404
+
+
+def test_one_user_creating_sessions_never_evicts_another_users(tmp_path: Path, keys: KeyStore) -> None:
+    """In-process sessions capped at 20 (KAOS: 1,000): mallory creating 60 sessions evicts only
+    her own; bob's sessions and acknowledged events stay (his export lists them). When the store
+    is full of bob's sessions, mallory gets 507 ``storage_full`` and nothing changes."""
+    from memlane.stores.local import LocalMemory
+
+    sessions = LocalMemory(max_sessions=20)
+    app = create_app(
+        MemlaneSettings(server=ServerSettings(rate_limit=0)), hub=make_hub(tmp_path, sessions=sessions), keys=keys
+    )
+    bob, mallory = _key(keys, "bob"), _key(keys, "mallory")
+    with serve(app) as srv:
+        for i in range(3):
+            assert srv.client.post("/v1/sessions", json={"session_id": f"b{i}"}, headers=bob).status_code == 201
+            r = srv.client.post(f"/v1/sessions/b{i}/events", json={"content": f"bob turn {i}"}, headers=bob)
+            assert r.status_code == 201, r.text
+        for i in range(60):
+            r = srv.client.post("/v1/sessions", json={"session_id": f"m{i}"}, headers=mallory)
+            assert r.status_code == 201, r.text
+        export = srv.client.get("/v1/users/bob/export", headers=bob).json()
+        assert sorted(s["id"] for s in export["sessions"]) == ["b0", "b1", "b2"], export["sessions"]
+        for i in range(3):
+            events = srv.client.get(f"/v1/sessions/b{i}/events", headers=bob).json()["events"]
+            assert [e["content"] for e in events] == [f"bob turn {i}"]
+        for i in range(60):  # mallory's sessions out, bob's in
+            r = srv.client.delete(f"/v1/sessions/m{i}", headers=mallory)
+            assert r.status_code in (204, 404), r.text
+        for i in range(3, 20):
+            assert srv.client.post("/v1/sessions", json={"session_id": f"b{i}"}, headers=bob).status_code == 201
+        r = srv.client.post("/v1/sessions", json={"session_id": "m-full"}, headers=mallory)
+        assert r.status_code == 507, r.text
+        assert r.json()["error"]["code"] == "storage_full"
+        assert len(srv.client.get("/v1/sessions", headers=bob).json()["sessions"]) == 20

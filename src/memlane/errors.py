@@ -13,7 +13,8 @@
     ├── NotFoundError              (also a KeyError) no such fact / session
     ├── StorageError               the database failed; original error chained
     │   ├── CorruptDatabaseError   not a memlane database, or damaged
-    │   └── ConflictError          a concurrent writer changed the row first (retry)
+    │   ├── ConflictError          a concurrent writer changed the row first (retry)
+    │   └── StoreFullError         (HTTP 507) a bounded session store is full of others' sessions
     ├── ProviderError              an embedder or LLM call failed (status_code, retryable)
     │   ├── EmbedderError          an embedding call failed
     │   └── LLMError               a chat-completion call failed
@@ -87,6 +88,13 @@ class CorruptDatabaseError(StorageError):
 
 class ConflictError(StorageError):
     """Another writer changed the row first (optimistic concurrency); retrying is safe."""
+
+
+class StoreFullError(StorageError):
+    """HTTP 507: a bounded session store (in-process or Redis, ``max_sessions``) is full and
+    none of the full store's sessions belong only to the new session's users, so making room
+    would evict another user's sessions; nothing was changed. Delete or end sessions, or raise
+    ``max_sessions`` (or set a ``ttl`` on Redis)."""
 
 
 class ProviderError(MemlaneError):

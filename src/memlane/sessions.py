@@ -181,6 +181,17 @@ def new_session(
     return session
 
 
+def full_message(max_sessions: int, user_ids: Sequence[str]) -> str:
+    """The message of a bounded store's :class:`~memlane.errors.StoreFullError`: full, and no
+    stored session belongs only to ``user_ids`` (so making room would evict someone else's)."""
+    who = f"user(s) {', '.join(map(repr, user_ids))}" if user_ids else "sessions without users"
+    return (
+        f"the session store is full ({max_sessions} sessions) and none of them belongs only to {who}:"
+        " another user's sessions are never evicted to make room; delete or end sessions, or raise"
+        " max_sessions"
+    )
+
+
 def to_utc(value: datetime) -> datetime:
     """``value`` as an aware UTC datetime; a naive datetime is taken to be UTC already."""
     if value.tzinfo is None:

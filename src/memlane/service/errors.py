@@ -11,6 +11,7 @@ AuthenticationError   401     ``unauthenticated``
 PermissionDeniedError 403     ``forbidden``
 NotFoundError         404     ``not_found``
 ConflictError         409     ``conflict``
+StoreFullError        507     ``storage_full``
 PayloadTooLargeError  413     ``payload_too_large``
 RateLimitedError      429     ``rate_limited`` (+ ``Retry-After``)
 ScopeError            400     ``invalid_scope``
@@ -71,6 +72,7 @@ ERROR_TABLE: dict[str, tuple[int, str]] = {
     "PermissionDeniedError": (403, "forbidden"),
     "NotFoundError": (404, "not_found"),
     "ConflictError": (409, "conflict"),
+    "StoreFullError": (507, "storage_full"),
     "PayloadTooLargeError": (413, "payload_too_large"),
     "RateLimitedError": (429, "rate_limited"),
     "ScopeError": (400, "invalid_scope"),
@@ -116,6 +118,7 @@ _ERROR_STATUSES = {
     422: "the request does not have the documented shape (validation_error)",
     429: "too many requests for this key; see Retry-After (rate_limited)",
     503: "the store or a model provider is unavailable; retry later",
+    507: "the session store is full of other users' sessions (storage_full)",
 }
 
 #: The error answers every route documents (``include_router(..., responses=ERROR_RESPONSES)``).

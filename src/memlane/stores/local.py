@@ -5,9 +5,14 @@ Bounded on both axes, so a long-running process cannot grow without limit:
 * each session keeps at most ``max_session_events`` events in a
   ``deque(maxlen=...)``; adding to a full session silently drops its oldest event;
 * creating a session when ``max_sessions`` are already stored first evicts the oldest
-  10% of sessions (at least one). "Oldest" means **creation order**, not last activity:
-  eviction is predictable and O(evicted), and a busy session that was created long ago is
-  the one most likely to have been consolidated into long-term memory already.
+  10% of sessions (at least one) **of the new session's own users**: sessions whose
+  participants are all among the new session's (for a session without users, the other
+  sessions without users). One user creating sessions never evicts another user's; when
+  none of the stored sessions are the creator's, creating fails with
+  :class:`~memlane.errors.StoreFullError` (HTTP 507) and nothing changes. "Oldest" means
+  **creation order**, not last activity: eviction is predictable, and a busy session that
+  was created long ago is the one most likely to have been consolidated into long-term
+  memory already.
 
 Everything is deep-copied on the way in and out, so callers never share state with the
 store. Methods are ``async`` for the :class:`~memlane.stores.base.SessionStore` protocol
@@ -24,7 +29,7 @@ from itertools import count, islice
 from types import TracebackType
 from typing import Any
 
-from memlane.errors import InvalidInputError, NotFoundError
+from memlane.errors import InvalidInputError, NotFoundError, StoreFullError
 from memlane.models import Event, EventType, Session, utcnow
 from memlane.sessions import (
     check_app,
@@ -33,6 +38,7 @@ from memlane.sessions import (
     check_user_ids,
     event_type_filter,
     export_session,
+    full_message,
     new_session,
     prepare_event,
 )
@@ -53,7 +59,8 @@ class LocalMemory:
 
     Args:
         max_sessions: sessions kept (over all apps). When this many exist, creating another
-            first evicts ``ceil(10% of max_sessions)`` (at least 1) of the oldest-created.
+            first evicts ``ceil(10% of max_sessions)`` (at least 1) of the oldest-created
+            sessions of its own users (never another user's: StoreFullError if there is none).
         max_session_events: events kept per session; older ones are dropped first.
 
     Raises:
@@ -235,7 +242,12 @@ class LocalMemory:
     def _insert(self, session: Session) -> Session:
         if len(self._sessions) >= self.max_sessions:
             evict = max(1, -(-self.max_sessions // EVICT_DIVISOR))  # integer ceil, no float error
-            for key in list(islice(self._sessions, evict)):
+            users = set(session.user_ids)
+            own = (key for key, e in self._sessions.items() if set(e.session.user_ids) <= users)
+            victims = list(islice(own, evict))
+            if not victims:
+                raise StoreFullError(full_message(self.max_sessions, session.user_ids))
+            for key in victims:
                 del self._sessions[key]
         entry = _Entry(session=session, events=deque(maxlen=self.max_session_events), order=next(self._counter))
         self._sessions[(session.app, session.id)] = entry

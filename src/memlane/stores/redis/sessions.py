@@ -2,8 +2,10 @@
 
 The same API, validation and bounds as :class:`~memlane.stores.local.LocalMemory`: at most
 ``max_sessions`` sessions (over all apps; creating one more first evicts the oldest-created
-10%, at least one) and ``max_session_events`` events per session (the oldest dropped first);
-plus an optional ``ttl``: a session untouched for ``ttl`` seconds is gone.
+10%, at least one, of the new session's own users' sessions: never another user's, a
+:class:`~memlane.errors.StoreFullError` when there is none) and ``max_session_events``
+events per session (the oldest dropped first); plus an optional ``ttl``: a session untouched
+for ``ttl`` seconds is gone.
 
 Keys, under the URL's ``prefix`` (``P``), with ``m`` = ``enc(app):enc(session id)``
 (:func:`~memlane.stores.redis.url.encode_part`: no ``:`` inside a component, so no two
@@ -41,7 +43,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from memlane.errors import ConfigError, InvalidInputError, NotFoundError
+from memlane.errors import ConfigError, InvalidInputError, NotFoundError, StoreFullError
 from memlane.models import Event, EventType, Session, utcnow
 from memlane.sessions import (
     check_app,
@@ -51,6 +53,7 @@ from memlane.sessions import (
     check_user_ids,
     event_type_filter,
     export_session,
+    full_message,
     new_session,
     prepare_event,
     to_utc,
@@ -117,6 +120,8 @@ end
 """.replace("__PRUNE_BATCH__", str(PRUNE_BATCH))
 
 # ARGV: P, ttl, m, mode ('create' | 'resume'), doc, users, ukeys, updated, score, max, evict
+# -> {1} created, {0} exists (create), {2, doc, users, updated, events} exists (resume),
+#    {3} full and none of the stored sessions is the new session's users' own
 _CREATE = (
     _LUA_COMMON
     + """
@@ -130,7 +135,27 @@ if redis.call('EXISTS', sk) == 1 then
 end
 local created = P .. 'sessions:created'
 if redis.call('ZCARD', created) >= tonumber(ARGV[10]) then
-  for _, old in ipairs(redis.call('ZRANGE', created, 0, tonumber(ARGV[11]) - 1)) do drop(old) end
+  -- evict the oldest sessions of the new session's own users only (participants all among them)
+  local mine = {}
+  for _, u in ipairs(cjson.decode(ARGV[6])) do mine[u] = true end
+  local left = tonumber(ARGV[11])
+  local victims = {}
+  for _, old in ipairs(redis.call('ZRANGE', created, 0, -1)) do
+    if left <= 0 then break end
+    local users = redis.call('HGET', P .. 'session:' .. old, 'users')
+    local own = true
+    if users then
+      for _, u in ipairs(cjson.decode(users)) do
+        if not mine[u] then own = false end
+      end
+    end
+    if own then
+      victims[#victims + 1] = old
+      left = left - 1
+    end
+  end
+  if #victims == 0 then return {3} end
+  for _, old in ipairs(victims) do drop(old) end
 end
 local order = redis.call('INCR', P .. 'sessions:seq')
 redis.call('HSET', sk, 'doc', ARGV[5], 'users', ARGV[6], 'ukeys', ARGV[7], 'updated', ARGV[8], 'order', order)
@@ -393,7 +418,8 @@ class RedisSessionStore(RedisStore):
         prefix: prepended to every key.
         ttl: seconds a session lives after its last activity; None: until deleted or evicted.
         max_sessions: sessions kept (over all apps); creating one more when this many exist
-            first evicts the oldest-created ``ceil(10%)`` (at least 1).
+            first evicts the oldest-created ``ceil(10%)`` (at least 1) of its own users'
+            sessions (never another user's: StoreFullError when there is none).
         max_session_events: events kept per session; older ones are dropped first.
         owns_client: close the client in :meth:`close` (``open`` sets it).
 
@@ -476,6 +502,8 @@ class RedisSessionStore(RedisStore):
             app=app, user_ids=user_ids, agent_id=agent_id, channel=channel, session_id=session_id, state=state
         )
         reply = await self._insert(session, "create")
+        if int(reply[0]) == 3:
+            raise StoreFullError(full_message(self.max_sessions, session.user_ids))
         if int(reply[0]) == 0:
             raise InvalidInputError(
                 f"session {session.id!r} already exists in app {app!r}; use get_or_create_session to resume it"
@@ -502,6 +530,8 @@ class RedisSessionStore(RedisStore):
         reply = await self._insert(session, "resume")
         if int(reply[0]) == 1:
             return session
+        if int(reply[0]) == 3:
+            raise StoreFullError(full_message(self.max_sessions, session.user_ids))
         found = _session(reply[1], reply[2], reply[3])
         found.events = [_event(text(e)) for e in reply[4]]
         return found
