@@ -34,23 +34,26 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         asyncio.run(mcp.run_stdio(hub, mcp.fixed_caller(args.user_id, args.agent_id)))
         return 0
 
-    keys = open_keys(args, settings)
-    if keys is not None and keys.configured():
+    keys = open_keys(args, settings)  # looked at on every request: keys created later are enforced
+    keyless = None
+    if keys.configured():
         if args.user_id:
             raise UsageError(
                 "--user is for a server without API keys; with keys configured each request acts for its key's user"
             )
-        caller, verifier = mcp.key_caller(args.agent_id), mcp.KeyVerifier(keys)
     else:
         if not args.user_id:
             raise UsageError(
                 "no API keys are configured, so every request acts for one user: give --user USER "
                 "(or create user-bound keys with memlane keys create)"
             )
-        caller, verifier = mcp.fixed_caller(args.user_id, args.agent_id), None
+        keyless = mcp.fixed_caller(args.user_id, args.agent_id)
+    caller, verifier = mcp.key_caller(args.agent_id), mcp.KeyVerifier(keys)
     host = args.host or settings.server.host
     logging.getLogger("memlane.mcp").setLevel(logging.WARNING)
-    asyncio.run(mcp.serve_http(hub, caller, verifier=verifier, host=host, port=args.port, path=args.path))
+    asyncio.run(
+        mcp.serve_http(hub, caller, verifier=verifier, keyless=keyless, host=host, port=args.port, path=args.path)
+    )
     return 0
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from memlane.config import MemlaneSettings, load_settings, session_backend
@@ -51,11 +50,16 @@ def service_settings(args: argparse.Namespace) -> MemlaneSettings:
 
 
 def open_keys(args: argparse.Namespace, settings: MemlaneSettings) -> Any:
-    """The API key store of ``--keys`` / ``server.keys_file``, or None when there is no such file."""
+    """The API key store of ``--keys`` / ``server.keys_file``, whether or not the file exists
+    yet: the server looks at the file on every request, so a key created later (by another
+    process) is enforced on the next request. The server never creates the file.
+
+    Raises:
+        StorageError: the file exists but is not a usable keys database (nothing is served).
+    """
     from memlane.service.keys import KeyStore
 
-    path = str(args.keys or settings.server.keys_file)
-    return KeyStore(path) if Path(path).exists() else None
+    return KeyStore(str(args.keys or settings.server.keys_file), create=False)
 
 
 def build(args: argparse.Namespace) -> tuple[Any, str, bool]:
@@ -69,7 +73,7 @@ def build(args: argparse.Namespace) -> tuple[Any, str, bool]:
 
     settings = service_settings(args)
     keys = open_keys(args, settings)
-    has_keys = keys is not None and keys.configured()
+    has_keys = keys.configured()
     host = args.host or settings.server.host
     check_host(host, keys=has_keys)
     hub = MemoryHub.from_settings(settings)  # watches settings.config_file once the app starts

@@ -73,25 +73,29 @@ def presented_key(conn: HTTPConnection) -> str | None:
 
     Raises:
         AuthenticationError: an ``Authorization`` header of another scheme, an empty key, or
-            both headers with different keys.
+            headers carrying different keys (``Authorization`` and ``X-API-Key``, or either
+            header twice): a request acts for one key, never for "the first one".
     """
-    bearer: str | None = None
-    header = conn.headers.get("authorization")
-    if header is not None:
+    found: list[str] = []
+    for header in conn.headers.getlist("authorization"):
         scheme, _, value = header.strip().partition(" ")
         if scheme.lower() != "bearer":
             raise AuthenticationError("use 'Authorization: Bearer <key>' (or 'X-API-Key: <key>')")
         bearer = value.strip()
         if not bearer:
             raise AuthenticationError("the Authorization header carries no key: 'Authorization: Bearer <key>'")
-    api_key = conn.headers.get("x-api-key")
-    if api_key is not None:
-        api_key = api_key.strip()
+        found.append(bearer)
+    bearers = len(found)
+    for header in conn.headers.getlist("x-api-key"):
+        api_key = header.strip()
         if not api_key:
             raise AuthenticationError("the X-API-Key header is empty")
-        if bearer is not None and bearer != api_key:
+        found.append(api_key)
+    if len(set(found)) > 1:
+        if 0 < bearers < len(found) and len(set(found[:bearers])) == 1 and len(set(found[bearers:])) == 1:
             raise AuthenticationError("Authorization and X-API-Key carry different keys; send one")
-    return bearer if bearer is not None else api_key
+        raise AuthenticationError("the request carries several different API keys; send one")
+    return found[0] if found else None
 
 
 async def current_principal(request: HTTPConnection) -> Principal:

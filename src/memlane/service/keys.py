@@ -121,29 +121,101 @@ class NewKey:
 
 
 class KeyStore:
-    """The API keys of a memlane server, in the SQLite file ``path`` (created if missing,
-    readable by its owner only).
+    """The API keys of a memlane server, in the SQLite file ``path``.
 
     Safe to share between threads; several processes may use one file (the CLI creating or
-    revoking keys while a server runs): every check sees the file's latest committed state.
+    revoking keys while a server runs): every call looks at the file first (one ``stat``), so
+    it sees the file's latest committed state, a file created after the store was opened, and
+    a file replaced by another one (it reopens it).
+
+    Fail closed: once the store has seen a key (:meth:`configured`), a keys file that is then
+    missing, unreadable or not a keys database makes every call raise
+    :class:`~memlane.errors.StorageError` (the server answers 503): it never falls back to
+    serving without keys. Only a file that never held a key means "no keys".
+
+    Args:
+        path: the keys file.
+        create: create the file (readable by its owner only) when it is missing: what the
+            ``memlane keys`` commands do. A server passes False: a missing file means no keys
+            (yet), and the server creates nothing.
+
+    Raises:
+        StorageError: the file exists but is not a usable keys database.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
         self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fresh = not self.path.exists()
-            self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            if fresh and os.name == "posix":
-                with contextlib.suppress(OSError):
-                    os.chmod(self.path, 0o600)
-            self._conn.execute("PRAGMA busy_timeout = 5000")
-            self._conn.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise StorageError(f"cannot open the API keys file {str(self.path)!r}: {exc}") from exc
+        self._create = create
+        self._conn: sqlite3.Connection | None = None
+        self._ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the open file
         self._lock = threading.Lock()
         self._closed = False
         self._configured = False  # once a key exists it always does (rows are never deleted)
+        with self._lock:
+            self._refresh()
+
+    def _open(self) -> None:
+        """Open the file (creating it if ``create``); sets the connection and the file's identity."""
+        try:
+            if self._create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fresh = not self.path.exists()
+                conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+                if fresh and os.name == "posix":
+                    with contextlib.suppress(OSError):
+                        os.chmod(self.path, 0o600)
+            else:  # never create it: a file removed since the stat is "missing", not a new empty file
+                uri = f"{self.path.absolute().as_uri()}?mode=rw"
+                conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+            try:
+                conn.execute("PRAGMA busy_timeout = 5000")
+                conn.executescript(_SCHEMA)
+                stat = os.stat(self.path)
+            except BaseException:
+                conn.close()
+                raise
+        except (sqlite3.DatabaseError, OSError) as exc:
+            raise StorageError(f"cannot open the API keys file {str(self.path)!r}: {exc}") from exc
+        self._conn = conn
+        self._ident = (stat.st_dev, stat.st_ino)
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+        self._conn = None
+        self._ident = None
+
+    def _refresh(self) -> sqlite3.Connection | None:
+        """The connection to the file as it is now (lock held): opened when the file appeared,
+        reopened when it was replaced; None when there is no file and no key was ever seen.
+
+        Raises:
+            StorageError: a key was seen and the file is now missing or unusable; or the file
+                exists but cannot be opened as a keys database.
+        """
+        if self._closed:
+            raise StorageError("the API keys file is closed")
+        try:
+            stat: os.stat_result | None = os.stat(self.path)
+        except FileNotFoundError:
+            stat = None
+        except OSError as exc:
+            self._drop()
+            raise StorageError(f"cannot read the API keys file {str(self.path)!r}: {exc}") from exc
+        if stat is None:
+            self._drop()
+            if self._configured:
+                raise StorageError(
+                    f"the API keys file {str(self.path)!r} is gone: every request is refused until it is restored"
+                )
+            if not self._create:
+                return None
+            self._open()
+        elif (stat.st_dev, stat.st_ino) != self._ident:
+            self._drop()
+            self._open()
+        return self._conn
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -152,7 +224,7 @@ class KeyStore:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self._conn.close()
+                self._drop()
 
     def __enter__(self) -> KeyStore:
         return self
@@ -161,14 +233,22 @@ class KeyStore:
         self.close()
 
     @contextlib.contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
+    def _db(self) -> Iterator[sqlite3.Connection | None]:
+        """The connection to the file's current state under the lock (None: no file yet and
+        none is created)."""
         with self._lock:
-            if self._closed:
-                raise StorageError("the API keys file is closed")
+            conn = self._refresh()
             try:
-                yield self._conn
+                yield conn
             except sqlite3.DatabaseError as exc:
                 raise StorageError(f"the API keys file {str(self.path)!r} failed: {exc}") from exc
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._db() as db:
+            if db is None:
+                raise StorageError(f"the API keys file {str(self.path)!r} does not exist")
+            yield db
 
     # ----------------------------------------------------------------- keys
 
@@ -195,11 +275,12 @@ class KeyStore:
         key_id = secrets.token_hex(8)
         secret = f"{KEY_PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
         created = _now()
-        with self._db() as db:
+        with self._write() as db:
             db.execute(
                 f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
                 (key_id, _hash(secret), tenant, user_id, int(read_only), name, created.isoformat()),
             )
+            self._configured = True
         record = ApiKey(key_id, tenant, user_id, read_only, name, created, None, None)
         return NewKey(record, secret)
 
@@ -216,7 +297,7 @@ class KeyStore:
         if where:
             sql += " WHERE " + " AND ".join(where)
         with self._db() as db:
-            rows = db.execute(sql + " ORDER BY created_at, id", args).fetchall()
+            rows = [] if db is None else db.execute(sql + " ORDER BY created_at, id", args).fetchall()
         return [self._record(row) for row in rows]
 
     def get(self, key_id: str) -> ApiKey:
@@ -227,7 +308,11 @@ class KeyStore:
         """
         key_id = inputs.identifier(key_id, "key_id", error=InvalidInputError)
         with self._db() as db:
-            row = db.execute(f"SELECT {_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+            row = (
+                None
+                if db is None
+                else db.execute(f"SELECT {_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+            )
         if row is None:
             raise NotFoundError(f"no API key {key_id!r} (see memlane keys list)")
         return self._record(row)
@@ -240,7 +325,7 @@ class KeyStore:
             NotFoundError: no such key.
         """
         key_id = inputs.identifier(key_id, "key_id", error=InvalidInputError)
-        with self._db() as db:
+        with self._write() as db:
             db.execute(
                 "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (_now().isoformat(), key_id)
             )
@@ -248,15 +333,22 @@ class KeyStore:
 
     def configured(self) -> bool:
         """True when any key was ever created (even if all are revoked now): the server then
-        requires a key on every request."""
-        if not self._configured:
-            with self._db() as db:
+        requires a key on every request. Looks at the file each time (a key created by another
+        process counts at once); once True it stays True.
+
+        Raises:
+            StorageError: keys were seen and the file is now missing or unusable, or the file
+                exists but is not a usable keys database (fail closed: never "no keys").
+        """
+        with self._db() as db:
+            if not self._configured and db is not None:
                 self._configured = db.execute("SELECT 1 FROM api_keys LIMIT 1").fetchone() is not None
         return self._configured
 
     @property
     def known_configured(self) -> bool:
-        """True once :meth:`configured` has seen a key (no file access: it cannot turn false)."""
+        """True once :meth:`configured` has seen a key (no file access: it cannot turn false;
+        the file itself is checked by :meth:`verify`)."""
         return self._configured
 
     def verify(self, presented: str) -> ApiKey | None:
@@ -264,12 +356,18 @@ class KeyStore:
 
         The hash is compared in constant time; ``last_used_at`` is refreshed at most once a
         minute.
+
+        Raises:
+            StorageError: keys were seen and the file is now missing or unusable (the caller
+                refuses the request: 503).
         """
         parts = presented.split("_", 2)
         if len(parts) != 3 or parts[0] != KEY_PREFIX or not parts[1] or len(presented) > 200:
             return None
         digest = _hash(presented)
         with self._db() as db:
+            if db is None:
+                return None
             row = db.execute(f"SELECT {_COLUMNS} FROM api_keys WHERE id = ?", (parts[1],)).fetchone()
             if row is None or not hmac.compare_digest(str(row[1]), digest):
                 return None

@@ -24,6 +24,7 @@ as MCP tool errors (``isError``) with a clear message; nothing is changed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -132,7 +133,11 @@ class KeyVerifier:
         self.keys = keys
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        key = await anyio.to_thread.run_sync(self.keys.verify, token)
+        try:
+            key = await anyio.to_thread.run_sync(self.keys.verify, token)
+        except MemlaneError as exc:  # the keys file went missing or bad: refuse (fail closed)
+            log.warning("memlane mcp: refusing a request: %s", exc)
+            return None
         if key is None:
             return None
         return AccessToken(
@@ -402,25 +407,94 @@ async def run_stdio(hub: MemoryHub, caller: CallerResolver) -> None:
         await hub.aclose()
 
 
+def _streamable(server: MCPServer[Any], host: str, path: str) -> Any:
+    return server.streamable_http_app(streamable_http_path=path, host=host)
+
+
+def _json_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Any:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+class _KeyGate:
+    """ASGI middleware in front of the streamable-HTTP apps: looks at the keys file on every
+    request (:meth:`KeyStore.configured`), so a key created by another process is required
+    from the next request on. While no key exists the key-less app serves (loopback, the
+    configured user); once one does, only the keyed app (bearer key, 401 otherwise). A keys
+    file that went missing or bad is 503; headers carrying several different keys are 401."""
+
+    def __init__(self, app: Any, *, keys: KeyStore, keyed: Any, keyless: Any | None) -> None:
+        self.app = app
+        self.keys = keys
+        self.keyed = keyed
+        self.keyless = keyless
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from starlette.requests import HTTPConnection
+
+        from memlane.service.auth import WWW_AUTHENTICATE, presented_key
+
+        try:
+            configured = await anyio.to_thread.run_sync(self.keys.configured)
+        except MemlaneError as exc:
+            log.warning("memlane mcp: refusing a request: %s", exc)
+            await _json_error(503, "storage_unavailable", str(exc))(scope, receive, send)
+            return
+        if not configured and self.keyless is not None:
+            await self.keyless(scope, receive, send)
+            return
+        try:
+            presented_key(HTTPConnection(scope))
+        except AuthenticationError as exc:
+            response = _json_error(401, "unauthenticated", str(exc), {"WWW-Authenticate": WWW_AUTHENTICATE})
+            await response(scope, receive, send)
+            return
+        await self.keyed(scope, receive, send)
+
+
 def http_app(
     hub: MemoryHub,
     caller: CallerResolver,
     *,
     verifier: KeyVerifier | None = None,
+    keyless: CallerResolver | None = None,
     host: str = "127.0.0.1",
     port: int = 8765,
     path: str = DEFAULT_PATH,
 ) -> Any:
-    """The streamable-HTTP ASGI app (Starlette) at ``path``. With a ``verifier`` every request
-    needs ``Authorization: Bearer <API key>`` (401 otherwise); pass :func:`key_caller` as
-    ``caller`` then. The engines are closed when the app's lifespan ends."""
-    server = build_server(hub, caller, verifier=verifier, url=f"http://{host}:{port}")
-    app = server.streamable_http_app(streamable_http_path=path, host=host)
-    inner_lifespan = app.router.lifespan_context
+    """The streamable-HTTP ASGI app (Starlette) at ``path``. The engines are closed when the
+    app's lifespan ends.
+
+    * No ``verifier``: every request acts for ``caller`` (a :func:`fixed_caller`; loopback only).
+    * A ``verifier``: every request needs ``Authorization: Bearer <API key>`` (401 otherwise);
+      pass :func:`key_caller` as ``caller``. The keys file is looked at on every request.
+    * A ``verifier`` and ``keyless`` (a :func:`fixed_caller`): while the keys file holds no key
+      at all, requests act for ``keyless``; from the request after a key is created (by any
+      process) they need a key, as above.
+    """
+    import starlette.applications
+    from starlette.middleware import Middleware
+
+    if verifier is None:
+        inner = [_streamable(build_server(hub, caller), host, path)]
+        app = inner[0]
+    else:
+        keyed = _streamable(build_server(hub, caller, verifier=verifier, url=f"http://{host}:{port}"), host, path)
+        unkeyed = None if keyless is None else _streamable(build_server(hub, keyless), host, path)
+        inner = [keyed] if unkeyed is None else [keyed, unkeyed]
+        gate = Middleware(_KeyGate, keys=verifier.keys, keyed=keyed, keyless=unkeyed)
+        app = starlette.applications.Starlette(middleware=[gate])
+    inner_lifespans = [(sub, sub.router.lifespan_context) for sub in inner]
 
     @asynccontextmanager
     async def lifespan(app_: Any) -> AsyncIterator[None]:
-        async with inner_lifespan(app_):
+        async with contextlib.AsyncExitStack() as stack:
+            for sub, context in inner_lifespans:
+                await stack.enter_async_context(context(sub))
             try:
                 await hub.open()
                 yield
@@ -436,17 +510,20 @@ async def serve_http(
     caller: CallerResolver,
     *,
     verifier: KeyVerifier | None = None,
+    keyless: CallerResolver | None = None,
     host: str = "127.0.0.1",
     port: int = 8765,
     path: str = DEFAULT_PATH,
 ) -> None:
-    """Serve the streamable-HTTP transport with uvicorn until stopped."""
+    """Serve the streamable-HTTP transport with uvicorn until stopped (arguments as
+    :func:`http_app`; a key-less start binds loopback only)."""
     import uvicorn
 
-    check_host(host, keys=verifier is not None, what="memlane mcp")
-    if verifier is None:
+    keys_now = verifier is not None and keyless is None
+    check_host(host, keys=keys_now, what="memlane mcp")
+    if not keys_now:
         log.warning("no API keys: loopback only")
-    app = http_app(hub, caller, verifier=verifier, host=host, port=port, path=path)
+    app = http_app(hub, caller, verifier=verifier, keyless=keyless, host=host, port=port, path=path)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     log.warning("memlane MCP (streamable HTTP) on http://%s:%s%s", host, port, path)
