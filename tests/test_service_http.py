@@ -30,6 +30,14 @@ def _app(tmp_path: Path, *, env: dict[str, str] | None = None, keys: KeyStore | 
     return create_app(load_settings(env=env or {}), hub=make_hub(tmp_path, **engine), keys=keys)
 
 
+def _settings_env(tmp_path: Path, **env: str) -> dict[str, str]:
+    """An environment for a server whose engines the settings build (everything under tmp_path)."""
+    return {
+        "MEMLANE_DB": str(tmp_path / "memlane.db"), "MEMLANE_EMBEDDER": "hash",
+        "MEMLANE_KEYS_FILE": str(tmp_path / "keys.db"), "MEMLANE_TENANTS_DIR": str(tmp_path / "tenants"), **env,
+    }  # fmt: skip
+
+
 @pytest.fixture
 def srv(tmp_path: Path) -> Iterator[ServiceServer]:
     with serve(_app(tmp_path)) as server:
@@ -187,18 +195,39 @@ def test_kaos_events_and_sessions(srv: ServiceServer) -> None:
     one = c.get("/memory/events", params={"session_id": "s1", "limit": 2}).json()
     assert [e["content"] for e in one["events"]] == ["a1", "a2"] and one["events"][0]["event_type"] == "user_message"
     assert [e["content"] for e in c.get("/memory/events", params={"limit": 1}).json()["events"]] == ["b0"]
-    _error(c.get("/memory/events", params={"session_id": "nope"}), 404, "not_found")
+    nope = c.get("/memory/events", params={"session_id": "nope"})  # KAOS: an unknown session has no events
+    assert nope.status_code == 200 and nope.json() == {"agent": "default", "events": [], "total": 0}
+    assert c.get("/memory/events", params={"session_id": "s1", "app": "hotel"}).json()["events"] == []
     _error(c.get("/memory/events", params={"limit": 0}), 400, "invalid_input")
     _error(c.get("/memory/events", params={"limit": 10_000}), 400, "invalid_input")
     assert c.get("/memory/sessions", params={"app": "hotel"}).json() == {"agent": "hotel", "sessions": [], "total": 0}
 
 
 def test_kaos_endpoints_are_empty_when_memory_is_off(tmp_path: Path) -> None:
-    with serve(_app(tmp_path, env={"MEMORY_ENABLED": "false"})) as s:
+    """KAOS MEMORY_ENABLED=false is NullMemory: no session history is kept at all."""
+    settings = load_settings(env=_settings_env(tmp_path, MEMORY_ENABLED="false"))
+    assert settings.sessions.backend == "null" and settings.source("sessions.backend") == "env:MEMORY_ENABLED"
+    with serve(create_app(settings)) as s:
         _session(s.client, "s1", ["alice"], app="default")
         _say(s.client, "s1", "hello", app="default")
         assert s.client.get("/memory/events").json() == {"agent": "default", "events": [], "total": 0}
+        assert s.client.get("/memory/events", params={"session_id": "s1"}).json()["events"] == []
         assert s.client.get("/memory/sessions").json() == {"agent": "default", "sessions": [], "total": 0}
+        _error(s.client.get("/v1/sessions/s1/events"), 404, "not_found")  # not only the KAOS endpoints
+    with Memory(tmp_path / "memlane.db", embedder="hash") as m:
+        assert m.sessions.get_session("s1") is None  # nothing reached the store either
+
+
+def test_gaia_memory_enabled_false_keeps_sessions(tmp_path: Path) -> None:
+    """Gaia's memory.enabled: false (the file) turns off long-term memory only: sessions stay."""
+    cfg = tmp_path / "memlane.yaml"
+    cfg.write_text("memory:\n  enabled: false\n", encoding="utf-8")
+    settings = load_settings(cfg, env=_settings_env(tmp_path))
+    assert settings.sessions.backend == "sqlite"
+    with serve(create_app(settings)) as s:
+        _session(s.client, "s1", ["alice"], app="default")
+        _say(s.client, "s1", "hello", app="default")
+        assert [e["content"] for e in s.client.get("/memory/events").json()["events"]] == ["hello"]
 
 
 # --------------------------------------------------------------------------- adk-rs ingest
@@ -341,7 +370,7 @@ def test_tenants_are_isolated(keyed: tuple[ServiceServer, dict[str, str]]) -> No
         assert b.get("/memory/sessions").json()["sessions"] == []
         assert b.get("/memory/events").json()["events"] == []
         _error(b.get("/v1/sessions/s1"), 404, "not_found")
-        _error(b.get("/memory/events", params={"session_id": "s1"}), 404, "not_found")
+        assert b.get("/memory/events", params={"session_id": "s1"}).json()["events"] == []  # as if unknown
         _error(_say(b, "s1", "intrusion", app="default"), 404, "not_found")
         _error(b.patch("/apps/default/users/alice/memory", json={"sessionId": "s1"}), 404, "not_found")
         _error(b.post("/v1/sessions/s1/form"), 404, "not_found")
@@ -368,7 +397,8 @@ def test_user_bound_keys_see_only_their_sessions(keyed: tuple[ServiceServer, dic
         _error(_say(bob, "s-alice", "bob writes"), 404, "not_found")
         _error(bob.delete("/v1/sessions/s-alice", params={"app": "hotel"}), 404, "not_found")
         _error(bob.post("/v1/sessions/s-alice/form", params={"app": "hotel"}), 404, "not_found")
-        _error(bob.get("/memory/events", params={"app": "hotel", "session_id": "s-alice"}), 404, "not_found")
+        kaos = bob.get("/memory/events", params={"app": "hotel", "session_id": "s-alice"})
+        assert kaos.json() == {"agent": "hotel", "events": [], "total": 0}  # as an unknown session (KAOS)
         assert bob.get("/memory/sessions", params={"app": "hotel"}).json()["sessions"] == ["s-group"]
         assert "alice's private note" not in bob.get("/memory/events", params={"app": "hotel"}).text
         _error(bob.patch("/apps/hotel/users/alice/memory", json={"sessionId": "s-alice"}), 404, "not_found")

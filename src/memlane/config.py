@@ -7,8 +7,11 @@ Sources, lowest to highest precedence::
 The YAML file has Gaia's ``memory:`` and ``sessions:`` blocks plus a ``server:`` block; the
 environment has KAOS's names (``MEMORY_ENABLED``, ``MEMORY_TYPE``, ``MEMORY_CONTEXT_LIMIT``,
 ``MEMORY_MAX_SESSIONS``, ``MEMORY_MAX_SESSION_EVENTS``, ``MEMORY_REDIS_URL``) and ``MEMLANE_*``
-for the rest (:data:`ENV_VARS`). Secrets (provider API keys, passwords in URLs) come only from
-the environment: a config file holding one is refused. Every value remembers where it came
+for the rest (:data:`ENV_VARS`). ``MEMORY_ENABLED=false`` means what it means in KAOS: no
+memory at all, long-term memory off and ``sessions.backend`` ``null`` (no session history);
+Gaia's ``memory.enabled: false`` in the file turns off long-term memory only. Secrets
+(provider API keys, passwords in URLs) come only from the environment: a config file holding
+one is refused. Every value remembers where it came
 from (:meth:`MemlaneSettings.source`), which ``memlane config show`` prints.
 
 The library API takes constructor arguments instead; :func:`build_memory` maps settings onto
@@ -473,6 +476,11 @@ def load_settings(
             continue
         values[key] = _env_value(key, raw)
         sources[key] = f"env:{name}"
+    if _kaos_memory_off(environ):
+        # KAOS MEMORY_ENABLED=false is "all memory off": NullMemory, no session history at all
+        # (Gaia's memory.enabled: false in the file keeps sessions: long-term memory only is off).
+        values["sessions.backend"] = "null"
+        sources["sessions.backend"] = "env:MEMORY_ENABLED"
     for key, value in (overrides or {}).items():
         if key not in _FIELDS:
             raise ConfigError(f"unknown setting {key!r}; settings are: {', '.join(_FIELDS)}")
@@ -491,6 +499,19 @@ def load_settings(
     settings._env = environ
     settings._overrides = dict(overrides or {})
     return settings
+
+
+def _kaos_memory_off(environ: Mapping[str, str]) -> bool:
+    """``MEMORY_ENABLED`` is set to a false value (a bad value is left to the model's check)."""
+    raw = environ.get("MEMORY_ENABLED", "").strip()
+    if not raw:
+        return False
+    from pydantic import TypeAdapter
+
+    try:
+        return not TypeAdapter(bool).validate_python(raw)
+    except ValidationError:
+        return False
 
 
 def _relative_to(value: str, base: Path) -> str:

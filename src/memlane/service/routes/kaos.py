@@ -2,9 +2,11 @@
 
 Same shapes as KAOS's agent server: ``{"agent", "events": [{event_id, timestamp, event_type,
 content, metadata}], "total"}`` and ``{"agent", "sessions": [<session id>, ...], "total"}``.
-``agent`` is the app the sessions belong to (query parameter ``app``, default ``default``).
-With memory turned off in the settings (``MEMORY_ENABLED=false``) both answer empty lists, as
-KAOS's NullMemory does. A user-bound key sees only the sessions its user takes part in.
+``agent`` is the app the sessions belong to (query parameter ``app``, optional: the default
+app ``default``). Both show what the session store holds: with memory turned off
+(``MEMORY_ENABLED=false``: KAOS's NullMemory, ``sessions.backend: null``) nothing is kept, so
+both answer empty lists. An unknown session answers an empty list, as KAOS does; a user-bound
+key sees only the sessions its user takes part in (another user's session looks unknown).
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
+from memlane.errors import NotFoundError
 from memlane.models import Event, Session
-from memlane.service.app import memory_enabled
-from memlane.service.deps import Caller, Engine, authorize, check_session, page, settings_of
+from memlane.service.deps import Caller, Engine, authorize, check_session, page
 
 router = APIRouter(prefix="/memory", tags=["kaos"])
 
@@ -68,12 +70,15 @@ async def memory_events(
     ] = None,
     app: str = "default",
 ) -> KaosEvents:
-    """Events of one session (``session_id``), or of every session of the app, oldest first."""
+    """Events of one session (``session_id``; an unknown one: none), or of every session of the
+    app, oldest first."""
     limit = page(request, limit, default=DEFAULT_EVENTS)
-    if not memory_enabled(settings_of(request)):
-        return KaosEvents(agent=app, events=[], total=0)
     if session_id is not None:
-        check_session(caller, await memory.sessions.get_session(session_id, app=app), session_id, app, write=False)
+        session = await memory.sessions.get_session(session_id, app=app)
+        try:
+            check_session(caller, session, session_id, app, write=False)
+        except NotFoundError:  # KAOS: an unknown session has no events (another user's looks the same)
+            return KaosEvents(agent=app, events=[], total=0)
         events = await memory.sessions.get_events(session_id, limit=limit, app=app)
     else:
         events = []
@@ -86,9 +91,7 @@ async def memory_events(
 
 
 @router.get("/sessions", operation_id="kaos_memory_sessions")
-async def memory_sessions(request: Request, memory: Engine, caller: Caller, app: str = "default") -> KaosSessions:
+async def memory_sessions(memory: Engine, caller: Caller, app: str = "default") -> KaosSessions:
     """The app's session ids, newest activity first."""
-    if not memory_enabled(settings_of(request)):
-        return KaosSessions(agent=app, sessions=[], total=0)
     ids = [s.id for s in await _sessions(memory, caller, app)]
     return KaosSessions(agent=app, sessions=ids, total=len(ids))
