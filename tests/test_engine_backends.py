@@ -45,7 +45,10 @@ from test_context import (  # noqa: F401  (collected here, on every backend)
     test_window_replays_last_user_turns_or_last_events,
 )
 from test_formation_kept import (  # noqa: F401
+    test_a_cleared_session_keeps_what_the_user_said,
+    test_a_group_session_keeps_no_users_turns,
     test_a_plain_repeat_is_still_none,
+    test_a_replayed_clear_keeps_each_turn_once,
     test_a_superseded_value_added_again_never_outlives_a_newer_statement,
 )
 from test_list_filters import (  # noqa: F401

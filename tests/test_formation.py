@@ -392,7 +392,7 @@ async def test_idle_timer_forms_then_clears(tmp_path: Path) -> None:
                 break
             await asyncio.sleep(0.05)
         assert await m.sessions.get_session("sam:cli") is None  # formed, then cleared
-        assert [f.content for f in (await m.list(user_id="sam")).items] == ["Sam is vegetarian"]
+        assert [f.content for f in (await m.list(user_id="sam", kind="fact")).items] == ["Sam is vegetarian"]
         (job,) = await m.list_jobs(status="done")
         assert job.payload["reason"] == "idle" and job.result and job.result["cleared"] is True
 
@@ -434,7 +434,7 @@ async def test_startup_sweep_forms_sessions_that_went_idle_while_down(tmp_path: 
                 break
             await asyncio.sleep(0.05)
         assert await m.sessions.get_session("s") is None
-        assert (await m.list(user_id="sam")).items[0].content == "Sam is vegetarian"
+        assert (await m.list(user_id="sam", kind="fact")).items[0].content == "Sam is vegetarian"
 
 
 async def test_reset_forms_then_clears_and_end_session_consolidates(tmp_path: Path) -> None:
@@ -451,7 +451,8 @@ async def test_reset_forms_then_clears_and_end_session_consolidates(tmp_path: Pa
         # the cleared session's own memory went with it; the user's facts stay
         assert await m.consolidated("session", user_id="sam", session_id="a") is None
         assert await m.reflections("session", user_id="sam", session_id="a") == []
-        assert (await m.stats(user_id="sam")).valid_facts == 1
+        # the fact, and the user's turn kept verbatim (FormationConfig.keep_user_turns)
+        assert [f.kind for f in (await m.list(user_id="sam")).items] == ["message", "fact"]
 
         await m.sessions.create_session(user_ids=["sam"], session_id="b")
         await chat(m, "b", 2)

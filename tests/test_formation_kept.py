@@ -1,4 +1,5 @@
-"""What formation keeps: a superseded value never comes back through a re-confirmation (NONE).
+"""What formation keeps: a superseded value never comes back through a re-confirmation (NONE),
+and a formed and cleared session leaves the user's own words in long-term memory.
 
 The engine tests here take the ``mem`` fixture, so tests/test_engine_backends.py runs them on
 SQLite, PostgreSQL and PostgreSQL + Redis as well.
@@ -6,8 +7,13 @@ SQLite, PostgreSQL and PostgreSQL + Redis as well.
 
 from __future__ import annotations
 
-from memlane import AsyncMemory
+from pathlib import Path
+
+import pytest
+
+from memlane import AsyncMemory, Event, EventType, FormationConfig, FormationError
 from memlane.formation.offline.claims import _decide_one
+from memlane.formation.runner import FormationResult
 from memlane.formation.schemas import DedupItem, ExistingFact
 from memlane.models import Fact, content_hash
 from memlane.policy import resolve_change
@@ -73,3 +79,77 @@ def test_policy_retires_only_a_replacement_never_a_merge() -> None:
     assert (merge.action, merge.existing) == ("none", same)  # a merge keeps its target's words
     on_same = resolve_change(FactChange("DELETE", "u|sam|", fact=new, target_id="same"), same, stored.get)
     assert (on_same.action, on_same.existing) == ("none", same)
+
+
+# --------------------------------------------------------------------------- nothing said is lost
+
+SECRET = "My secret project codename is BLUEFALCON"
+
+
+async def _chat(mem: AsyncMemory, sid: str, users: list[str]) -> Event:
+    await mem.sessions.get_or_create_session(session_id=sid, user_ids=users)
+    said = await mem.add_event(sid, Event(type=EventType.USER_MESSAGE, author="Sam", content=SECRET))
+    await mem.add_event(sid, Event(type=EventType.AGENT_RESPONSE, author="gaia", content="BLUEFALCON, noted."))
+    return said
+
+
+async def test_a_cleared_session_keeps_what_the_user_said(mem: AsyncMemory) -> None:
+    """The offline model extracts nothing from the codename; once the session is formed and
+    cleared, the user's turn is still found, with its provenance; the agent's turn is not kept."""
+    said = await _chat(mem, "s1", ["sam"])
+    res = await mem.reset_session("s1")
+    assert isinstance(res, FormationResult) and res.cleared
+    assert not any("BLUEFALCON" in f.content for f in res.facts)  # an extraction miss
+    assert await mem.sessions.get_session("s1") is None
+    hits = (await mem.search("BLUEFALCON", user_id="sam")).hits
+    assert [h.fact.content for h in hits] == [SECRET]
+    kept = hits[0].fact
+    assert res.kept == [kept.id]
+    assert (kept.kind, kept.scope, kept.user_id, kept.session_id) == ("message", "user", "sam", "s1")
+    assert kept.author == "Sam"
+    assert kept.source_event_ids == [said.id] and kept.metadata["source"] == "session"
+    assert (await mem.search("BLUEFALCON", user_id="kai")).hits == []
+
+
+async def test_a_replayed_clear_keeps_each_turn_once(mem: AsyncMemory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job dies after keeping the turns and before the session is deleted; its replay keeps
+    them again (idempotent) and then clears the session."""
+    await _chat(mem, "s1", ["sam"])
+    sessions = mem.formation.sessions
+    real = sessions.delete_session
+    calls = 0
+
+    async def fail_once(session_id: str, *, app: str = "default") -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ValueError("killed before the session was deleted")
+        return await real(session_id, app=app)
+
+    monkeypatch.setattr(sessions, "delete_session", fail_once)
+    with pytest.raises(FormationError):
+        await mem.reset_session("s1")
+    assert [f.content for f in (await mem.list(user_id="sam", kind="message")).items] == [SECRET]
+    (failed,) = await mem.list_jobs(status="failed")
+    res = await mem.formation.wait_for(await mem.retry_job(failed.id))
+    assert res.cleared and calls == 2
+    assert [f.content for f in (await mem.list(user_id="sam", kind="message")).items] == [SECRET]
+    assert await mem.sessions.get_session("s1") is None
+
+
+async def test_a_group_session_keeps_no_users_turns(mem: AsyncMemory) -> None:
+    await _chat(mem, "room", ["sam", "kai"])
+    res = await mem.reset_session("room")
+    assert isinstance(res, FormationResult) and res.cleared and res.kept == []
+    for user in ("sam", "kai"):
+        assert (await mem.list(user_id=user)).items == []
+
+
+async def test_keep_user_turns_off_keeps_nothing(tmp_path: Path) -> None:
+    conf = FormationConfig(keep_user_turns=False, background=False, idle_minutes=None)
+    async with AsyncMemory(tmp_path / "off.db", embedder="hash", formation=conf) as m:
+        await _chat(m, "s1", ["sam"])
+        res = await m.reset_session("s1")
+        assert isinstance(res, FormationResult) and res.cleared and res.kept == []
+        assert (await m.list(user_id="sam", kind="message")).items == []
+        assert (await m.search("BLUEFALCON", user_id="sam")).hits == []

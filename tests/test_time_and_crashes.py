@@ -334,11 +334,14 @@ async def test_idle_session_is_formed_then_cleared_or_kept(tmp_path: Path, clear
         await asyncio.sleep(0.3)
         await m.sweep_idle()
         assert await m.run_jobs() >= 1
-        assert [f.content for f in (await m.list(user_id="sam")).items] == ["Sam is vegetarian"]
+        assert [f.content for f in (await m.list(user_id="sam", kind="fact")).items] == ["Sam is vegetarian"]
         kept = await m.sessions.get_session("s")
-        if clear:
+        said = [f.content for f in (await m.list(user_id="sam", kind="message")).items]
+        if clear:  # the session goes; what the user said stays (FormationConfig.keep_user_turns)
             assert kept is None
+            assert sorted(said) == ["I'm vegetarian, part 0", "I'm vegetarian, part 1"]
         else:
+            assert said == []
             assert kept is not None and len(kept.events) == 4
             await m.sweep_idle()  # already formed: nothing new, nothing lost
             await m.run_jobs()

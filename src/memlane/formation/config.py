@@ -71,6 +71,12 @@ class FormationConfig(BaseModel):
     and cleared. None disables the idle timer and the startup sweep."""
     clear_on_idle: bool = True
     """Delete the session after idle formation (Gaia); False keeps it (Eden's cold-session style)."""
+    keep_user_turns: bool = True
+    """When a formed session is cleared (idle, ``reset_session`` / ``/reset``), keep its user turns
+    as verbatim ``message`` memories in the user's scope (author, time, session and source event
+    id kept; stored once however often the job runs), so nothing the user said is lost to an
+    extraction the model missed. Group sessions never write user memory. False: a cleared session
+    leaves only the facts and reflections formed from it."""
 
     # ---- consolidation (Eden thresholds / word limits)
     consolidation_threshold: dict[ReflectionScopeName, int] = Field(default_factory=lambda: _per_scope(10, 4, 4))

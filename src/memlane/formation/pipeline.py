@@ -44,8 +44,11 @@ from memlane.formation.schemas import (
     UnreadTurn,
     word_count,
 )
+from memlane.messages import message_fact
 from memlane.models import (
+    TEXT_EVENT_TYPES,
     ConsolidatedMemory,
+    Event,
     Fact,
     FactFilter,
     PartitionFilter,
@@ -374,6 +377,26 @@ class Pipeline:
             else:
                 changes.append(FactChange("ADD", part, fact=fact, vector=vec))
         return changes
+
+    async def keep_user_turns(self, target: Target, events: Sequence[Event], *, app: str) -> list[Fact]:
+        """A cleared session's user turns as verbatim ``message`` memories in the user's scope
+        (``FormationConfig.keep_user_turns``): author, time, session id and source event id
+        kept, ``metadata["source"] = "session"``. Idempotent (a turn's key is its session,
+        author, time and text): a replayed job stores nothing twice. Nothing in a group session
+        or with user memory off; returns the memories holding the turns."""
+        user_ok, _ = fact_scopes(target, self.config)
+        if not (self.config.keep_user_turns and user_ok and target.session_id):
+            return []
+        said = [e for e in events if e.role == "user" and e.type in TEXT_EVENT_TYPES and e.text.strip()]
+        if not said:
+            return []
+        rows = [
+            message_fact(e, i, scope="user", user_id=target.user_id, agent_id=target.agent_ns,
+                         session_id=target.session_id, metadata={"source": "session", "app": app})
+            for i, e in enumerate(said)
+        ]  # fmt: skip
+        vectors = await self.embed([r.content for r in rows])
+        return [f for f, _ in await self.facts.put_facts(rows, vectors, actor="formation")]
 
     async def embed_updates(self, changes: Sequence[FactChange]) -> None:
         """Embed merged UPDATE texts (one call) so the updated facts stay vector-searchable."""

@@ -84,6 +84,9 @@ class FormationResult(BaseModel):
     """Why nothing was formed (too few messages, newer activity, no session)."""
     cleared: bool = False
     """The session was deleted afterwards (idle / reset)."""
+    kept: list[str] = Field(default_factory=list)
+    """Ids of the ``message`` memories that keep a cleared session's user turns
+    (``FormationConfig.keep_user_turns``)."""
     unread: list[UnreadTurn] = Field(default_factory=list)
     """Turns of the batch the model could not read, with the reason (the offline model: a language
     other than English, or a first-person statement no rule understood); no text, only positions and ids."""
@@ -640,6 +643,8 @@ class FormationRunner:
             if newer and batch:
                 log.info("memlane: session %s got new events during formation; not cleared", sid)
             else:
+                if latest is not None:  # what the user said outlives the session (before it goes)
+                    result.kept = [f.id for f in await self.pipeline.keep_user_turns(target, latest.events, app=app)]
                 await self.sessions.delete_session(sid, app=app)
                 # a cleared session starts fresh: its session-scope memory goes with it (user and
                 # agent memory, and the facts, stay)
