@@ -32,6 +32,7 @@ import test_isolation
 import test_long_content
 import test_memory
 from memlane import AsyncMemory, Event, EventType, Memory
+from memlane.models import ConsolidatedMemory
 from memlane.stores.postgres.db import parse_pg_location
 from services import drop_schema, with_params
 
@@ -497,6 +498,13 @@ async def test_check_and_stats(backend: Backend, capsys: pytest.CaptureFixture[s
         assert (sam.facts, sam.valid_facts) == (3, 3)
         ann = await m.stats(user_id="ann", agent_id="bot")
         assert (ann.facts, ann.valid_facts) == (2, 1)  # the agent's shared fact is in ann's view
+        # A user's stats count the user's sessions, events and blobs (they showed 0 / 0 / 0).
+        blob = ConsolidatedMemory(scope="user", user_id="sam", consolidated_content="VERSION: 1", word_limit=300)
+        await m.reflection_store.put_consolidated(blob)
+        sam = await m.stats(user_id="sam")
+        assert (sam.sessions, sam.events, sam.consolidated) == (1, 1, 1)
+        ann = await m.stats(user_id="ann", agent_id="bot")
+        assert (ann.sessions, ann.events, ann.consolidated) == (0, 0, 0)
     args = ["--embedder", "hash", "--db", backend.db, "--json"]
     assert main(["check", *args]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -1003,6 +1003,11 @@ class AsyncMemory:
         st = await self.facts.stats(scope)
         if scope is None:  # operators' view: the session store counts its own tables
             st.sessions, st.events = await self.sessions.counts()
+        elif user_id is not None and isinstance(self.sessions, UserExportable):
+            # The user's sessions (every app) and the events in them: in a group session the
+            # user's own, as export_user shows them.
+            sessions = (await self.sessions.export_user(user_id)).get("sessions", [])
+            st.sessions, st.events = len(sessions), sum(len(s.get("events", [])) for s in sessions)
         return st
 
     @_opening

@@ -33,7 +33,8 @@ from memlane.config import MemlaneSettings, formation_config, load_settings, red
 from memlane.errors import CorruptDatabaseError, InvalidInputError, MemlaneError, NotFoundError, UsageError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.runner import FormationResult
-from memlane.models import CheckReport, Event, Fact, Job
+from memlane.models import CheckReport, Event, Fact, Job, utcnow
+from memlane.registry import parse_store_url
 from memlane.sync import Memory
 
 
@@ -49,11 +50,35 @@ def _dump(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=str, ensure_ascii=False))
 
 
+#: Commands that read (or change) what is stored: they never create a database, a missing
+#: file is an error. ``add``, ``import``, ``serve``, ``worker``, ``mcp`` and ``migrate`` create one.
+NEEDS_DB = frozenset({"search", "list", "history", "delete", "stats", "reflections", "profile"})
+#: These also read the session store and job queue, which may live in Redis without the file.
+NEEDS_DB_UNLESS_REDIS = frozenset({"sessions", "form", "sweep", "jobs", "forget"})
+
+
+def _require_db(args: argparse.Namespace, settings: MemlaneSettings) -> None:
+    """A read-only command on a SQLite file that does not exist: NotFoundError (exit 2), and
+    nothing is created (no file, no folders)."""
+    command = getattr(args, "command", None)
+    redis = settings.sessions.backend == "redis" or bool(settings.memory.queue)
+    if command not in NEEDS_DB and (command not in NEEDS_DB_UNLESS_REDIS or redis):
+        return
+    scheme, location = parse_store_url(str(args.db))
+    if scheme != "sqlite" or location == ":memory:" or Path(location).expanduser().exists():
+        return
+    raise NotFoundError(
+        f"no database at {args.db} (memlane {command} never creates one; "
+        "store something first with memlane add or memlane import, or pass --db)"
+    )
+
+
 def _open(args: argparse.Namespace) -> Memory:
     # Jobs run in the foreground here (a CLI process is short-lived); the idle timer and the
     # message triggers are the long-running app's business, so they are off: commands form
     # explicitly (`form`, `import --form`), pending sessions are picked up by `memlane sweep`.
     settings: MemlaneSettings = getattr(args, "settings", None) or load_settings(getattr(args, "config", None))
+    _require_db(args, settings)
     formation = formation_config(settings, background=False, idle_minutes=None, auto_ingest=False)
     # Sessions: the store's own, unless the deployment keeps them in Redis (sessions.backend redis /
     # MEMORY_TYPE): then `sessions`, `form` and `forget` must see (and erase) those, as must `jobs`
@@ -86,8 +111,19 @@ def _result_lines(res: FormationResult | Job) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- commands
+def _need_scope(args: argparse.Namespace, command: str) -> None:
+    """The CLI's words for a missing -u/-a (the engine's name the Python arguments)."""
+    if not args.user_id and not args.agent_id:
+        raise UsageError(f"{command} needs -u USER (whose memory) and/or -a AGENT (the agent's memory)")
+
+
 def cmd_add(args: argparse.Namespace) -> int:
     scope: Literal["user", "agent"] = "agent" if args.shared else "user"
+    if args.shared and not args.agent_id:
+        raise UsageError("add --shared needs -a AGENT (whose shared memory)")
+    if not args.shared and not args.user_id:
+        raise UsageError("add needs -u USER (whose memory it is), or --shared -a AGENT for an agent's shared memory")
+    started = utcnow()
     with _open(args) as m:
         if args.infer:
             job = m.add(args.text, user_id=args.user_id, agent_id=args.agent_id, session_id=args.session_id,
@@ -107,12 +143,13 @@ def cmd_add(args: argparse.Namespace) -> int:
         if args.json:
             _dump([f.model_dump(exclude={"embedding"}) for f in facts])
         else:
-            for f in facts:
-                print(f"added {f.id}")
+            for f in facts:  # an existing fact comes back as it was stored, before this call
+                print(f"added {f.id}" if f.formed_at >= started else f"already stored {f.id} (nothing added)")
     return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    _need_scope(args, "search")
     with _open(args) as m:
         res = m.search(args.query, user_id=args.user_id, agent_id=args.agent_id, top_k=args.top_k, debug=args.debug)
         if args.json:
@@ -128,6 +165,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    _need_scope(args, "list")
     with _open(args) as m:
         page = m.list(
             user_id=args.user_id, agent_id=args.agent_id, limit=args.limit, cursor=args.cursor,
@@ -145,9 +183,40 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _owner(m: Memory, args: argparse.Namespace) -> dict[str, str | None]:
+    """The scope of fact ``args.fact_id``: -u/-a when given, else the fact's own (ids are
+    unique; the CLI works on the whole database, so an id alone finds the fact)."""
+    if args.user_id or args.agent_id:
+        return {"user_id": args.user_id, "agent_id": args.agent_id}
+    row = m.run(_fact_scope(m, args.fact_id))
+    if row is None:
+        raise NotFoundError(f"no fact {args.fact_id!r} in {redact_url(str(args.db))}")
+    return row
+
+
+async def _fact_scope(m: Memory, fact_id: str) -> dict[str, str | None] | None:
+    facts: Any = m.engine.facts
+    sql = "SELECT user_id, agent_id, session_id, scope FROM facts WHERE id = {}"
+    if hasattr(facts, "_db") and hasattr(facts._db, "run"):  # SQLite
+        row = await facts._db.run(lambda c: c.execute(sql.format("?"), (fact_id,)).fetchone())
+    elif hasattr(facts, "db") and hasattr(facts.db, "connection"):  # PostgreSQL
+        from memlane.stores.postgres.rows import dec
+
+        async with facts.db.connection() as conn:
+            cur = await conn.execute(sql.format("%s"), (fact_id,))
+            got = await cur.fetchone()
+        row = None if got is None else tuple(dec(v) if isinstance(v, str) else v for v in got)
+    else:  # pragma: no cover - every store memlane ships is one of the above
+        raise UsageError("give -u USER or -a AGENT: this store cannot look a fact up by id alone")
+    if row is None:
+        return None
+    user, agent, session, scope = row
+    return {"user_id": user or None, "agent_id": agent or None, "session_id": session if scope == "room" else None}
+
+
 def cmd_history(args: argparse.Namespace) -> int:
     with _open(args) as m:
-        rows = m.history(args.fact_id, user_id=args.user_id, agent_id=args.agent_id)
+        rows = m.history(args.fact_id, **_owner(m, args))
         if args.json:
             _dump([r.model_dump() for r in rows])
             return 0
@@ -158,7 +227,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_delete(args: argparse.Namespace) -> int:
     with _open(args) as m:
-        f = m.delete(args.fact_id, user_id=args.user_id, agent_id=args.agent_id)
+        f = m.delete(args.fact_id, **_owner(m, args))
         print(f"deleted {f.id} (kept in history)")
     return 0
 
@@ -251,7 +320,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     # All or nothing: parse and check every line, then try every batch on a scratch database,
     # before the first row is written; a bad line names itself and changes nothing.
     batches = importers.read(path, fmt, args.user_prefix)
-    events = importers.session_events(batches) if args.form else {}
+    events = importers.session_events(batches)  # kept as sessions: `memlane form SESSION` forms one later
     total = sum(len(b.messages) for b in batches)
     with Progress(total, f"check {path.name}", unit="turn", enabled=not args.quiet) as bar:
         importers.check_with_engine(batches, bar.update)
@@ -261,17 +330,32 @@ def cmd_import(args: argparse.Namespace) -> int:
         # Bulk: ~2,048 turns per transaction, across sessions, embedded in one call per chunk
         # (--embed now) or after everything is stored, in big batches (--embed deferred).
         embed: Literal["now", "low"] = "now" if args.embed == "now" else "low"
+        started, new = utcnow(), 0
         with Progress(total, f"import {path.name}", unit="turn", enabled=not args.quiet) as bar:
             for chunk in importers.chunks(batches, CHUNK_ROWS):
-                m.add_many(
+                stored = m.add_many(
                     [AddBatch(b.messages, user_id=b.user_id, session_id=b.session_id) for b in chunk], embed=embed
                 )
+                # A turn stored before comes back as it was (formed before this import began).
+                new += sum(1 for facts in stored for f in facts if f.formed_at >= started)
                 bar.update(sum(len(b.messages) for b in chunk))
-        print(f"imported {total} turns ({fmt}) into {args.db}")
+        where = redact_url(str(args.db))
+        if new == total:
+            print(f"imported {total} turns ({fmt}) into {where}")
+        elif new == 0:
+            print(f"nothing new: all {total} turns ({fmt}) were already in {where}")
+        else:
+            print(f"imported {new} new turns ({fmt}) into {where}; {total - new} were already there")
         if embed != "now" and m.engine.embedder is not None:
             _drain_embeddings(m, quiet=args.quiet)
+        added = _record_sessions(m, events, quiet=args.quiet)
         if args.form:
             _form_sessions(m, events, quiet=args.quiet)
+        elif added:
+            names = sorted({sid for _, sid in events})
+            print(f"kept {added} turns as {len(names)} session(s) ({', '.join(names[:5])}"
+                  f"{', ...' if len(names) > 5 else ''}): form one with memlane form SESSION_ID, "
+                  "or all of them with memlane import --form")  # fmt: skip
     return 0
 
 
@@ -291,18 +375,33 @@ def _drain_embeddings(m: Memory, *, quiet: bool) -> None:
     print(f"embedded {done['done']} turns")
 
 
-def _form_sessions(m: Memory, sessions: dict[tuple[str, str], list[Event]], *, quiet: bool) -> None:
-    """Replay imported turns as sessions and form memory from each (facts, reflections, blobs).
-    Events already stored (an earlier import of the same turns) are not added again."""
-    changes = reflections = blobs = 0
-    with Progress(len(sessions), "form memory", unit="session", enabled=not quiet) as bar:
+def _record_sessions(m: Memory, sessions: dict[tuple[str, str], list[Event]], *, quiet: bool) -> int:
+    """Keep the imported turns as sessions, so ``memlane form SESSION`` forms one later (and
+    ``import --form`` forms them now); returns how many events were new. Events already
+    stored (an earlier import of the same turns) are not added again."""
+    added = 0
+    members: dict[str, list[str]] = {}  # a session id several users' turns share: a group session
+    for user_id, sid in sessions:
+        members.setdefault(sid, []).append(user_id)
+    with Progress(len(sessions), "sessions", unit="session", enabled=not quiet) as bar:
         for (user_id, sid), events in sessions.items():
-            session = m.sessions.get_or_create_session(user_ids=[user_id], session_id=sid)
+            session = m.sessions.get_or_create_session(user_ids=members[sid], session_id=sid)
             importers.check_session_owner(user_id, sid, session)
             stored = {e.id for e in m.sessions.get_events(sid)}
             for event in events:
                 if event.id not in stored:  # through the engine: the formation cursor sees it
                     m.add_event(sid, event)
+                    added += 1
+            bar.update(1)
+    return added
+
+
+def _form_sessions(m: Memory, sessions: dict[tuple[str, str], list[Event]], *, quiet: bool) -> None:
+    """Form memory from each imported session (facts, reflections, blobs)."""
+    changes = reflections = blobs = 0
+    ids = list(dict.fromkeys(sid for _, sid in sessions))  # a group session once
+    with Progress(len(ids), "form memory", unit="session", enabled=not quiet) as bar:
+        for sid in ids:
             res = m.end_session(sid)
             assert isinstance(res, FormationResult)
             changes += sum(1 for c in res.changes if c.event != "NONE")
@@ -310,7 +409,7 @@ def _form_sessions(m: Memory, sessions: dict[tuple[str, str], list[Event]], *, q
             blobs += len(res.consolidated)
             bar.update(1)
     print(f"formed {changes} fact changes, {reflections} reflections, {blobs} consolidations "
-          f"from {len(sessions)} sessions (model {m.engine.pipeline.fast.name})")  # fmt: skip
+          f"from {len(ids)} sessions (model {m.engine.pipeline.fast.name})")  # fmt: skip
 
 
 def cmd_form(args: argparse.Namespace) -> int:
@@ -349,6 +448,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    _require_db(args, getattr(args, "settings", None) or load_settings(getattr(args, "config", None)))
     formation = FormationConfig(background=False, idle_minutes=args.idle_minutes)
     with Memory(args.db, embedder=args.embedder, sessions="sqlite", llm=args.llm, formation=formation) as m:
         jobs = m.sweep_idle()
@@ -387,6 +487,8 @@ def cmd_reflections(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
+    if not args.user_id:
+        raise UsageError("profile needs -u USER (whose profile)")
     with _open(args) as m:
         block = m.profile(args.user_id, agent_id=args.agent_id, items=args.item or ())
         print(block if block is not None else "(no profile: nothing stored for this user)")
@@ -511,10 +613,13 @@ def _positive(kind: type[int] | type[float]) -> Any:
     return parse
 
 
-def _global_options(p: argparse.ArgumentParser, settings: MemlaneSettings, *, defaults: bool) -> None:
+def _global_options(
+    p: argparse.ArgumentParser, settings: MemlaneSettings, *, defaults: bool, engine: bool = True
+) -> None:
     """The options every command takes. They are accepted before the command (``memlane --db x
     search``) and after it; the sub-commands' copies default to SUPPRESS so they do not
-    overwrite a value given before the command."""
+    overwrite a value given before the command. ``engine=False``: without ``--db``,
+    ``--embedder`` and ``--llm``, for commands that open no memory (``keys``)."""
 
     def d(value: object) -> object:
         return value if defaults else argparse.SUPPRESS
@@ -522,12 +627,19 @@ def _global_options(p: argparse.ArgumentParser, settings: MemlaneSettings, *, de
     def esc(text: str) -> str:
         return text.replace("%", "%%")
 
-    m = settings.memory
     p.add_argument(
         "--config", metavar="FILE", default=d(settings.config_file),
         help="YAML config file with memory:, sessions:, server: blocks (default: $MEMLANE_CONFIG; "
         "see memlane config show)",
     )  # fmt: skip
+    if engine:
+        _engine_options(p, settings, d, esc)
+    p.add_argument("--json", action="store_true", default=d(False), help="machine-readable output")
+    p.add_argument("-q", "--quiet", action="store_true", default=d(False), help="no progress bars or warnings")
+
+
+def _engine_options(p: argparse.ArgumentParser, settings: MemlaneSettings, d: Any, esc: Any) -> None:
+    m = settings.memory
     p.add_argument(
         "--db", default=d(m.store), help=f"database file (default: $MEMLANE_DB, memory.store or {esc(m.store)})"
     )
@@ -541,8 +653,6 @@ def _global_options(p: argparse.ArgumentParser, settings: MemlaneSettings, *, de
         help="formation model: offline | openai:MODEL | ollama:MODEL | anthropic:MODEL | gemini:MODEL "
         f"(default: $MEMLANE_LLM, memory.llm or {esc(str(m.llm))})",
     )  # fmt: skip
-    p.add_argument("--json", action="store_true", default=d(False), help="machine-readable output")
-    p.add_argument("-q", "--quiet", action="store_true", default=d(False), help="no progress bars or warnings")
 
 
 def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentParser:
@@ -550,6 +660,8 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     settings = settings if settings is not None else load_settings()
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, settings, defaults=False)
+    plain = argparse.ArgumentParser(add_help=False)  # for commands that open no memory
+    _global_options(plain, settings, defaults=False, engine=False)
 
     scope = argparse.ArgumentParser(add_help=False)
     scope.add_argument("-u", "--user-id", help="the user whose memory this is")
@@ -662,7 +774,7 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
 
     add_config_parser(sub)
     add_mcp_parser(sub, common)
-    add_keys_parser(sub, common)
+    add_keys_parser(sub, plain)
     add_serve_parser(sub, common)
     add_worker_parser(sub, common)
     add_migrate_parser(sub, common)
