@@ -5,14 +5,17 @@ Run it with ``memlane serve`` (uvicorn, one process), or mount it yourself::
     from memlane.service.app import create_app
     app = create_app()          # settings from the environment / defaults
 
-The app keeps one engine per tenant (:class:`~memlane.service.hub.MemoryHub`), opened on a
-tenant's first request and closed when the app shuts down (lifespan). Routes live in
+The app keeps one engine per tenant (:class:`~memlane.service.hub.MemoryHub`): the known
+tenants' engines open when the app starts (lifespan), so their formation workers run the jobs a
+crash left behind; any other tenant's opens on its first request; all close when the app shuts
+down. Routes live in
 :mod:`memlane.service.routes`; each module exposes ``router`` and is listed in :data:`ROUTERS`.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -29,6 +32,8 @@ from memlane.service.keys import KeyStore
 from memlane.service.limits import Limits
 
 __all__ = ["ROUTERS", "create_app", "memory_enabled"]
+
+log = logging.getLogger("memlane.service")
 
 #: Route modules under :mod:`memlane.service.routes`, included in this order (each exposes
 #: ``router``). To add an area: create ``routes/<name>.py`` with ``router = APIRouter(...)``
@@ -67,6 +72,17 @@ def _default_hub(settings: MemlaneSettings) -> MemoryHub:
     return MemoryHub(factory, settings.memory.store, settings.server.tenants_dir)
 
 
+def _key_tenants(keys: KeyStore | None) -> list[str]:
+    """The tenants of the live API keys (their engines recover their formation jobs at start)."""
+    if keys is None:
+        return []
+    try:
+        return list(dict.fromkeys(k.tenant for k in keys.list(include_revoked=False)))
+    except Exception as exc:  # an unreadable keys file: every request says so; the tenants open on use
+        log.warning("memlane: could not list the API keys' tenants at start: %s", exc)
+        return []
+
+
 def create_app(
     settings: MemlaneSettings | None = None, *, hub: MemoryHub | None = None, keys: KeyStore | None = None
 ) -> FastAPI:
@@ -86,9 +102,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        opener = getattr(the_hub, "open", None)
-        if opener is not None:
-            await opener()
+        await the_hub.open(_key_tenants(keys))  # each known tenant's formation worker and startup sweep
         try:
             yield
         finally:
@@ -100,6 +114,9 @@ def create_app(
         description="memlane's HTTP API: sessions and events, long-term memory, search, context, "
         "formation jobs; KAOS memory endpoints and the adk-rs ingest endpoint.",
         lifespan=lifespan,
+        # no 307 to the path without its trailing slash: `/v1/memories/%2F` (an id "/") or a stray
+        # slash is a 404 in the JSON error shape, not an empty-bodied redirect to the listing
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.hub = the_hub

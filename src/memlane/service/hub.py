@@ -28,10 +28,10 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from memlane import inputs
 from memlane.memory import AsyncMemory
@@ -166,6 +166,9 @@ class _Generation:
         self.idle.set()
         self.closed = False
         self.retired_at: float | None = None
+        self.serving = False
+        """Start each engine's background formation (worker, startup sweep) as it opens: set
+        by :meth:`MemoryHub.open` (a server); off for ``memlane worker``, which runs the jobs."""
 
     async def get(self, tenant: str) -> AsyncMemory:
         engine = self.engines.get(tenant)
@@ -181,7 +184,16 @@ class _Generation:
                     self.tenants_dir.mkdir(parents=True, exist_ok=True)
                 engine = await self.factory(tenant, location).open()
                 self.engines[tenant] = engine
+                if self.serving:
+                    await engine.start()
         return engine
+
+    async def start_all(self) -> None:
+        """Serve: start the background formation of every engine open now, and of each one
+        opened from now on."""
+        self.serving = True
+        for engine in list(self.engines.values()):
+            await engine.start()
 
     async def close(self) -> None:
         async with self.lock:
@@ -233,6 +245,7 @@ class MemoryHub:
         self._reload_lock = asyncio.Lock()
         self._local_sessions: dict[str, LocalMemory] = {}
         self.watcher: ConfigWatcher | None = None
+        self._recovery: asyncio.Task[list[str]] | None = None
 
     # ------------------------------------------------------------------ settings
     @classmethod
@@ -296,10 +309,65 @@ class MemoryHub:
         return self._gen.number
 
     # ------------------------------------------------------------------ engines
-    async def open(self) -> None:
-        """Start the config watcher, if any (the app's lifespan calls this)."""
+    async def open(self, tenants: Iterable[str] = ()) -> None:
+        """Serve (the app's lifespan calls this): start the config watcher, if any, and
+        background formation: each engine starts its formation worker and its startup sweep as
+        it opens (unless ``server.formation_worker`` is off), and the engines of the tenants
+        known now are opened at once, so the jobs a crash left (queued, or ``running`` with an
+        expired lease) and the sessions that went idle meanwhile are formed without waiting
+        for a request. Known tenants: :data:`DEFAULT_TENANT`, ``tenants`` (those of the API
+        keys) and the tenants with a store file in the tenants dir; a tenant whose SQLite store
+        file does not exist yet has nothing to recover and is opened on its first request.
+        The engines open in a background task (:attr:`recovery`); one that fails to open is
+        logged and opened again on its tenant's next request."""
         if self.watcher is not None:
             self.watcher.start()
+        await self._gen.start_all()
+        if self._recovery is None:
+            names = list(dict.fromkeys([DEFAULT_TENANT, *tenants, *self._tenant_files()]))
+            self._recovery = asyncio.create_task(self._open_known(names), name="memlane-recovery")
+
+    @property
+    def recovery(self) -> asyncio.Task[list[str]] | None:
+        """The task opening the known tenants' engines at :meth:`open` (its result: the
+        tenants opened), or None before :meth:`open`."""
+        return self._recovery
+
+    def _tenant_files(self) -> list[str]:
+        """The tenants with a store file in the tenants dir (file stores only)."""
+        if _is_shared_server(self.default_store):
+            return []
+        try:
+            names = sorted(p.name for p in self.tenants_dir.glob("*.db") if p.is_file())
+        except OSError:
+            return []
+        return [unquote(name[: -len(".db")]) for name in names]
+
+    def _has_store(self, tenant: str) -> bool:
+        """False for a tenant whose SQLite store file does not exist (nothing to recover)."""
+        from memlane.registry import parse_store_url
+
+        try:
+            scheme, location = parse_store_url(tenant_store(self.default_store, self.tenants_dir, tenant))
+        except Exception:  # a bad name or location: opening it says why, on a request
+            return False
+        return scheme != "sqlite" or location == ":memory:" or Path(location).exists()
+
+    async def _open_known(self, tenants: list[str]) -> list[str]:
+        opened: list[str] = []
+        for tenant in tenants:
+            try:
+                if not await asyncio.to_thread(self._has_store, tenant):
+                    continue
+                await self.get(tenant)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the server still starts; the tenant's next request opens it
+                log.warning("memlane: could not open tenant %r at start (%s); it is opened on its next request",
+                            tenant, " ".join(str(exc).split()) or type(exc).__name__)  # fmt: skip
+                continue
+            opened.append(tenant)
+        return opened
 
     async def get(self, tenant: str) -> AsyncMemory:
         """The open engine of ``tenant`` in the current configuration (opened on first use)."""
@@ -365,6 +433,7 @@ class MemoryHub:
                 settings,
                 old.number + 1,
             )
+            new.serving = old.serving
             try:
                 new.factory(DEFAULT_TENANT, settings.memory.store)  # no I/O: refuses unusable settings
                 for tenant in list(old.engines):
@@ -402,6 +471,10 @@ class MemoryHub:
         """Stop the watcher and close every engine, replaced ones included (at once)."""
         if self.watcher is not None:
             await self.watcher.stop()
+        if self._recovery is not None and not self._recovery.done():
+            self._recovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recovery
         retiring = list(self._retiring.items())
         for _gen, task in retiring:
             task.cancel()
