@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import count, islice
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from memlane.errors import InvalidInputError, NotFoundError, StoreFullError
 from memlane.models import Event, EventType, Session, utcnow
@@ -42,6 +42,7 @@ from memlane.sessions import (
     new_session,
     prepare_event,
 )
+from memlane.stores.kaos import KaosNames
 
 #: When full, ``ceil(max_sessions / EVICT_DIVISOR)`` sessions are evicted (KAOS: oldest 10%).
 EVICT_DIVISOR = 10
@@ -54,7 +55,7 @@ class _Entry:
     order: int  # creation counter: eviction order and list_sessions tie-break
 
 
-class LocalMemory:
+class LocalSessionStore:
     """In-process, bounded session store.
 
     Args:
@@ -225,7 +226,7 @@ class LocalMemory:
     async def close(self) -> None:
         """Nothing to release; the sessions stay (idempotent)."""
 
-    async def __aenter__(self) -> LocalMemory:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(
@@ -258,3 +259,9 @@ class LocalMemory:
         session = entry.session.model_copy(deep=True)
         session.events = [e.model_copy(deep=True) for e in entry.events]
         return session
+
+
+class LocalMemory(KaosNames, LocalSessionStore):
+    """KAOS's ``LocalMemory``: the :class:`LocalSessionStore` with KAOS's method names too
+    (``create_session(app_name=, user_id=)`` returns a session id, ``create_event``,
+    ``get_session_events``)."""

@@ -1,20 +1,24 @@
-"""``NullMemory``: memory disabled (KAOS ``MEMORY_ENABLED=false``).
+"""``NullMemory``: memory disabled (KAOS ``MEMORY_ENABLED=false``, ``sessions.backend: null``).
 
 Every method is a no-op that returns an empty result, so an agent runs stateless without
 special-casing: sessions are built but never stored, events are accepted and forgotten.
-Input is not validated (nothing is kept that could be corrupted).
+Input is not validated (nothing is kept that could be corrupted). :class:`NullMemory` also
+answers to KAOS's method names (:class:`~memlane.stores.kaos.KaosNames`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from memlane.models import Event, EventType, Session, new_id
+from memlane.stores.kaos import KaosNames
+
+__all__ = ["NullMemory", "NullSessionStore"]
 
 
-class NullMemory:
+class NullSessionStore:
     """A :class:`~memlane.stores.base.SessionStore` that stores nothing."""
 
     async def create_session(
@@ -59,6 +63,10 @@ class NullMemory:
         """Always ``[]``."""
         return []
 
+    async def sessions_with_id(self, session_id: str) -> list[Session]:
+        """Always ``[]``."""
+        return []
+
     async def delete_session(self, session_id: str, *, app: str = "default") -> bool:
         """Always False (nothing existed)."""
         return False
@@ -97,10 +105,16 @@ class NullMemory:
     async def close(self) -> None:
         """Nothing to release."""
 
-    async def __aenter__(self) -> NullMemory:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+class NullMemory(KaosNames, NullSessionStore):
+    """KAOS's ``NullMemory``: the :class:`NullSessionStore` with KAOS's method names too
+    (``create_session(app_name=, user_id=)`` returns a session id, ``create_event``,
+    ``get_session_events``: always ``[]``)."""

@@ -58,6 +58,7 @@ from memlane.sessions import (
     prepare_event,
     to_utc,
 )
+from memlane.stores.kaos import KaosNames
 from memlane.stores.redis._client import RedisStore, ScriptRunner, connect, text, to_us
 from memlane.stores.redis.url import DEFAULT_PREFIX, encode_part, parse_redis_url
 
@@ -674,9 +675,11 @@ class RedisSessionStore(RedisStore):
 __all__ = ["RedisMemory", "RedisSessionStore"]
 
 
-class RedisMemory(RedisSessionStore):
+class RedisMemory(KaosNames, RedisSessionStore):
     """KAOS's name and constructor: ``RedisMemory(redis_url="redis://localhost:6379")``, a
-    :class:`RedisSessionStore` on a client it makes (no I/O until the first call) and closes.
+    :class:`RedisSessionStore` on a client it makes (no I/O until the first call) and closes,
+    with KAOS's method names too (``create_session(app_name=, user_id=)`` returns a session id,
+    ``create_event``, ``get_session_events``: :class:`~memlane.stores.kaos.KaosNames`).
 
     Args:
         redis_url: the Redis URL; its query parameters (``prefix``, ``ttl``, ``max_sessions``,
