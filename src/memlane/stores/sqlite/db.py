@@ -285,6 +285,14 @@ class Database:
         if self._refs <= 0:
             self.close_sync()
 
+    async def release(self) -> None:
+        """:meth:`release_sync` from the event loop: the closing itself (the worker threads
+        joined, the connections closed, the last one checkpointing the WAL) runs in a worker
+        thread, not on the loop."""
+        self._refs -= 1
+        if self._refs <= 0:
+            await asyncio.to_thread(self.close_sync)
+
     # ------------------------------------------------------------------ connections
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (created on first use)."""

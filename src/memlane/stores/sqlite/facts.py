@@ -1429,8 +1429,8 @@ class SqliteFactStore:
         return await self._db.run(lambda c: export_.facts_part(c, user_id))
 
     async def close(self) -> None:
-        if self._vectors is not None:
-            self._vectors.close()  # before the connections go: the builder reads the database
+        if self._vectors is not None:  # before the connections go: the builder reads the database
+            await asyncio.to_thread(self._vectors.close)
         with self._cache_lock:
             self._cache.clear()
-        self._db.release_sync()
+        await self._db.release()

@@ -60,7 +60,7 @@ class SqliteJobStore:
         self._db = db.acquire() if isinstance(db, Database) else Database(db).open_sync().acquire()
 
     async def close(self) -> None:
-        self._db.release_sync()
+        await self._db.release()
 
     async def check(self) -> builtins.list[str]:
         """Integrity problems of the database file this store lives in (shared with the fact

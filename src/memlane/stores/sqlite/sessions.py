@@ -373,7 +373,7 @@ class SqliteSessionStore:
         if self._closed:
             return
         self._closed = True
-        self.db.release_sync()
+        await self.db.release()
 
     async def __aenter__(self) -> SqliteSessionStore:
         return self
