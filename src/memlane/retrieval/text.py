@@ -225,12 +225,83 @@ GERMAN_STOPWORDS: frozenset[str] = _wordset(
 _GERMAN_AMBIGUOUS = _wordset("also am an bin bis da den des die er es hat hin in man nun ob so um war was will")
 _GERMAN_ONLY = GERMAN_STOPWORDS - _GERMAN_AMBIGUOUS - STOPWORDS
 
+#: Function words of other languages (issue 17: "¿De qué raza es mi mascota?" found "Mi coche
+#: es rojo" through "mi" and "es"), written without accents: a query word is compared with its
+#: accents removed, so "qué" and "que" are the same word. Each list is dropped from a query that
+#: holds one of the language's *signal* words (:data:`_SIGNALS`: the list minus English words,
+#: names and abbreviations), like the German list; an English query keeps every word of them.
+FUNCTION_WORDS: dict[str, frozenset[str]] = {
+    "es": _wordset(
+        """a al algo algunas algunos ante antes como con contra cual cuales cuando cuanta cuantas
+        cuanto cuantos de del desde donde durante e el ella ellas ellos en entre era eramos eran
+        eras eres es esa esas ese eso esos esta estamos estan estar estas este esto estos estoy
+        fue fueron fui ha habia han has hasta hay he hemos la las le les lo los mas me mi mia mias
+        mio mios mis mucho muchos muy nada ni no nos nosotras nosotros nuestra nuestras nuestro
+        nuestros o os otra otras otro otros para pero poco por porque que quien quienes se sea ser
+        si sin sobre somos son soy su sus suya suyo tambien tanto te tenemos tengo tenia tiene
+        tienen ti todo todos tu tus tuya tuyo un una unas uno unos vosotras vosotros vuestra
+        vuestro y ya yo"""
+    ),
+    "fr": _wordset(
+        """a ai au aux avait avaient avec avez avons c ca ce ceci cela celle celles celui ces cet
+        cette ceux combien comment d dans de des du elle elles en es est et etaient etais etait
+        ete etes etre eu eux il ils j je l la le les leur leurs lui m ma mais me meme mes moi mon
+        n ne nos notre nous on ont ou par pas pour pourquoi qu quand que quel quelle quelles quels
+        qui quoi s sa se ses son sommes sont suis sur t ta te tes toi ton tu un une vos votre vous
+        y"""
+    ),
+    "pt": _wordset(
+        """a ao aos aquela aquele as com como da das de dela dele do dos e ela elas ele eles em
+        era es esta estamos estao este estou essa esse eu foi fui isso isto lhe lhes mais mas me
+        meu meus minha minhas na nao nas no nos nossa nosso o onde os ou para pela pelas pelo pelos por
+        porque qual quais quando quanta quantas quanto quantos que quem sao se seu seus sou sua
+        suas tem temos tenho te teu tinha tu tua um uma umas uns voce voces"""
+    ),
+    "it": _wordset(
+        """a abbiamo ad agli ai al alla alle allo anche avete aveva avevo c che chi ci coi col come
+        con cosa cui da dagli dai dal dall dalla dalle dallo degli dei del dell della delle dello
+        di dove e ed era erano ero fu gli ha hai hanno ho i il in io l la le lei li lo loro lui ma
+        mi mia mie miei mio ne negli nei nel nell nella nelle nello noi non nostra nostre nostri
+        nostro per perche piu quale quali quando quanta quante quanti quanto quella quelle quelli
+        quello questa queste questi questo se sei si siamo siete sono sta stanno sto su sua sue
+        sugli sui sul sulla sulle suo suoi ti tra tu tua tue tuo tuoi un una uno vi voi vostra
+        vostro"""
+    ),
+    "nl": _wordset(
+        """aan al als ben bij dan dat de deze die dit door dus een en er geen had haar heb hebben
+        heeft hem het hier hij hoe hun ik in is je jouw jullie kan kon maar me meer men met mij
+        mijn na naar niet niets nog nu of om omdat onder ons onze ook op over te tegen toch toen
+        tot u uit uw van veel voor waar waarom wanneer was wat we welk welke werd wie wij wil
+        worden wordt zal ze zelf zich zij zijn zo zonder zou"""
+    ),
+}
+#: Words that never signal a language (English words, names, abbreviations: "Los Angeles",
+#: "Las Vegas", "El Paso", "Des Moines", "mon", "comment", "dove", "con", "son", ...).
+_NOT_SIGNALS = _wordset(
+    """a ad ai al alla als an ante as at au ben by ca ce che ci col come con contra d dal dan dat
+    de del dell della des di die do door du e ed el ella elle em en er era est et eu fu had
+    han hay hem her ho hoe hun i il in io is it j je l la las le les li lo los m mas me meme mi
+    mia mis mucho my n na nada nas ne no non nor nos nu o of og om on ons op or os over par para
+    pas per pour s sa se sea si so su sue sus t ta te tem ti to todo ton tot tu tue u um un van
+    vi was wat we ya yo sin son men met mon comment dove chi lei lui uno hai ha ze zo y c"""
+)
+_SIGNALS: dict[str, frozenset[str]] = {
+    lang: frozenset(w for w in ws if len(w) > 1) - STOPWORDS - _NOT_SIGNALS for lang, ws in FUNCTION_WORDS.items()
+}
+#: A language's function words that are not English stopwords: two of them in a query with no
+#: other English stopword ("Dove abita mia sorella?", not "Will the dove come to my van?")
+#: signal the language too.
+_OTHER_WORDS: dict[str, frozenset[str]] = {lang: ws - STOPWORDS for lang, ws in FUNCTION_WORDS.items()}
+
 #: Chinese / Japanese / Korean characters that are too common to search by alone (query side
-#: only; the index keeps every character). Longer CJK terms are bigrams and stay.
+#: only; the index keeps every character), and the question and pronoun characters that carry
+#: no topic (我 / 你 / 什么, 私 / 何). A CJK term made only of these (a character, or a pair such
+#: as 我的 or です) is dropped from a query; a pair with one other character (宠物) stays.
 CJK_STOPWORDS: frozenset[str] = _wordset(
     "的 了 是 我 你 他 她 它 们 在 吗 呢 吧 啊 和 与 有 也 都 就 这 那 个 一 不 么 什 谁 哪 怎 为 "
-    "什么 哪里 哪儿 怎么 为什 多少 "
+    "什么 哪里 哪儿 怎么 为什 多少 您 啥 几 呀 嘛 很 还 又 被 把 给 之 其 "
     "の は が を に で と も へ や か ね よ な だ た て し す ま い "
+    "私 僕 俺 彼 何 誰 こ そ あ ど れ "
     "이 가 은 는 을 를 의 에 도 와 과 로"
 )
 
@@ -284,22 +355,50 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
+def _fold(word: str) -> str:
+    """A word without its accents (``qué`` -> ``que``), as the function-word lists hold it."""
+    if word.isascii():
+        return word
+    return "".join(c for c in unicodedata.normalize("NFD", word) if not unicodedata.combining(c))
+
+
+def _is_cjk_function_term(term: str) -> bool:
+    """A CJK term (one character or a pair) made only of :data:`CJK_STOPWORDS` characters."""
+    return term in CJK_STOPWORDS or (_CJK_RUN.fullmatch(term) is not None and all(c in CJK_STOPWORDS for c in term))
+
+
+def function_words(toks: Iterable[str]) -> frozenset[str]:
+    """The function words to drop from a query with these (lowercase) words: English always,
+    and the list of every other language the query is in (German: :data:`GERMAN_STOPWORDS`
+    when it holds a German-only word; :data:`FUNCTION_WORDS` for es, fr, pt, it, nl when it
+    holds a signal word, or two of the list's words and no other English stopword), compared
+    without accents."""
+    folded = {_fold(t) for t in toks}
+    drop = set(STOPWORDS)
+    if not _GERMAN_ONLY.isdisjoint(toks):
+        drop |= GERMAN_STOPWORDS
+    english = folded & STOPWORDS
+    for lang, signals in _SIGNALS.items():
+        signalled = not signals.isdisjoint(folded)
+        if signalled or (len(folded & _OTHER_WORDS[lang]) >= 2 and english <= FUNCTION_WORDS[lang]):
+            drop |= FUNCTION_WORDS[lang]
+    return frozenset(drop)
+
+
 def query_terms(text: str) -> list[str]:
     """Distinct query terms, in order of appearance: the words of :func:`keyword_text`
-    (CJK runs as characters and character pairs), stopwords removed (English always, German
-    when the query is German, the commonest CJK characters).
+    (CJK runs as characters and character pairs), function words removed (English always;
+    German, Spanish, French, Portuguese, Italian, Dutch when the query holds a word only that
+    language uses, compared without accents; CJK terms made only of the commonest characters).
 
     If every word is a stopword, the words are kept (a query of "who am I" still searches).
     """
     toks = words(keyword_text(text))
-    german = not _GERMAN_ONLY.isdisjoint(toks)
+    drop = function_words(toks)
     kept = [
         t
         for t in toks
-        if t not in STOPWORDS
-        and t not in CJK_STOPWORDS
-        and not (german and t in GERMAN_STOPWORDS)
-        and t.replace("_", "")
+        if t not in drop and _fold(t) not in drop and not _is_cjk_function_term(t) and t.replace("_", "")
     ]
     chosen = kept or toks
     seen: dict[str, None] = {}
