@@ -123,6 +123,7 @@ SAMPLES: dict[str, str] = {
     "server.port": "9001",
     "server.keys_file": "/tmp/x/keys.db",
     "server.max_body_bytes": "2048",
+    "server.body_timeout": "2.5",
     "server.max_page_size": "25",
     "server.rate_limit": "0",
     "server.tenants_dir": "/tmp/x/tenants",

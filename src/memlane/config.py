@@ -159,6 +159,9 @@ class ServerSettings(BaseModel):
     """API keys (hashed); no keys: the server binds loopback only."""
     max_body_bytes: int = Field(1_048_576, ge=1)
     """Largest request body (413 above)."""
+    body_timeout: float = Field(30.0, ge=0)
+    """Seconds a request body may take to arrive once the server reads it (408 and the
+    connection closed after: slow-client protection); 0: no timeout."""
     max_page_size: int = Field(100, ge=1, le=10_000)
     """Largest page a list route returns."""
     rate_limit: int = Field(600, ge=0)
@@ -278,6 +281,7 @@ ENV_VARS: dict[str, str] = {
     "MEMLANE_PORT": "server.port",
     "MEMLANE_KEYS_FILE": "server.keys_file",
     "MEMLANE_MAX_BODY_BYTES": "server.max_body_bytes",
+    "MEMLANE_BODY_TIMEOUT": "server.body_timeout",
     "MEMLANE_MAX_PAGE_SIZE": "server.max_page_size",
     "MEMLANE_RATE_LIMIT": "server.rate_limit",
     "MEMLANE_TENANTS_DIR": "server.tenants_dir",

@@ -165,7 +165,8 @@ def authorize(p: Principal, *, user_id: str | None, write: bool, scope: str = "u
 
 def install_auth(app: Any, *, keys: KeyStore | None, limits: Limits | None = None) -> None:
     """Wire auth and limits into a FastAPI ``app``: ``app.state.keys``, ``app.state.limits``,
-    ``app.state.rate_limiter`` and the :class:`BodySizeLimit` middleware. Call before the app
+    ``app.state.rate_limiter`` and the :class:`BodySizeLimit` middleware (body size and
+    body-read timeout). Call before the app
     starts serving.
 
     Args:
@@ -176,5 +177,5 @@ def install_auth(app: Any, *, keys: KeyStore | None, limits: Limits | None = Non
     app.state.keys = keys
     app.state.limits = limits
     app.state.rate_limiter = RateLimiter(limits.rate_per_minute, limits.rate_burst) if limits.rate_per_minute else None
-    if limits.max_body_bytes:
-        app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
+    if limits.max_body_bytes or limits.body_timeout:
+        app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes, timeout=limits.body_timeout)

@@ -234,6 +234,11 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
     message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    if exc.status_code in (404, 405) and message in ("Not Found", "Method Not Allowed"):  # the router's own
+        raw = request.scope.get("raw_path")
+        path = raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path
+        what = f"no route {path}" if exc.status_code == 404 else f"{request.method} is not allowed on {path}"
+        message = f"{what} (the routes are listed at /docs and /openapi.json)"
     headers = dict(exc.headers) if exc.headers else None
     return error_response(exc.status_code, code, message, headers=headers)
 

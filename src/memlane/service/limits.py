@@ -3,7 +3,9 @@
 * :class:`Limits` — the numbers (from the settings' ``server:`` block, or defaults).
 * :class:`BodySizeLimit` — a pure ASGI middleware: a ``Content-Length`` over the limit is
   refused before anything is read; a body without one (chunked) is counted as it streams and
-  refused as soon as it passes the limit, so a huge body is never held in memory.
+  refused as soon as it passes the limit, so a huge body is never held in memory. A body that
+  has not fully arrived ``body_timeout`` seconds after the app started reading it (a client that
+  announced more than it sends, or trickles it) is answered 408 and the connection closed.
 * :class:`RateLimiter` — a token bucket per key id: ``rate_per_minute`` requests a minute on
   average, bursts up to ``rate_burst``; over it, :class:`~memlane.errors.RateLimitedError`
   with ``retry_after`` (the ``Retry-After`` header).
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -28,6 +31,7 @@ from memlane import inputs
 from memlane.errors import ConfigError, RateLimitedError
 
 __all__ = [
+    "DEFAULT_BODY_TIMEOUT",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_PAGE_SIZE",
     "DEFAULT_RATE_PER_MINUTE",
@@ -39,6 +43,8 @@ __all__ = [
 
 #: Largest request body accepted by default: 1 MiB (settings ``server.max_body_bytes``).
 DEFAULT_MAX_BODY_BYTES = 1_048_576
+#: Seconds a request body may take to arrive once the app reads it (settings ``server.body_timeout``).
+DEFAULT_BODY_TIMEOUT = 30.0
 #: Largest page a listing returns by default (settings ``server.max_page_size``).
 DEFAULT_MAX_PAGE_SIZE = 100
 #: The page size of a listing given no ``limit`` (and no route default).
@@ -53,6 +59,7 @@ _SETTING_NAMES = {
     "default_page_size": "default_page_size",
     "rate_limit": "rate_per_minute",
     "rate_burst": "rate_burst",
+    "body_timeout": "body_timeout",
 }
 
 
@@ -68,6 +75,9 @@ class Limits:
             key-less (loopback-only) server are not rate limited.
         rate_burst: requests a key may send at once before the rate applies (None: one
             minute's worth, ``rate_per_minute``).
+        body_timeout: seconds the whole request body may take to arrive once the app starts
+            reading it; slower, it is answered 408 ``request_timeout`` and the connection is
+            closed (slow-client protection; 0: no timeout).
     """
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -75,6 +85,7 @@ class Limits:
     default_page_size: int = DEFAULT_PAGE_SIZE
     rate_per_minute: int = DEFAULT_RATE_PER_MINUTE
     rate_burst: int | None = None
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_page_size", "default_page_size", "rate_per_minute"):
@@ -89,12 +100,16 @@ class Limits:
         burst = self.rate_burst
         if burst is not None and (isinstance(burst, bool) or not isinstance(burst, int) or burst < 1):
             raise ConfigError(f"server limit rate_burst must be a whole number >= 1, got {burst!r}")
+        timeout = self.body_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout < math.inf:
+            raise ConfigError(f"server limit body_timeout must be a number of seconds >= 0, got {timeout!r}")
 
     @classmethod
     def from_settings(cls, settings: Any) -> Limits:
         """The limits in ``settings.server`` (:class:`memlane.config.ServerSettings`:
-        ``max_body_bytes``, ``max_page_size``, ``rate_limit`` (requests a minute per key) and, if
-        present, ``default_page_size`` and ``rate_burst``); a missing or None one keeps its default."""
+        ``max_body_bytes``, ``max_page_size``, ``rate_limit`` (requests a minute per key),
+        ``body_timeout`` and, if present, ``default_page_size`` and ``rate_burst``); a missing or
+        None one keeps its default."""
         server = getattr(settings, "server", None)
         values: dict[str, Any] = {}
         for setting, name in _SETTING_NAMES.items():
@@ -182,53 +197,78 @@ class _BodyTooLarge(Exception):
     """Raised from the wrapped ``receive`` when the streamed body passes the limit."""
 
 
+class _BodyTimeout(Exception):
+    """Raised from the wrapped ``receive`` when the body did not arrive in time."""
+
+
 class BodySizeLimit:
     """ASGI middleware: refuse request bodies over ``max_bytes`` with 413
-    ``{"error": {"code": "payload_too_large", ...}}``.
+    ``{"error": {"code": "payload_too_large", ...}}``, and bodies slower than ``timeout``
+    seconds with 408 ``{"error": {"code": "request_timeout", ...}}``.
 
     A ``Content-Length`` over the limit is answered before the body is read. Otherwise the body
     is counted as the app reads it; past the limit the read fails, whatever the app was
     answering is dropped and the 413 goes out instead (nothing the app did with a partial body
-    is acknowledged; routes read the whole body before acting).
+    is acknowledged; routes read the whole body before acting). The same holds for a body that
+    has not fully arrived ``timeout`` seconds after the app's first read (e.g. a
+    ``Content-Length: 100`` with 12 bytes sent): 408, and the connection is closed.
+
+    Args:
+        max_bytes: the largest body (0: no limit).
+        timeout: seconds for the whole body (0 or None: no timeout).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout or None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.max_bytes:
+        if scope["type"] != "http" or not (self.max_bytes or self.timeout):
             await self.app(scope, receive, send)
             return
         for name, value in scope.get("headers", ()):
-            if name == b"content-length":
+            if name == b"content-length" and self.max_bytes:
                 try:
                     length = int(value)
                 except ValueError:
                     length = -1  # the server rejects a bad Content-Length itself
                 if length > self.max_bytes:
-                    await self._refuse(send)
+                    await self._refuse(send, 413)
                     return
         received = 0
-        exceeded = False
+        refused: int | None = None  # the status that replaces the app's answer
+        body_done = False
+        deadline: float | None = None
         started = False
 
         async def limited_receive() -> Message:
-            nonlocal received, exceeded
-            if exceeded:
-                raise _BodyTooLarge
-            message = await receive()
+            nonlocal received, refused, body_done, deadline
+            if refused is not None:
+                raise _BodyTooLarge if refused == 413 else _BodyTimeout
+            if body_done or self.timeout is None:
+                message = await receive()  # after the body: e.g. waiting for the disconnect
+            else:
+                if deadline is None:
+                    deadline = anyio.current_time() + self.timeout
+                with anyio.move_on_after(deadline - anyio.current_time()) as waited:
+                    message = await receive()
+                if waited.cancelled_caught:
+                    refused = 408
+                    raise _BodyTimeout
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    exceeded = True
+                if not message.get("more_body", False):
+                    body_done = True
+                if self.max_bytes and received > self.max_bytes:
+                    refused = 413
                     raise _BodyTooLarge
             return message
 
         async def guarded_send(message: Message) -> None:
             nonlocal started
-            if exceeded and not started:
-                return  # the app's answer to a cut-off body is replaced by the 413
+            if refused is not None and not started:
+                return  # the app's answer to a cut-off body is replaced by the 413 / 408
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
@@ -236,25 +276,30 @@ class BodySizeLimit:
         try:
             await self.app(scope, limited_receive, guarded_send)
         except Exception:
-            if not exceeded or started:
+            if refused is None or started:
                 raise
-        if exceeded and not started:
-            await self._refuse(send)
+        if refused is not None and not started:
+            await self._refuse(send, refused)
 
-    async def _refuse(self, send: Send) -> None:
-        body = json.dumps(
-            {
-                "error": {
-                    "code": "payload_too_large",
-                    "message": f"the request body is larger than this server's limit of {self.max_bytes} bytes",
-                    "limit": self.max_bytes,
-                }
+    async def _refuse(self, send: Send, status: int) -> None:
+        if status == 413:
+            error = {
+                "code": "payload_too_large",
+                "message": f"the request body is larger than this server's limit of {self.max_bytes} bytes",
+                "limit": self.max_bytes,
             }
-        ).encode()
+        else:
+            error = {
+                "code": "request_timeout",
+                "message": f"the request body did not arrive within {self.timeout:g} s (it is shorter than its "
+                "Content-Length, or too slow); the connection is closed",
+                "timeout": self.timeout,
+            }
+        body = json.dumps({"error": error}).encode()
         await send(
             {
                 "type": "http.response.start",
-                "status": 413,
+                "status": status,
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode()),
