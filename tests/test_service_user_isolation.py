@@ -115,3 +115,34 @@ def test_one_user_creating_sessions_never_evicts_another_users(tmp_path: Path, k
         assert r.status_code == 507, r.text
         assert r.json()["error"]["code"] == "storage_full"
         assert len(srv.client.get("/v1/sessions", headers=bob).json()["sessions"]) == 20
+
+
+def test_a_room_is_not_readable_through_a_session_of_the_same_id_in_another_app(
+    srv: ServiceServer, keys: KeyStore
+) -> None:
+    """bob's room memory (agent concierge, session S of app hotel) was read by alice through
+    her own session S of app other: room memories are keyed by (agent, session id), not app."""
+    bob, alice = _key(keys, "bob"), _key(keys, "alice")
+    r = srv.client.post("/v1/sessions", json={"app": "hotel", "session_id": "S"}, headers=bob)
+    assert r.status_code == 201, r.text
+    room = {"agent_id": "concierge", "session_id": "S", "app": "hotel"}
+    r = srv.client.post("/v1/memories", json={"text": "room 12 asked for zqroom towels", "scope": "room", **room},
+                        headers=_key(keys))  # fmt: skip
+    assert r.status_code == 201, r.text
+    seen = srv.client.get("/v1/memories", params=room, headers=bob).json()["memories"]
+    assert ["zqroom" in m["content"] for m in seen] == [True]  # bob, in the room, reads it
+    r = srv.client.post("/v1/sessions", json={"app": "other", "session_id": "S"}, headers=alice)
+    assert r.status_code == 201, r.text
+    other = {**room, "app": "other"}
+    r = srv.client.get("/v1/memories", params=other, headers=alice)
+    assert r.status_code == 404 and "zqroom" not in r.text, r.text
+    r = srv.client.post("/v1/search", json={"query": "zqroom towels", **other}, headers=alice)
+    assert r.status_code == 404 and "zqroom" not in r.text, r.text
+    r = srv.client.post("/v1/tools/load_memory", params=other, json={"query": "zqroom"}, headers=alice)
+    assert "zqroom" not in r.text, r.text
+    # the room id now names sessions of two users: no user-bound key reads the room (fail closed);
+    # a tenant-wide key still does
+    assert srv.client.get("/v1/memories", params=room, headers=bob).status_code == 404
+    assert "zqroom" in srv.client.get("/v1/memories", params=room, headers=_key(keys)).text
+    assert srv.client.delete("/v1/sessions/S", params={"app": "other"}, headers=alice).status_code == 204
+    assert "zqroom" in srv.client.get("/v1/memories", params=room, headers=bob).text

@@ -178,6 +178,14 @@ class SessionStoreContract:
     async def test_get_missing_is_none(self, session_store: SessionStore) -> None:
         assert await session_store.get_session("nope") is None
 
+    async def test_sessions_with_id_spans_apps(self, session_store: SessionStore) -> None:
+        await session_store.create_session(app="hotel", session_id="r:1", user_ids=["bob"])
+        await session_store.create_session(app="other", session_id="r:1", user_ids=["alice"])
+        await session_store.create_session(app="hotel", session_id="r:10", user_ids=["carol"])
+        found = await session_store.sessions_with_id("r:1")
+        assert [(s.app, s.id, s.user_ids) for s in found] == [("hotel", "r:1", ["bob"]), ("other", "r:1", ["alice"])]
+        assert await session_store.sessions_with_id("nope") == []
+
     async def test_list_sessions_newest_activity_first_without_events(self, session_store: SessionStore) -> None:
         for sid in ("s1", "s2", "s3"):
             await session_store.create_session(session_id=sid)

@@ -107,6 +107,12 @@ class SessionStore(Protocol):
         """Sessions of ``app`` (optionally of one user), newest activity first, without events."""
         ...
 
+    async def sessions_with_id(self, session_id: str) -> list[Session]:
+        """Every session named ``session_id``, in every app (ordered by app), without events:
+        the same id may exist in several apps. Room checks read it (a room memory is keyed by
+        agent and session id, not by app)."""
+        ...
+
     async def delete_session(self, session_id: str, *, app: str = "default") -> bool:
         """Delete a session and its events; True if it existed."""
         ...

@@ -142,6 +142,13 @@ class LocalSessionStore:
         entries.sort(key=lambda e: (e.session.updated_at, e.order), reverse=True)
         return [e.session.model_copy(deep=True) for e in entries]
 
+    async def sessions_with_id(self, session_id: str) -> list[Session]:
+        """Every session named ``session_id``, in every app, without events (an app's sessions
+        are keyed by (app, id): the same id may exist in several apps). The room check of the
+        service reads it: a room memory is keyed by agent and session id, not by app."""
+        check_session_id(session_id)
+        return [e.session.model_copy(deep=True) for (_, sid), e in self._sessions.items() if sid == session_id]
+
     async def delete_session(self, session_id: str, *, app: str = "default") -> bool:
         """Delete a session and its events; True if it existed."""
         check_app(app)

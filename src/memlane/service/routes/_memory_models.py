@@ -47,11 +47,17 @@ class FactOut(BaseModel):
 
 async def check_room(memory: AsyncMemory, caller: Principal, session_id: str | None, app: str) -> None:
     """A user-bound key names a room (``session_id``) only if its user takes part in that
-    session of ``app``; otherwise the room is not found (404, its existence not revealed)."""
+    session of ``app`` and in every other app's session of that id; otherwise the room is not
+    found (404, its existence not revealed).
+
+    Room memories are keyed by agent and session id, not by app (``r|agent|room``): checking
+    only the named app let a user open a session of the same id in another app and read a
+    room of which she is no member. The check is made where the room lives: every session
+    that carries its id."""
     if session_id is None or caller.user_id is None:
         return
-    session = await memory.sessions.get_session(session_id, app=app)
-    if session is None or caller.user_id not in session.user_ids:
+    sessions = await memory.sessions.sessions_with_id(session_id)
+    if not any(s.app == app for s in sessions) or any(caller.user_id not in s.user_ids for s in sessions):
         raise NotFoundError(f"no session {session_id!r} in app {app!r}")
 
 

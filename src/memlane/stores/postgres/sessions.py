@@ -149,6 +149,18 @@ class PgSessionStore:
                 )
             return [self._session_from_row(r) for r in await cur.fetchall()]
 
+    async def sessions_with_id(self, session_id: str) -> list[Session]:
+        """Every session named ``session_id``, in every app, without events (an app's sessions
+        are keyed by (app, id): the same id may exist in several apps). The room check of the
+        service reads it: a room memory is keyed by agent and session id, not by app."""
+        check_session_id(session_id)
+        cols = ", ".join(f"s.{c.strip()}" for c in _SESSION_COLS.split(","))
+        async with self._tx(single=True) as conn:
+            cur = await conn.execute(
+                f"SELECT {cols} FROM sessions s WHERE s.id = %s ORDER BY s.app", (enc(session_id),)
+            )
+            return [self._session_from_row(r) for r in await cur.fetchall()]
+
     async def delete_session(self, session_id: str, *, app: str = "default") -> bool:
         """Delete a session and its events; True if it existed."""
         check_app(app)

@@ -575,6 +575,22 @@ class RedisSessionStore(RedisStore):
         found.sort(key=lambda item: (item[0].updated_at, item[1]), reverse=True)
         return [s for s, _ in found]
 
+    async def sessions_with_id(self, session_id: str) -> list[Session]:
+        """Every session named ``session_id``, in every app, without events (an app's sessions
+        are keyed by (app, id): the same id may exist in several apps). The room check of the
+        service reads it: a room memory is keyed by agent and session id, not by app."""
+        check_session_id(session_id)
+        want = encode_part(session_id)
+        found: list[Session] = []
+        for member in await self._redis.call("ZRANGE", f"{self.prefix}sessions:created", 0, -1):
+            m = text(member)
+            if m.partition(":")[2] != want:
+                continue
+            reply = await self._script(self._get, m, 0)
+            if reply:
+                found.append(_session(reply[0], reply[1], reply[2]))
+        return sorted(found, key=lambda s: s.app)
+
     async def delete_session(self, session_id: str, *, app: str = "default") -> bool:
         """Delete a session and its events; True if it existed."""
         check_app(app)

@@ -192,6 +192,18 @@ class SqliteSessionStore:
 
         return await self._run(fn)
 
+    async def sessions_with_id(self, session_id: str) -> list[Session]:
+        """Every session named ``session_id``, in every app, without events (an app's sessions
+        are keyed by (app, id): the same id may exist in several apps). The room check of the
+        service reads it: a room memory is keyed by agent and session id, not by app."""
+        check_session_id(session_id)
+
+        def fn(conn: sqlite3.Connection) -> list[Session]:
+            rows = conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE id = ? ORDER BY app", (session_id,))
+            return [self._session_from_row(r) for r in rows.fetchall()]
+
+        return await self._run(fn)
+
     async def delete_session(self, session_id: str, *, app: str = "default") -> bool:
         """Delete a session and its events; True if it existed."""
         check_app(app)
