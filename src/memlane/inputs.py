@@ -190,6 +190,15 @@ def flag(value: object, name: str) -> bool:
     return value
 
 
+def optional_number(value: object, name: str, lo: float, hi: float) -> float | None:
+    """A real number in ``lo..hi``, or None (``bool`` and NaN are refused)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise InvalidInputError(f"{name} must be a number from {lo:g} to {hi:g}, got {show(value)}")
+    return float(value)
+
+
 def optional_flag(value: object, name: str) -> bool | None:
     """Like :func:`flag`, but ``None`` is allowed."""
     return None if value is None else flag(value, name)

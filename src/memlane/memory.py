@@ -39,6 +39,7 @@ from memlane.config import default_db_path, redact_url
 from memlane.documents import MAX_DOCUMENT_CHARS, document_rows, split_documents
 from memlane.embedding_queue import EmbeddingQueue
 from memlane.errors import (
+    ConfigError,
     EmbedderError,
     InvalidInputError,
     NotFoundError,
@@ -86,7 +87,7 @@ from memlane.registry import (
     store_location,
 )
 from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig
-from memlane.search import Searcher, fact_filter, redact_contributor
+from memlane.search import SEARCH_MODES, Searcher, SearchMode, fact_filter, redact_contributor
 from memlane.stores.base import (
     Checkable,
     ContextCache,
@@ -1021,8 +1022,13 @@ class AsyncMemory:
         top_k: int = 10,
         filters: Mapping[str, Any] | None = None,
         debug: bool = False,
+        mode: SearchMode = "hybrid",
+        match_threshold: float | None = None,
+        unique: bool = False,
     ) -> SearchResult:
-        """Hybrid search (keyword + vector, weighted RRF) within one scope.
+        """Hybrid search (keyword + vector, fused: :attr:`retrieval`) within one scope. A memory
+        is a hit only with evidence, a keyword match or a cosine above the floor; under the
+        default ``blend`` fusion every hit's ``score`` is positive (docs/retrieval.md).
 
         Args:
             query: a query, or up to 3 queries run concurrently and fused.
@@ -1034,16 +1040,31 @@ class AsyncMemory:
             filters: exact-match filters on fact fields (``kind``, ``author``) or on
                 ``metadata`` keys.
             debug: include per-stage timings and candidate lists.
+            mode: ``"hybrid"``; ``"keyword"`` or ``"vector"`` (needs an embedder) alone; or
+                ``"substring"``: the memories whose text holds the query, any case, newest
+                first, score 1.0 (adk-rs's in-memory service).
+            match_threshold: elizaOS: the cosine (-1..1) a memory must reach to be found by
+                meaning, for this call (a hard floor instead of ``min_vector_score`` and its
+                soft margin). Keyword matches still count (``mode="vector"`` leaves them out).
+            unique: elizaOS: one hit per distinct text (case and spacing ignored), the best.
+
+        Raises:
+            ConfigError: ``mode="vector"`` on a memory without an embedder.
         """
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         scope = self._scope(user_id, agent_id, session_id)
         queries = inputs.queries(query, MAX_QUERIES)
         top_k, filters = inputs.integer(top_k, "top_k", 1, 100), inputs.filters(filters)
-        debug = inputs.flag(debug, "debug")
+        debug, unique = inputs.flag(debug, "debug"), inputs.flag(unique, "unique")
+        inputs.choice(mode, "mode", SEARCH_MODES)
+        match_threshold = inputs.optional_number(match_threshold, "match_threshold", -1.0, 1.0)
+        if mode == "vector" and self.embedder is None:
+            raise ConfigError("mode='vector' needs an embedder; this memory has none (embedder=None)")
         self.search_engine.config = self.retrieval  # callers may swap the config between searches
         return await self.search_engine.search(
-            scope, queries, top_k=top_k, filters=filters, debug=debug, use_vectors=self.embedder is not None
-        )
+            scope, queries, top_k=top_k, filters=filters, debug=debug, use_vectors=self.embedder is not None,
+            mode=mode, match_threshold=match_threshold, unique=unique,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ context
     @_opening

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from memlane.errors import InvalidInputError, ProviderError
 from memlane.models import (
@@ -39,6 +39,15 @@ log = logging.getLogger("memlane")
 BOOST_OVERFETCH = 3
 #: Filter keys that name fact fields; any other key filters on ``metadata``.
 FIELD_FILTERS = ("kind", "author", "session_id", "scope")
+#: ``search(mode=...)``: ``hybrid`` (keyword + vector, fused), ``keyword`` or ``vector`` alone,
+#: or ``substring`` (adk-rs's in-memory service: the memories holding the query, any case).
+SearchMode = Literal["hybrid", "keyword", "vector", "substring"]
+SEARCH_MODES: tuple[SearchMode, ...] = ("hybrid", "keyword", "vector", "substring")
+#: ``unique=True`` fuses this many times ``top_k`` candidates, so duplicates dropped still
+#: leave ``top_k`` hits when there are enough distinct ones.
+UNIQUE_OVERFETCH = 3
+#: ``mode="substring"`` reads the scope's memories in pages of this many.
+SUBSTRING_PAGE = 1000
 
 
 def fact_filter(filters: Mapping[str, Any] | None) -> tuple[FactFilter, FactScope | None]:
@@ -57,6 +66,39 @@ def fact_filter(filters: Mapping[str, Any] | None) -> tuple[FactFilter, FactScop
     if "kind" in fields and fields["kind"] not in FACT_KINDS:
         raise InvalidInputError(f"filters['kind'] must be one of {', '.join(FACT_KINDS)}; got {fields['kind']!r}")
     return FactFilter(metadata=tuple(sorted(filters.items())), **fields), scope
+
+
+def call_config(config: RetrievalConfig, mode: SearchMode, match_threshold: float | None) -> RetrievalConfig:
+    """The retrieval settings of one call: ``mode`` leaves a side out (``keyword``: no vectors;
+    ``vector``: no keywords), and ``match_threshold`` (elizaOS) is a hard cosine floor for
+    this call, replacing ``min_vector_score`` and the soft margin, with ``vector_floor``
+    lowered to it when it is lower (so a cosine at the threshold still counts)."""
+    update: dict[str, Any] = {}
+    if mode == "keyword":
+        update["vector_weight"] = 0.0
+    elif mode == "vector":
+        update["keyword_weight"] = 0.0
+        if config.vector_weight <= 0:
+            update["vector_weight"] = 1.0
+    if match_threshold is not None:
+        update.update(
+            min_vector_score=match_threshold,
+            vector_margin=None,
+            vector_floor=min(config.vector_floor, match_threshold - 1e-9),
+        )
+    return config.model_copy(update=update) if update else config
+
+
+def dedupe(hits: list[Hit]) -> list[Hit]:
+    """The best hit of each distinct text (elizaOS ``unique``: case and spacing ignored)."""
+    seen: set[str] = set()
+    out: list[Hit] = []
+    for h in hits:
+        key = " ".join(h.fact.content.split()).casefold()
+        if key not in seen:
+            seen.add(key)
+            out.append(h)
+    return out
 
 
 def redact_contributor(fact: Fact, reader: str | None) -> Fact:
@@ -107,14 +149,21 @@ class Searcher:
         filters: Mapping[str, Any] | None,
         debug: bool,
         use_vectors: bool,
+        mode: SearchMode = "hybrid",
+        match_threshold: float | None = None,
+        unique: bool = False,
     ) -> SearchResult:
         t0 = time.perf_counter()
-        cfg = self.config
+        cfg = call_config(self.config, mode, match_threshold)
         requested, only = fact_filter(filters)
         narrowed = requested.in_session(scope.session_id)
         if narrowed is None:  # filters name another session than session_id: nothing matches
             return SearchResult(hits=[], debug={"timings": {}, "filter": requested} if debug else None)
         flt, pf = narrowed, scope.partition_filter(only)
+        if mode == "substring":
+            return await self._substring(scope, queries, top_k=top_k, flt=flt, only=only, unique=unique, t0=t0,
+                                         debug=debug)  # fmt: skip
+        wanted, top_k = top_k, top_k * UNIQUE_OVERFETCH if unique else top_k
         depth = max(cfg.depth, top_k)
         timings: dict[str, float] = {}
         t = time.perf_counter()
@@ -154,6 +203,9 @@ class Searcher:
             vs = max((s for n, s in f.raw.items() if n.startswith("vector")), default=None)
             hits.append(Hit(fact=fact, score=f.score, keyword_rank=kr, vector_rank=vr, keyword_score=ks,
                             vector_score=vs))  # fmt: skip
+        if unique:
+            hits = dedupe(hits)
+        hits = hits[:wanted]
         timings["fuse_fetch_ms"] = (time.perf_counter() - t) * 1000
         await self.facts.record_access([h.fact.id for h in hits])
         timings["total_ms"] = (time.perf_counter() - t0) * 1000
@@ -169,3 +221,36 @@ class Searcher:
                 "filter": flt,
             }
         return SearchResult(hits=hits, debug=dbg)
+
+    async def _substring(
+        self,
+        scope: Scope,
+        queries: list[str],
+        *,
+        top_k: int,
+        flt: FactFilter,
+        only: FactScope | None,
+        unique: bool,
+        t0: float,
+        debug: bool,
+    ) -> SearchResult:
+        """adk-rs ``InMemoryMemoryService``: the memories whose text holds a query (any case),
+        newest first, each with score 1.0 (a match; there is no ranking)."""
+        needles = [q.casefold() for q in queries]
+        hits: list[Hit] = []
+        cursor: str | None = None
+        while len(hits) < top_k:
+            page = await self.facts.list_facts(scope, limit=SUBSTRING_PAGE, cursor=cursor, filter=flt, only=only)
+            for fact in page.items:
+                text = fact.content.casefold()
+                if any(n in text for n in needles):
+                    hits.append(Hit(fact=redact_contributor(fact, scope.user_id), score=1.0))
+            if unique:
+                hits = dedupe(hits)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        hits = hits[:top_k]
+        await self.facts.record_access([h.fact.id for h in hits])
+        dbg = {"timings": {"total_ms": (time.perf_counter() - t0) * 1000}, "queries": queries, "filter": flt}
+        return SearchResult(hits=hits, debug=dbg if debug else None)

@@ -38,6 +38,7 @@ from memlane.models import (
 from memlane.providers.embed.base import Embedder
 from memlane.providers.llm.base import LLM
 from memlane.retrieval.hybrid import RetrievalConfig
+from memlane.search import SearchMode
 from memlane.stores.base import JobStore, SessionStore, StoreStats
 
 T = TypeVar("T")
@@ -292,12 +293,15 @@ class Memory:
         top_k: int = 10,
         filters: Mapping[str, Any] | None = None,
         debug: bool = False,
+        mode: SearchMode = "hybrid",
+        match_threshold: float | None = None,
+        unique: bool = False,
     ) -> SearchResult:
         """See :meth:`AsyncMemory.search`."""
         return self._portal.call(
             self._async.search(
                 query, user_id=user_id, agent_id=agent_id, session_id=session_id, top_k=top_k,
-                filters=filters, debug=debug,
+                filters=filters, debug=debug, mode=mode, match_threshold=match_threshold, unique=unique,
             )
         )  # fmt: skip
 
