@@ -287,3 +287,12 @@ def test_http_md_request_fields_are_the_schemas() -> None:
                 )
         checked += 1
     assert checked >= 5  # sessions, events, memories, search, import, adk-rs ingest
+
+
+def test_readme_explains_the_design_names_and_promises_nothing_stale() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Where the names come from", 1)[1].split("\n#", 1)[0]
+    for name in ("Gaia", "Eden", "KAOS", "elizaOS", "adk-rs"):
+        assert name in readme.replace(section, ""), f"{name} is not used outside the note: drop its row"
+        assert f"| **{name}**" in section, f"README uses {name} without saying what it is"
+    assert "Coming next" not in readme and "(later:" not in readme
