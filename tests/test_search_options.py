@@ -127,3 +127,28 @@ def test_sync_facade_passes_the_options(tmp_path: Path) -> None:
         assert [h.fact.content for h in m.search("pean", user_id="lee", mode="substring").hits] == [PEANUTS]
         assert m.search("pets", user_id="lee", match_threshold=0.99).hits == []
         assert m.search("peanuts", user_id="lee", unique=True).hits
+
+
+def test_http_search_takes_the_options(tmp_path: Path) -> None:
+    from memlane.config import load_settings
+    from memlane.service.app import create_app
+    from service_server import make_hub, serve
+
+    with serve(create_app(load_settings(env={}), hub=make_hub(tmp_path, embedder=_embedder()))) as srv:
+        c = srv.client
+        for text in (PEANUTS, DOG, VEG):
+            assert c.post("/v1/memories", json={"text": text, "user_id": "lee", "infer": False}).status_code < 300
+        c.post("/v1/memories", json={"text": "i'm  VEGETARIAN", "user_id": "lee", "infer": False})
+
+        def contents(**body: Any) -> list[str]:
+            r = c.post("/v1/search", json={"user_id": "lee", **body})
+            assert r.status_code == 200, r.text
+            return [h["fact"]["content"] for h in r.json()["hits"]]
+
+        assert contents(query="PEAN", mode="substring") == [PEANUTS]
+        assert contents(query="pets") == [DOG]
+        assert contents(query="pets", match_threshold=0.99) == []
+        assert len(contents(query="vegetarian")) == 2 and len(contents(query="vegetarian", unique=True)) == 1
+        for bad in ({"mode": "fuzzy"}, {"match_threshold": 3}, {"unique": "maybe"}):
+            r = c.post("/v1/search", json={"user_id": "lee", "query": "pets", **bad})
+            assert r.status_code in (400, 422), r.text

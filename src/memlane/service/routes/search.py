@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.models import SearchResult
+from memlane.search import SearchMode
 from memlane.service.deps import Caller, Engine, authorize
 from memlane.service.routes._memory_models import FactOut, check_room
 
@@ -25,6 +26,14 @@ class SearchRequest(BaseModel):
     top_k: int = Field(default=10, description="results to return (1..100)")
     filters: dict[str, Any] | None = Field(default=None, description="exact matches: kind, author, metadata keys")
     debug: bool = False
+    mode: SearchMode = Field(
+        default="hybrid",
+        description="hybrid; keyword or vector alone; substring: texts holding the query, any case (adk-rs)",
+    )
+    match_threshold: float | None = Field(
+        default=None, description="elizaOS: the cosine (-1..1) a memory must reach to be found by meaning, this call"
+    )
+    unique: bool = Field(default=False, description="elizaOS: one hit per distinct text (the best)")
 
 
 class HitOut(BaseModel):
@@ -53,6 +62,7 @@ async def search(body: SearchRequest, memory: Engine, caller: Caller) -> SearchR
     await check_room(memory, caller, body.session_id, body.app)
     result = await memory.search(
         body.query, user_id=user, agent_id=body.agent_id, session_id=body.session_id, top_k=body.top_k,
-        filters=body.filters, debug=body.debug,
+        filters=body.filters, debug=body.debug, mode=body.mode, match_threshold=body.match_threshold,
+        unique=body.unique,
     )  # fmt: skip
     return SearchResponse.of(result)
