@@ -509,6 +509,11 @@ async def test_check_and_stats(backend: Backend, capsys: pytest.CaptureFixture[s
     assert main(["check", *args]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is True
+    # memlane history / delete find a fact by its id alone, on every store (ann's, under bot)
+    assert main(["history", f.id, *args]) == 0
+    assert [r["event"] for r in json.loads(capsys.readouterr().out)] == ["ADD", "DELETE"]
+    assert main(["history", "no-such-fact", *args]) == 2
+    assert "no fact 'no-such-fact'" in capsys.readouterr().err
     if backend.pg:  # a password in the URL is never printed (the test server trusts any)
         secret = backend.db.replace("postgresql://postgres@", "postgresql://postgres:pw-s3cret@")
         for argv in (["stats", "--db", secret], ["check", "--db", secret], ["check", "--db", secret, "--json"]):
