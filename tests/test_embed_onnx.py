@@ -49,9 +49,59 @@ SENTENCES = [
     "   ",
     "a " * 300,
 ]
-# Measured on these sentences (per-channel dynamic int8 vs fp32): mean 0.990, min 0.974.
-INT8_MIN_COSINE = 0.97
-INT8_MEAN_COSINE = 0.985
+# int8 against fp32, bounded by what the quantisation does, not by one CPU's figures. The int8
+# graph rounds each weight column to 8 bits (step max|w|/127) and each matrix product's
+# activations to 8 bits (step range/255, padding included); the integer products themselves are
+# exact on every x86 CPU (VNNI, or onnxruntime's u8u8 kernel, which session.x64quantprecision
+# selects where the default u8s8 one saturates: AVX2 and AVX-512 without VNNI). What is left is
+# that rounding noise through six layers, plus float summation order (LayerNorm, softmax, GELU
+# run with other vector widths on other instruction sets), which moves some values across a
+# rounding step. Measured on these sentences with VNNI: mean 0.990, min 0.974 (the one-token
+# "ok"); an AVX2-only EPYC with the saturating kernel gave min 0.9695. The bounds leave that
+# spread room and still fail on broken arithmetic (a wrong scale or saturation garbage is far
+# below 0.9); what users see, the ranking, is asserted by test_int8_ranks_like_fp32.
+INT8_MIN_COSINE = 0.95
+INT8_MEAN_COSINE = 0.98
+# Facts and a paraphrased question for each (no shared content words but the topic).
+FACTS = [
+    "Caroline adopted a grey cat called Miso from the shelter in March.",
+    "Jon is opening a dance studio downtown after losing his banking job.",
+    "Melanie paints sunrises over the lake to relax after work.",
+    "Gina's favourite food is spicy ramen from the place near the station.",
+    "The team flies to Lisbon on the 14th for the product launch.",
+    "My sister is allergic to peanuts and carries an epinephrine pen.",
+    "Tom runs a marathon every spring and trains five mornings a week.",
+    "The wifi password at the cabin is written on the fridge door.",
+    "Omar drives an old red Volvo that his grandfather gave him.",
+    "Yuki studies marine biology and spends summers diving in Okinawa.",
+    "The quarterly budget review moved from Tuesday to Friday afternoon.",
+    "Lena plays the cello in a community orchestra on Sunday evenings.",
+    "Pedro is learning German with an app before moving to Berlin.",
+    "The kitchen tap has been leaking since the plumber's last visit.",
+    "Maya's daughter starts primary school in September.",
+    "Ivo keeps bees on his rooftop and sells the honey at the market.",
+]
+QUESTIONS = [
+    "What pet did Caroline get?",
+    "What business is Jon starting?",
+    "What hobby helps Melanie unwind?",
+    "What does Gina like to eat?",
+    "Where is the team travelling for the release?",
+    "Is my sister allergic to anything?",
+    "What sport does Tom do?",
+    "Where can I find the internet code at the cabin?",
+    "What car does Omar have?",
+    "What does Yuki do at university?",
+    "When is the budget review now?",
+    "What instrument does Lena play?",
+    "Which language is Pedro studying?",
+    "What is broken in the kitchen?",
+    "When does Maya's child begin school?",
+    "What does Ivo produce on his roof?",
+]
+#: How far int8 may move a question-fact score (a dot product of unit vectors) from fp32's:
+#: measured at most 0.035 on these (0.049 on looser pairs); the rounding noise of 8-bit steps.
+SCORE_TOL = 0.1
 
 
 def cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -166,12 +216,35 @@ def test_int8_close_to_fp32(int8: LocalEmbedder, fp32: LocalEmbedder, capsys: py
     for c in (c_single, c_batch):
         assert c.min() >= INT8_MIN_COSINE and c.mean() >= INT8_MEAN_COSINE, c
     # activations are quantised per call (one scale per matrix product, padding included), so a
-    # batch is close to, not equal to, one by one (measured min 0.957, for "ok")
-    assert cos(batch, single).min() >= 0.95
+    # batch is close to, not equal to, one by one (measured min 0.957 with VNNI, for "ok")
+    assert cos(batch, single).min() >= 0.93
     # the int8 vectors still rank like the fp32 ones: each sentence's nearest fp32 neighbour is
     # itself ("" and "   " are the same tokens, hence the same vector)
     nearest = np.argmax(single @ ref.T, axis=1)
     assert cos(ref[nearest], ref).min() >= 0.9999
+
+
+def test_int8_integer_products_are_exact_on_every_x86_cpu(int8: LocalEmbedder) -> None:
+    """The mechanism behind the bounds above: the int8 session asks onnxruntime for exact
+    (non-saturating) integer matrix products on x86 CPUs without VNNI."""
+    int8.embed_sync(["x"])
+    encoder = int8._encoder
+    assert isinstance(encoder, onnx_build.OnnxEncoder)
+    options = encoder.session(1).get_session_options()
+    assert options.get_session_config_entry(onnx_build.X64_QUANT_PRECISION) == "1"
+
+
+def test_int8_ranks_like_fp32(int8: LocalEmbedder, fp32: LocalEmbedder) -> None:
+    """Retrieval-level equivalence: over a fixed set of facts, every question finds the same
+    best fact with int8 as with fp32, and no question-fact score moves by more than ``SCORE_TOL``."""
+    s32 = fp32.embed_sync(QUESTIONS) @ fp32.embed_sync(FACTS).T
+    s8 = int8.embed_sync(QUESTIONS) @ int8.embed_sync(FACTS).T
+    top2 = np.sort(s32, axis=1)[:, -2:]
+    # the fixture means something: with fp32 each question's own fact is first, by a clear margin
+    assert (np.argmax(s32, axis=1) == np.arange(len(QUESTIONS))).all()
+    assert (top2[:, 1] - top2[:, 0] > SCORE_TOL).all(), (top2[:, 1] - top2[:, 0]).round(3)
+    assert np.abs(s8 - s32).max() <= SCORE_TOL, np.abs(s8 - s32).max()
+    assert (np.argmax(s8, axis=1) == np.arange(len(QUESTIONS))).all(), s8.round(3)
 
 
 def test_name_and_dim_do_not_depend_on_backend(
