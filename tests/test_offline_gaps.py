@@ -4,6 +4,8 @@ offline model, sessions -> form -> facts and profile.
 - a contradiction in one batch (or across batches) leaves only the newer statement;
 - "my new email is ..." (and "changed my X to", "is now") updates a single-valued detail;
 - "we moved to Porto", "our dog is called Rex": the speaker's own facts; moving replaces the residence;
+- facts name the user (their name once known, else "the user"), never an account id such as
+  ``u_8f3a``, and keep companions ("My wife Lena and I live in Zurich");
 - turns the offline model cannot read (German, Chinese, unmatched "we ..." statements) are reported
   in ``FormationResult.unread`` and logged once per batch, never dropped without a word.
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from memlane import AsyncMemory, Event, EventType, FormationConfig, FormationResult
+from memlane.formation.names import name_in_facts, person_name
 from memlane.formation.offline import OfflineModel
 from memlane.formation.offline.language import _language
 from memlane.formation.schemas import ExtractionInput, Turn, UnreadTurn
@@ -291,3 +294,71 @@ def test_memlane_form_prints_the_unread_turns(tmp_path: Path, capsys: pytest.Cap
     assert json.loads(capsys.readouterr().out)["unread"] == []
     res = FormationResult(job_id="j", reason="end", unread=[UnreadTurn(index=0, reason="no pattern matched")])
     assert _describe(res) == "1 turns not read"
+
+
+# --------------------------------------------------------------------------- 5. whom facts are about
+
+
+async def _formed(m: AsyncMemory, user_id: str, author: str, sid: str, *texts: str) -> list[str]:
+    await m.sessions.create_session(user_ids=[user_id], session_id=sid)
+    await say(m, sid, *texts, author=author)
+    res = await m.end_session(sid)
+    assert isinstance(res, FormationResult)
+    return [c.fact.content for c in res.changes]
+
+
+async def test_an_author_id_is_never_the_subject(tmp_path: Path) -> None:
+    """Author ``u_8f3a`` said "My name is Alice": the name fact is the user's, later facts (in the
+    batch, a later session, add(infer=True)) use the name; no fact holds the account id."""
+    async with AsyncMemory(tmp_path / "id.db", embedder="hash", formation=cfg()) as m:
+        first = await _formed(m, "u_8f3a", "u_8f3a", "s1", "My name is Alice.", "I work at Acme.")
+        assert first == ["The user's name is Alice", "Alice works at Acme"]
+        assert await _formed(m, "u_8f3a", "u_8f3a", "s2", "I love hiking.") == ["Alice loves hiking"]
+        assert [f.content for f in await m.add("I'm vegetarian", user_id="u_8f3a", infer=True)] == [
+            "Alice is vegetarian"
+        ]
+        everything = [f.content for f in (await m.list(user_id="u_8f3a")).items]
+        assert not [t for t in everything if "u_8f3a" in t]
+
+
+async def test_without_a_name_the_subject_is_the_user(tmp_path: Path) -> None:
+    async with AsyncMemory(tmp_path / "anon.db", embedder="hash", formation=cfg()) as m:
+        assert await _formed(m, "u_8f3a", "user-42", "s1", "I work at Acme.") == ["The user works at Acme"]
+
+
+def test_person_names_and_account_ids() -> None:
+    assert [person_name(a) for a in ("Sam", "ana lima", "O'Neil", "Jean-Luc")] == [
+        "Sam",
+        "Ana Lima",
+        "O'Neil",
+        "Jean-Luc",
+    ]
+    assert [person_name(a) for a in ("u_8f3a", "user-42", "5f2c9e01", "sam@example.org", "user", "")] == [None] * 6
+    assert name_in_facts(["Alice works at Acme", "The user's name is Alice"]) == "Alice"
+    assert name_in_facts(["The user goes by Al.", "The user's name is Alice"]) == "Al"  # newest first
+    assert name_in_facts(["The user's name is u_8f3a"]) is None
+
+
+@pytest.mark.parametrize(
+    ("said", "fact"),
+    [
+        ("My wife Lena and I live in Zurich.", "The user lives in Zurich with their wife Lena"),
+        ("Lena and I live in Zurich.", "The user lives in Zurich with Lena"),
+        ("Me and my wife live in Zurich.", "The user lives in Zurich with their wife"),
+        ("My sister Ana and I run a bakery.", "The user runs a bakery with their sister Ana"),
+        ("My husband and I moved to Porto last year.", "The user moved to Porto last year with their husband"),
+        ("So my wife and I are moving to Berlin in May.", "The user is moving to Berlin in May with their wife"),
+    ],
+)
+async def test_companions_are_kept(said: str, fact: str) -> None:
+    conv = [Turn(role="user", author="user", text=said)]
+    out = await OfflineModel().extract_facts(ExtractionInput(conversation=conv, instructions=""))
+    assert out.facts and out.facts[0].content == fact
+    assert out.unread == []
+
+
+async def test_a_shared_state_is_the_speakers_own() -> None:
+    """ "My wife and I are vegetarian": the speaker is vegetarian (it was not read at all)."""
+    conv = [Turn(role="user", author="user", text="My wife and I are vegetarian.")]
+    out = await OfflineModel().extract_facts(ExtractionInput(conversation=conv, instructions=""))
+    assert [f.content for f in out.facts] == ["The user is vegetarian"]

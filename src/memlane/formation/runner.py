@@ -34,6 +34,7 @@ from memlane.errors import (
     UsageError,
 )
 from memlane.formation.config import FormationConfig
+from memlane.formation.names import name_from_id, name_in_facts, person_name
 from memlane.formation.pipeline import Pipeline, Target, scope_key
 from memlane.formation.schemas import Decision, ExistingFact, ExtractedFact, Turn, UnreadTurn
 from memlane.models import (
@@ -168,11 +169,11 @@ def _speaker(turns: Sequence[Turn], role: str) -> str | None:
     return next(iter(names)) if len(names) == 1 else None
 
 
-def name_from_id(user_id: str | None) -> str | None:
-    """A display name from a user id that looks like one (``sam`` -> ``Sam``), else None."""
-    if user_id and user_id.isalpha() and len(user_id) <= 24:
-        return user_id[:1].upper() + user_id[1:]
-    return None
+def _user_speaker(turns: Sequence[Turn]) -> str | None:
+    """The one person's name the user turns are written by; None for account ids ("u_8f3a"),
+    generic roles, or several names."""
+    names = {n for t in turns if t.role == "user" and (n := person_name(t.author)) is not None}
+    return next(iter(names)) if len(names) == 1 else None
 
 
 def session_key_of(app: str, session_id: str) -> str:
@@ -527,6 +528,14 @@ class FormationRunner:
         }
         return result
 
+    async def _user_name(self, turns: Sequence[Turn], user_id: str | None) -> str | None:
+        """What facts call the user: the name their turns are written by, else the name a stored
+        fact gives ("The user's name is Alice"), else a name-like user id (``sam``); None: "the user"."""
+        name = _user_speaker(turns)
+        if name is None and user_id:
+            name = name_in_facts(await self.pipeline.user_facts(user_id, None, limit=200))
+        return name or name_from_id(user_id)
+
     async def _checkpointed(self, job: Job, name: str, make: Any) -> Any:
         """Run a model step once per job: its output is saved in the job row and reused on replay."""
         if name in job.state:
@@ -580,7 +589,7 @@ class FormationRunner:
             session_id=pl.get("session_id"),
             user_id=pl.get("user_id"),
             agent_ns=pl.get("agent_id"),
-            user_name=pl.get("user_name") or _speaker(turns, "user") or name_from_id(pl.get("user_id")),
+            user_name=pl.get("user_name") or await self._user_name(turns, pl.get("user_id")),
             force_scope=pl.get("scope", "user"),
             metadata=tuple(sorted((pl.get("metadata") or {}).items())),
         )
@@ -621,7 +630,7 @@ class FormationRunner:
             agent_ns=agent_namespace(session.app, session.agent_id),
             is_group=session.is_group,
             tier=cursor.tier if cursor else 0,
-            user_name=(_speaker(turns, "user") or name_from_id(session.user_id)) if not session.is_group else None,
+            user_name=await self._user_name(turns, session.user_id) if not session.is_group else None,
             agent_name=_speaker(turns, "assistant") or session.agent_id,
         )
         if turns and (forced or len(turns) >= self.config.min_messages):

@@ -6,10 +6,20 @@ import re
 from collections.abc import Iterator
 from typing import Literal
 
+from memlane.formation.names import person_name
 from memlane.formation.offline.claims import _contradicts, _parse_claim, _supersedes
-from memlane.formation.offline.drafts import _Draft, _Rule
+from memlane.formation.offline.drafts import _Draft, _Rule, _valid_names
 from memlane.formation.offline.language import _language
-from memlane.formation.offline.lexicon import _DATE_RE, _DETAIL_CUES, _GENERIC_AUTHORS, _I, _REL, _SPEAKER, _TOKEN
+from memlane.formation.offline.lexicon import (
+    _DATE_RE,
+    _DETAIL_CUES,
+    _GENERIC_AUTHORS,
+    _I,
+    _NAMES,
+    _REL,
+    _SPEAKER,
+    _TOKEN,
+)
 from memlane.formation.offline.rules import _RULES
 from memlane.formation.offline.text import (
     _SPACES,
@@ -118,9 +128,11 @@ def _extract(inp: ExtractionInput) -> ExtractionReport:
     found: list[tuple[str, _Draft, str, int]] = []
     unread: list[UnreadTurn] = []
     last_user_key: str | None = None
+    authors = {t.author.strip() for t in inp.conversation if t.role == "user"}
+    solo = len(authors - {a for a in authors if a.lower() in _GENERIC_AUTHORS}) <= 1
     for index, turn in enumerate(inp.conversation):
         if turn.role == "user":
-            key = _speaker_key(turn, default_user, labels)
+            key = _speaker_key(turn, default_user, labels, solo=solo)
             last_user_key = key
             drafts, foreign, statement = _turn_drafts(turn.text)
         else:
@@ -165,12 +177,17 @@ def _extract(inp: ExtractionInput) -> ExtractionReport:
     return ExtractionReport(facts=_drop_contained(_latest_wins(facts)), unread=unread)
 
 
-def _speaker_key(turn: Turn, default_user: str, labels: dict[str, str]) -> str:
+def _speaker_key(turn: Turn, default_user: str, labels: dict[str, str], *, solo: bool) -> str:
+    """The key of a user turn's speaker; ``labels`` gets the name facts will call them.
+
+    An author that is an account id ("u_8f3a") is no subject: with one user speaking it is the
+    user (their known name, else "The user"); among several speakers it stays their label."""
     author = turn.author.strip()
-    if author.lower() in _GENERIC_AUTHORS:
+    name = person_name(author)
+    if author.lower() in _GENERIC_AUTHORS or (solo and name is None):
         labels.setdefault("\x01user", default_user)
         return "\x01user"
-    labels.setdefault(author, author)
+    labels.setdefault(author, name or author)
     return author
 
 
@@ -197,6 +214,43 @@ def _as_speaker(clause: str) -> str:
     return _OUR.sub("my ", out)
 
 
+# "My wife Lena and I live in Zurich", "Me and my sister run a bakery": the speaker with a
+# companion. Read as "I live in Zurich with my wife Lena", so the fact keeps who they are with.
+_COMPANION = rf"(?:my\s+{_REL}(?:\s*,?\s+(?P<n>{_NAMES}))?|(?P<bare>{_NAMES}))"
+_WITH_ME = re.compile(
+    rf"^(?P<pre>(?:(?:so|and|well|also|now|actually|btw|oh)\s*,?\s+)?)"
+    rf"(?P<me>me\s+(?:and|&)\s+)?(?P<c>{_COMPANION})(?P<andi>\s*,?\s+(?:and|&)\s+(?:I|me))?\s+(?P<rest>[a-z][^,;]*)$",
+    _I,
+)
+_PLURAL_BE = re.compile(r"^(?P<be>are|were)\s+(?P<next>\w+)", _I)
+#: After "we are" / "we were", what a companion does with the speaker ("are moving to", "were in").
+_SHARED_STATE = frozenset({"in", "at", "on", "based", "located", "staying", "visiting", "back", "going"})
+
+
+def _with_companion(clause: str) -> str:
+    """``<companion> and I <verb> ...`` as ``I <verb> ... with <companion>`` (the companion's "my"
+    stays the speaker's). A shared state that is not an activity ("my wife and I are vegetarian")
+    is read as the speaker's own, without the companion."""
+    m = _WITH_ME.match(clause)
+    if m is None or (m["me"] is None) == (m["andi"] is None):
+        return clause
+    if m["bare"] is not None and _valid_names(m["bare"]) is None:
+        return clause
+    companion = m["c"]
+    rest = m["rest"].rstrip().rstrip(".!")
+    be = _PLURAL_BE.match(rest)
+    if be is not None:
+        verb = "am" if be["be"].lower() == "are" else "was"
+        rest = f"{verb}{rest[be.end('be') :]}"
+        nxt = be["next"].lower()
+        if not (nxt.endswith("ing") or nxt in _SHARED_STATE):
+            return f"{m['pre']}I {rest}"
+    with_at = re.search(r"\swith\s", rest, _I)
+    if with_at is not None:  # "... with our kids": "... with my wife and our kids"
+        return f"{m['pre']}I {rest[: with_at.end()]}{companion} and {rest[with_at.end() :]}"
+    return f"{m['pre']}I {rest} with {companion}"
+
+
 def _turn_drafts(text: str) -> tuple[list[_Draft], str | None, bool]:
     """A user turn's drafts, the language of a sentence it could not read (or None), and whether it made
     a first-person statement about a personal detail (home, work, contact, family, health...; not a
@@ -213,7 +267,7 @@ def _turn_drafts(text: str) -> tuple[list[_Draft], str | None, bool]:
             continue
         lead = ""
         for clause in _clauses(sentence):
-            clause = _as_speaker(clause)
+            clause = _as_speaker(_with_companion(clause))
             if not statement and _STATEMENT.search(clause):
                 cue = not _DETAIL_CUES.isdisjoint(_TOKEN.findall(clause.lower()))
                 statement = cue and not _is_hypothetical(clause) and len(_content(clause)) >= 2
