@@ -170,7 +170,10 @@ def request_of(command: str, base: str) -> tuple[str, str, dict[str, str], str |
     method, url, headers, data = None, None, {}, None
     it = iter(args)
     for arg in it:
-        if arg in ("-s", "-S", "-sS", "--silent", "--show-error"):
+        if arg in ("-s", "-S", "-sS", "-i", "-v", "-f", "--silent", "--show-error", "--include", "--fail"):
+            continue  # output only
+        if arg in ("-o", "--output", "-w", "--write-out"):
+            next(it)  # output only
             continue
         if arg in ("-X", "--request"):
             method = next(it)
@@ -179,6 +182,9 @@ def request_of(command: str, base: str) -> tuple[str, str, dict[str, str], str |
             headers[name.strip()] = value.strip()
         elif arg in ("-d", "--data", "--data-raw"):
             data = next(it)
+        elif arg == "--json":
+            data = next(it)
+            headers.setdefault("content-type", "application/json")
         elif arg.startswith("-"):
             raise AssertionError(f"curl option {arg} is not understood by this test: teach request_of() about it")
         else:
@@ -197,8 +203,10 @@ def check_answer(curl: Curl, response: httpx.Response, placeholders: dict[str, s
     text = response.text
     with contextlib.suppress(ValueError):  # not JSON: compared as it is
         text = json.dumps(response.json(), separators=(",", ":"), ensure_ascii=False)
-    error = '"error"' in curl.shown
-    if error:
+    status = re.match(r"(\d{3})\b", curl.shown)  # a status shown (curl -w '%{http_code}')
+    if status is not None:
+        assert response.status_code == int(status.group(1)), f"{where}: answered {response.status_code}"
+    elif '"error"' in curl.shown:
         assert response.status_code >= 400, f"{where}: shown as an error, answered {response.status_code}"
     else:
         assert response.status_code < 400, f"{where}: answered {response.status_code} {response.text[:500]}"
