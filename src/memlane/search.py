@@ -171,7 +171,12 @@ class Searcher:
         qvecs: Matrix | None = None
         use_vectors = use_vectors and self.embed_queries is not None and cfg.vector_weight > 0
         embed_task = asyncio.ensure_future(self.embed_queries(queries)) if use_vectors and self.embed_queries else None
-        kw_lists = list(await asyncio.gather(*(self.keyword(pf, q, authors, limit=depth, flt=flt) for q in queries)))
+        if mode == "vector":  # keywords left out
+            kw_lists: list[list[Candidate]] = [[] for _ in queries]
+        else:
+            kw_lists = list(
+                await asyncio.gather(*(self.keyword(pf, q, authors, limit=depth, flt=flt) for q in queries))
+            )
         timings["keyword_ms"] = (time.perf_counter() - t) * 1000
         vec_lists: list[list[Candidate]] = []
         if embed_task is not None:
