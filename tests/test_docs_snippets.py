@@ -276,7 +276,9 @@ def test_http_md_request_fields_are_the_schemas() -> None:
     checked = 0
     for row in _ROW.finditer((DOCS / "http.md").read_text(encoding="utf-8")):
         methods = {m.strip().lower() for m in row["methods"].split("/")}
-        shown = re.match(r"[^{→]*`?\{(?P<fields>[^}]*)\}", row["what"])
+        # the body leads the cell ("add `{text or messages, ...}`", "adk-rs: body `{...}`"); a brace
+        # further on is an answer or an error shape
+        shown = re.match(r"(?:[\w:-]+ ){0,3}`\{(?P<fields>[^}]*)\}", row["what"])
         if not methods & {"post", "patch"} or shown is None:
             continue
         pattern = re.sub(r"\\\{\w+\\\}", r"{\\w+}", re.escape(row["path"].split("?")[0]))
@@ -284,6 +286,7 @@ def test_http_md_request_fields_are_the_schemas() -> None:
         assert len(paths) == 1, f"docs/http.md: {row['path']} is no route ({paths})"
         ops = [op for m, op in schema["paths"][paths[0]].items() if m in methods]
         body = ops[0]["requestBody"]["content"]["application/json"]["schema"]
+        assert "$ref" in body, f"docs/http.md: {row['path']} shows a body; the route takes any object"
         known = set(models[body["$ref"].rsplit("/", 1)[1]]["properties"])
         for part in shown["fields"].split(","):
             names = part.split(" or ") if re.fullmatch(r"\s*\w+ or \w+\s*", part) else [part]
