@@ -202,7 +202,7 @@ class ToolModel(JsonHandler):
         if last["role"] == "tool":
             result = json.loads(last["content"])
             if "error" in result:
-                text = f"tool error: {result['error']['type']}"
+                text = f"tool error: {result['error']['code']}"
             elif "results" in result:
                 text = (
                     "You told me: " + "; ".join(r["content"] for r in result["results"]) if result["results"] else "?"

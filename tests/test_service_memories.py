@@ -171,7 +171,7 @@ def test_search_documents_context_profile_stats_status_tools(service: ServiceSer
     assert ok(c.post("/v1/tools/search_facts", params={"user_id": "bob"}, json={"query": CA}))["count"] == 0
     # identity comes from the request, never from the tool's arguments
     spoof = ok(c.post("/v1/tools/search_facts", params={"user_id": "bob"}, json={"query": CA, "user_id": "alice"}))
-    assert spoof["error"]["type"] == "invalid_arguments" and CA not in str(spoof)
+    assert spoof["error"]["code"] == "invalid_arguments" and CA not in str(spoof)
     ok(c.post("/v1/tools/remember", params={"user_id": "bob"}, json={"fact": "Bob owns a red kayak"}))
     assert ok(c.post("/v1/search", json={"query": "kayak", "user_id": "bob"}))["hits"]
     assert ok(c.post("/v1/search", json={"query": "kayak", "user_id": "alice"}))["hits"] == []

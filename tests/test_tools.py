@@ -210,7 +210,7 @@ async def test_preload_memory_is_never_advertised(mem: AsyncMemory) -> None:
         assert "preload_memory" not in json.dumps(t.schemas(fmt))  # type: ignore[arg-type]
     assert "preload_memory" not in t.functions()
     res = await t.call("preload_memory", {"user_text": "x"})
-    assert res["error"]["type"] == "unknown_tool"
+    assert res["error"]["code"] == "unknown_tool"
 
 
 # --------------------------------------------------------------------------- schemas
@@ -323,7 +323,7 @@ async def test_bad_calls_become_error_results_and_change_nothing(
 ) -> None:
     t = tools_for(mem)
     res = await t.call(name, args)
-    assert set(res) == {"error"} and res["error"]["type"] == kind and res["error"]["message"]
+    assert set(res) == {"error"} and res["error"]["code"] == kind and res["error"]["message"]
     json.dumps(res)
     assert (await mem.list(user_id="alice")).total == 0
     assert (await mem.list(user_id="bob")).total == 0
@@ -334,7 +334,7 @@ async def test_bad_calls_become_error_results_and_change_nothing(
 async def test_only_the_selected_tools_are_callable(mem: AsyncMemory) -> None:
     t = tools_for(mem, tools=("search_facts",))
     res = await t.call("remember", {"fact": "Alice likes figs"})
-    assert res["error"]["type"] == "unknown_tool"
+    assert res["error"]["code"] == "unknown_tool"
     assert (await mem.list(user_id="alice")).total == 0
     assert list(t.functions()) == ["search_facts"]
 

@@ -234,8 +234,10 @@ class _UnknownToolError(InvalidInputError):
     """The model called a tool that is not among the advertised memory tools."""
 
 
-def _error(kind: str, message: str) -> dict[str, Any]:
-    return {"error": {"type": kind, "message": message}}
+def _error(code: str, message: str) -> dict[str, Any]:
+    """The model's mistake as a result, in memlane's one error shape ``{"error": {"code", "message"}}``
+    (the HTTP API's and the MCP server's)."""
+    return {"error": {"code": code, "message": message}}
 
 
 class MemoryTools:
@@ -414,7 +416,7 @@ class MemoryTools:
         The model's mistakes come back as a result it can read and correct, not as an
         exception: an unknown or not-advertised tool (``preload_memory`` included), arguments
         that are not a JSON object, an argument the schema does not list (``user_id`` too), a
-        missing or ill-typed one → ``{"error": {"type": "unknown_tool" | "invalid_arguments",
+        missing or ill-typed one → ``{"error": {"code": "unknown_tool" | "invalid_arguments",
         "message": ...}}``, and nothing is read or written. With ``raise_errors=True`` these
         raise :class:`~memlane.errors.InvalidInputError` instead. The app's problems always
         raise: :class:`~memlane.errors.ConfigError` (no memory service), storage or provider

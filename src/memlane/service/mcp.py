@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, cast
 
 import anyio.to_thread
-from pydantic import ConfigDict, Field, create_model
+from pydantic import ConfigDict, Field, ValidationError, create_model
 
 from memlane import __version__, inputs
 from memlane.agent.tools import MAX_FACT_CHARS, MAX_QUERY_CHARS, MAX_TOOL_TOP_K, MemoryTools, age, tool_result_json
@@ -56,7 +56,7 @@ try:
     from mcp.server.auth.provider import AccessToken
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
     from mcp.server.mcpserver.tools import Tool
     from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
     from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -233,6 +233,77 @@ def _fact_row(fact: Fact) -> dict[str, Any]:
     }  # fmt: skip
 
 
+class _Refusal(ToolError):
+    """A tool call memlane refused: a stable ``code`` and a message saying what to fix."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+#: memlane error class -> the code of its tool error (the HTTP API's codes; a bad argument is
+#: ``invalid_arguments``, as in ``/v1/tools``).
+_CODES: Final = (
+    (AuthenticationError, "unauthenticated"),
+    (PermissionDeniedError, "forbidden"),
+    (NotFoundError, "not_found"),
+    (InvalidInputError, "invalid_arguments"),
+    (ConfigError, "config_error"),
+)
+
+
+def _refusal(exc: MemlaneError) -> _Refusal:
+    code = next((code for cls, code in _CODES if isinstance(exc, cls)), "error")
+    return _Refusal(code, " ".join(str(exc).split()))
+
+
+def _validation_message(exc: ValidationError) -> str:
+    """Pydantic's complaint about tool arguments in one line per argument, without the input
+    values or pydantic's documentation links: ``query: List should have at least 1 item ...``."""
+    by_argument: dict[str, list[str]] = {}
+    for err in exc.errors(include_url=False, include_input=False, include_context=False):
+        loc = err.get("loc", ())
+        name = str(loc[0]) if loc else "arguments"
+        if err.get("type") == "extra_forbidden":
+            message = "is not an argument of this tool (whose memory a tool uses is fixed by the server)"
+        elif err.get("type") == "missing":
+            message = "is required"
+        else:
+            message = str(err.get("msg", "is not valid"))
+        if message not in by_argument.setdefault(name, []):
+            by_argument[name].append(message)
+    return "; ".join(f"{name}: {' or '.join(messages)}" for name, messages in by_argument.items())
+
+
+def _error_text(code: str, message: str) -> str:
+    """A tool error's text: memlane's one error shape, ``{"error": {"code", "message"}}``."""
+    return tool_result_json({"error": {"code": code, "message": message}})
+
+
+class _Server(MCPServer[Any]):
+    """The package's server, with every tool error in memlane's error shape: JSON
+    ``{"error": {"code", "message"}}`` (``invalid_arguments``, ``unknown_tool``, ``forbidden``,
+    ``not_found``, ``unauthenticated``, ...), never pydantic's raw text."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise  # a crash: the package answers with a generic message and logs it
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                code, message = "invalid_arguments", _validation_message(cause)
+            elif isinstance(cause, _Refusal):
+                code, message = cause.code, cause.message
+            elif self._tool_manager.get_tool(name) is None:
+                code, message = "unknown_tool", f"no tool {name!r}; the tools are {', '.join(TOOL_NAMES)}"
+            else:
+                code, message = "error", str(exc)
+            raise ToolError(_error_text(code, message)) from exc
+
+
 def _result(data: dict[str, Any]) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=tool_result_json(data))], structured_content=data)
 
@@ -268,9 +339,9 @@ def build_server(
         try:
             who = caller()
         except MemlaneError as exc:
-            raise ToolError(str(exc)) from exc
+            raise _refusal(exc) from exc
         if write and who.read_only:
-            raise ToolError("this API key is read-only: it cannot change memory")
+            raise _Refusal("forbidden", "this API key is read-only: it cannot change memory")
         return who
 
     def tools_of(who: Caller, engine: AsyncMemory) -> MemoryTools:
@@ -283,7 +354,7 @@ def build_server(
             async with hub.lease(who.tenant) as engine:
                 return _result(await work(engine))
         except (InvalidInputError, NotFoundError, PermissionDeniedError, ConfigError) as exc:
-            raise ToolError(" ".join(str(exc).split())) from exc
+            raise _refusal(exc) from exc
 
     async def search(
         query: Annotated[
@@ -384,7 +455,7 @@ def build_server(
         )
         for tool_name, fn in functions.items()
     ]  # fmt: skip
-    return MCPServer(
+    return _Server(
         name,
         instructions="Long-term memory of the current user: search it before answering from memory, remember "
         "durable facts the user shares.",
