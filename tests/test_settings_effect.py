@@ -139,6 +139,18 @@ def obs_idle_timer(world: World) -> Any:
     return world.run(go)
 
 
+def obs_kept_turns(world: World) -> Any:
+    """What a formed and cleared session leaves of the user's words: the message memories."""
+
+    async def go(m: AsyncMemory) -> Any:
+        await m.sessions.create_session(session_id="s", user_ids=["u"])
+        await m.add_event("s", Event(type=EventType.USER_MESSAGE, author="u", content="My codename is BLUEFALCON"))
+        await m.reset_session("s")
+        return [f.content for f in (await m.list(user_id="u", kind="message")).items]
+
+    return world.run(go)
+
+
 def obs_extraction(world: World) -> Any:
     """The models formation calls and whether the extraction prompt carries the marker."""
 
@@ -389,6 +401,7 @@ CASES: dict[str, Case] = {
     "memory.preload": _case("MEMLANE_PRELOAD", "false", obs_profile),
     "memory.preload_limit": _case("MEMLANE_PRELOAD_LIMIT", "1", obs_profile),
     "memory.extraction_instructions": _case("MEMLANE_EXTRACTION_INSTRUCTIONS", "ZZ-MARKER", obs_extraction, **OLLAMA),
+    "memory.keep_user_turns": _case("MEMLANE_KEEP_USER_TURNS", "false", obs_kept_turns),
     "memory.llm": _case("MEMLANE_LLM", "ollama:fast", obs_extraction),
     "memory.strong_llm": _case("MEMLANE_STRONG_LLM", "ollama:strong", obs_strong_profile, **OLLAMA),
     "memory.embedder": _case("MEMLANE_EMBEDDER", "none", obs_stats),

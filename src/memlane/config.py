@@ -110,6 +110,9 @@ class MemorySettings(BaseModel):
     """Maximum profile bullets."""
     extraction_instructions: str = ""
     """What formation extracts (empty: the built-in default)."""
+    keep_user_turns: bool = True
+    """A formed session that is cleared (idle, ``/reset``) leaves its user turns in the user's
+    long-term memory as verbatim ``message`` memories (off: only the facts formed from them)."""
     llm: str = "offline"
     """Fast formation model: ``offline`` or ``provider:model`` (``openai:gpt-4o-mini``, ...)."""
     strong_llm: str | None = None
@@ -270,6 +273,7 @@ ENV_VARS: dict[str, str] = {
     "MEMLANE_PRELOAD": "memory.preload",
     "MEMLANE_PRELOAD_LIMIT": "memory.preload_limit",
     "MEMLANE_EXTRACTION_INSTRUCTIONS": "memory.extraction_instructions",
+    "MEMLANE_KEEP_USER_TURNS": "memory.keep_user_turns",
     "MEMLANE_LLM": "memory.llm",
     "MEMLANE_STRONG_LLM": "memory.strong_llm",
     "MEMLANE_EMBEDDER": "memory.embedder",
@@ -555,6 +559,7 @@ def formation_config(settings: MemlaneSettings, **overrides: Any) -> FormationCo
         "preload": m.preload,
         "preload_limit": m.preload_limit,
         "extraction_instructions": m.extraction_instructions,
+        "keep_user_turns": m.keep_user_turns,
         "idle_minutes": s.idle_consolidate_minutes,
         "model": m.llm,
         "strong_model": m.strong_llm,
