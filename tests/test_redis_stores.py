@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import os
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -555,3 +558,93 @@ async def test_kaos_redis_memory_constructor_makes_a_working_store(redis_url: st
         await store.close()
     with pytest.raises(ConfigError):
         RedisMemory(redis_url="redis://:pw@127.0.0.1:notaport/0")
+
+
+# --------------------------------------------------------------------------- restarts
+
+
+class _PrivateRedis:
+    """A ``redis-server`` of this test's own on a free loopback port (never the shared one),
+    to stop and start again on the same port."""
+
+    def __init__(self) -> None:
+        import shutil
+
+        from memlane.devserver import free_port
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail("redis-server is required under CI=true")
+            pytest.skip("redis-server is not installed")
+        self.binary = binary
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        from memlane.devserver import _redis_up
+
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(600):
+            if _redis_up("127.0.0.1", self.port):
+                return
+            assert self.process.poll() is None, "redis-server exited"
+            time.sleep(0.05)
+        raise AssertionError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(30)
+            self.process = None
+
+
+@pytest.fixture
+def private_redis() -> Iterator[_PrivateRedis]:
+    server = _PrivateRedis()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_no_call_fails_once_a_restarted_redis_is_back(private_redis: _PrivateRedis) -> None:
+    """Issue 17: a 503 "Connection closed by server" from a stale pooled connection after Redis
+    came back. Reads and writes made once the server is back all succeed: the pool checks a
+    connection as it leaves (redis-py's maintenance notifications, which skip that check, are
+    off), and a read meeting a dropped connection anyway is retried once on a fresh one."""
+    sessions = await RedisSessionStore.open(private_redis.url)
+    jobs = await RedisJobStore.open(private_redis.url)
+    try:
+        await sessions.create_session(user_ids=["u"], session_id="s")
+        await asyncio.gather(*(sessions.get_session("s") for _ in range(10)))  # several pooled connections
+
+        def restart() -> None:
+            private_redis.stop()
+            private_redis.start()
+
+        # (a) restarted while this process's loop runs (as in a server): every write and read works
+        await asyncio.to_thread(restart)
+        await sessions.create_session(user_ids=["u"], session_id="s")  # the restart lost the data
+        writes = await asyncio.gather(*(sessions.add_event("s", ev(f"w{i}")) for i in range(10)))
+        reads = await asyncio.gather(*(sessions.get_session("s") for _ in range(10)))
+        assert len(writes) == 10 and all(r is not None for r in reads)
+        assert len(await sessions.get_events("s")) == 10
+        assert await jobs.list() == []
+        # (b) restarted while the loop was blocked (the pool has not seen the old connections
+        # close): reads are retried once on a fresh connection
+        retried = sessions._redis.retried
+        private_redis.stop()
+        private_redis.start()
+        reads = await asyncio.gather(*(sessions.get_session("s") for _ in range(10)))
+        assert reads == [None] * 10  # an empty server
+        assert sessions._redis.retried > retried
+        assert await jobs.list() == [] and await jobs.counts() == {}
+    finally:
+        await sessions.close()
+        await jobs.close()

@@ -558,7 +558,8 @@ class RedisJobStore(RedisStore):
         reg = self._redis.register
         self._enqueue, self._merge, self._claim = reg(_ENQUEUE), reg(_MERGE), reg(_CLAIM)
         self._renew, self._checkpoint, self._complete = reg(_RENEW), reg(_CHECKPOINT), reg(_COMPLETE)
-        self._fail, self._release, self._retry, self._list = reg(_FAIL), reg(_RELEASE), reg(_RETRY), reg(_LIST)
+        self._fail, self._release, self._retry = reg(_FAIL), reg(_RELEASE), reg(_RETRY)
+        self._list = reg(_LIST, idempotent=True)
         self._touch, self._advance, self._reset = reg(_TOUCH), reg(_ADVANCE), reg(_RESET)
         self._delete_cursor, self._idle, self._purge, self._scrub = (
             reg(_DELETE_CURSOR),
@@ -566,7 +567,7 @@ class RedisJobStore(RedisStore):
             reg(_PURGE),
             reg(_SCRUB),
         )
-        self._check = reg(_CHECK)
+        self._check = reg(_CHECK, idempotent=True)
 
     @classmethod
     async def open(cls, url: str) -> RedisJobStore:

@@ -43,7 +43,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from memlane.errors import ConfigError, InvalidInputError, NotFoundError, StoreFullError
+from memlane.errors import InvalidInputError, NotFoundError, StoreFullError
 from memlane.models import Event, EventType, Session, utcnow
 from memlane.sessions import (
     check_app,
@@ -59,7 +59,7 @@ from memlane.sessions import (
     to_utc,
 )
 from memlane.stores.kaos import KaosNames
-from memlane.stores.redis._client import RedisStore, ScriptRunner, connect, text, to_us
+from memlane.stores.redis._client import RedisStore, ScriptRunner, client_for, connect, text, to_us
 from memlane.stores.redis.url import DEFAULT_PREFIX, encode_part, parse_redis_url
 
 #: When full, ``ceil(max_sessions / EVICT_DIVISOR)`` sessions are evicted (KAOS: oldest 10%).
@@ -452,10 +452,11 @@ class RedisSessionStore(RedisStore):
         self._owns_client = owns_client
         self._redis = ScriptRunner(client, "RedisSessionStore")
         reg = self._redis.register
-        self._create, self._get, self._add, self._pop = reg(_CREATE), reg(_GET), reg(_ADD), reg(_POP)
-        self._delete, self._list, self._counts = reg(_DELETE), reg(_LIST), reg(_COUNTS)
+        self._create, self._add, self._pop = reg(_CREATE), reg(_ADD), reg(_POP)
+        self._get, self._list = reg(_GET, idempotent=True), reg(_LIST, idempotent=True)
+        self._delete, self._counts = reg(_DELETE), reg(_COUNTS, idempotent=True)
         self._delete_user = reg(_DELETE_USER)
-        self._check = reg(_CHECK)
+        self._check = reg(_CHECK, idempotent=True)
 
     @classmethod
     async def open(cls, url: str) -> RedisSessionStore:
@@ -716,10 +717,7 @@ class RedisMemory(KaosNames, RedisSessionStore):
         max_session_events: int | None = None,
     ) -> None:
         location = parse_redis_url(redis_url)
-        try:
-            client = Redis.from_url(location.url)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"bad Redis URL {location.redacted}: {exc}") from None
+        client = client_for(location)
         super().__init__(
             client,
             prefix=prefix if prefix is not None else location.prefix,
