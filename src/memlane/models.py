@@ -602,7 +602,11 @@ class Hit(BaseModel):
     fact: Fact
     """The matching fact."""
     score: float
-    """Fused score (higher is better; RRF scale, about 0.0 .. 0.033)."""
+    """Relevance within this search, higher is better, above 0 for every hit (a hit needs a
+    keyword match or a cosine above the floor). Under the default ``blend`` fusion: a keyword
+    part (0.01 for the query's weakest keyword match .. 1.0 for its best) plus a vector part
+    ((cosine - 0.28) / 0.72), so about 0 .. 2; with ``fusion="rrf"`` an RRF score (about 0 ..
+    0.033); 1.0 for ``mode="substring"``. See docs/retrieval.md, "What a score means"."""
     keyword_rank: int | None = None
     """1-based rank in the keyword list, None when absent from it."""
     vector_rank: int | None = None

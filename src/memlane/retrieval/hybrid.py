@@ -72,9 +72,10 @@ class RetrievalConfig(BaseModel):
     author_boost: float = 2.0
     """Keyword score multiplier for memories by an author the query names."""
     keyword_norm: Literal["minmax", "max", "zscore", "saturate"] = "minmax"
-    """``blend``: how one list's BM25 scores become values. ``minmax``: (score - lowest) /
-    (best - lowest) over the top ``depth`` (1.0 when all are equal), so the weakest keyword
-    match of the list counts as nothing and a good semantic match can outrank it; ``max``:
+    """``blend``: how one list's BM25 scores become values. ``minmax``: ``MINMAX_LIFT`` (0.01)
+    + 0.99 (score - lowest) / (best - lowest) over the top ``depth`` (1.0 when all are equal),
+    so the weakest keyword match of the list counts for almost nothing (a good semantic match
+    can outrank it) yet never reads 0.0; ``max``:
     score / best; ``zscore``: standard scores within the list; ``saturate``: score / (score +
     ``keyword_saturation``), one scale for every query."""
     keyword_saturation: float = 20.0
