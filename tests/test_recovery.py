@@ -171,3 +171,67 @@ async def test_the_hub_opens_known_tenants_at_start_and_starts_their_workers_onl
         assert later.formation._task is not None and not later.formation._task.done()
     finally:
         await hub.aclose()
+
+
+async def test_the_engine_serves_every_call_once_restarted_postgres_and_redis_are_back(tmp_path: Path) -> None:
+    """The whole engine (PostgreSQL store, Redis sessions and job queue) across a restart of
+    both servers (this test's own, not the shared ones): every call made once they are back
+    succeeds (docs/reliability.md)."""
+    import shutil
+
+    from memlane.devserver import _redis_up, free_port, start_postgres
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    try:
+        pg = start_postgres(tmp_path / "pg")
+    except Exception as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            raise
+        pytest.skip(f"PostgreSQL with pgvector unavailable: {exc}")
+    port = free_port()
+
+    def start_redis() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        while not _redis_up("127.0.0.1", port):
+            assert proc.poll() is None, "redis-server exited"
+            time.sleep(0.05)
+        return proc
+
+    redis = start_redis()
+    redis_url = f"redis://127.0.0.1:{port}/0"
+    config = FormationConfig(background=False, idle_minutes=None)
+    m = AsyncMemory(pg.url + "?pool_timeout=30", sessions=redis_url, jobs=redis_url, embedder="hash", formation=config)
+    try:
+        await m.open()
+        first = await m.add("I live in Lisbon", user_id="sam")
+        await asyncio.gather(*(m.search("Lisbon", user_id="sam") for _ in range(6)))
+
+        def restart() -> subprocess.Popen[bytes]:
+            nonlocal pg
+            redis.terminate()
+            redis.wait(30)
+            pg.stop()
+            pg = start_postgres(tmp_path / "pg", port=pg.port)
+            return start_redis()
+
+        redis = await asyncio.to_thread(restart)
+        calls = [
+            *(m.search("Lisbon", user_id="sam") for _ in range(5)),
+            *(m.list(user_id="sam") for _ in range(5)),
+            *(m.get(first[0].id, user_id="sam") for _ in range(5)),
+            *(m.add(f"My cat number {i} is called Tom", user_id="sam") for i in range(5)),
+        ]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert [r for r in results if isinstance(r, BaseException)] == []
+        await m.sessions.create_session(user_ids=["sam"], session_id="s")  # Redis kept nothing
+        await m.add_event("s", Event(type=EventType.USER_MESSAGE, author="sam", content="hello"))
+        assert len(await m.sessions.get_events("s")) == 1
+    finally:
+        await m.close()
+        redis.terminate()
+        redis.wait(30)
+        pg.stop()
