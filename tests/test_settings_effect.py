@@ -485,3 +485,41 @@ def test_setting_changes_behaviour(
             assert settings.source(key).startswith("env:"), settings.source(key)
         observed.append(case.observe(world))
     assert observed[0] != observed[1], f"{key}: the same behaviour with and without the setting: {observed[0]!r}"
+
+
+# --------------------------------------------------------------------------- from a settings file
+
+
+def test_a_memory_built_from_a_settings_file_honours_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Memory.from_settings(file)`` / ``AsyncMemory.from_settings(file)``: the issue's
+    reproduction (recall_limit 2, context_limit 2) through the library, not only the server."""
+    from memlane import Memory
+    from memlane.agent.tools import MemoryTools
+
+    for name in [*ENV_VARS, "MEMLANE_CONFIG"]:
+        monkeypatch.delenv(name, raising=False)
+    config = tmp_path / "memlane.yaml"
+    config.write_text(
+        "memory:\n  store: m.db\n  embedder: hash\n  recall_limit: 2\n"
+        "sessions:\n  context_limit: 2\n  window_turns: 30\n",
+        encoding="utf-8",
+    )
+    with Memory.from_settings(config) as m:
+        assert m.engine.db_path.endswith("m.db") and m.engine.recall_config.context_limit == 2
+        for i in range(6):
+            m.add(f"tea fact number {i}", user_id="u")
+        m.sessions.create_session(session_id="s", user_ids=["u"])
+        for i in range(5):
+            m.sessions.add_event("s", Event(type=EventType.USER_MESSAGE, author="u", content=f"q{i}"))
+            m.sessions.add_event("s", Event(type=EventType.AGENT_RESPONSE, author="bot", content=f"a{i}"))
+        assert [e.content for e in m.window("s")] == ["q4", "a4"]
+        assert len(m.window("s", last_n=None)) == 10  # an explicit argument still wins
+        loaded = m.run(MemoryTools(m, user_id="u").call("load_memory", {"query": "tea fact"}))
+        assert len(loaded["memories"]) == 2
+
+    async def in_async() -> int:
+        monkeypatch.setenv("MEMLANE_CONFIG", str(config))
+        async with AsyncMemory.from_settings() as am:  # $MEMLANE_CONFIG
+            return len(await am.window("s"))
+
+    assert asyncio.run(in_async()) == 2

@@ -50,6 +50,7 @@ __all__ = [
     "build_memory",
     "default_data_dir",
     "default_db_path",
+    "engine_arguments",
     "env_positive_int",
     "formation_config",
     "load_settings",
@@ -621,17 +622,34 @@ def build_memory(
     """
     from memlane.memory import AsyncMemory
 
+    return AsyncMemory(**engine_arguments(settings, store, sessions=sessions, jobs=jobs, formation=formation))
+
+
+def engine_arguments(
+    settings: MemlaneSettings,
+    store: str | os.PathLike[str] | None = None,
+    *,
+    sessions: str | SessionStore | None = None,
+    jobs: str | None = None,
+    formation: FormationConfig | None = None,
+) -> dict[str, Any]:
+    """The constructor arguments of :class:`~memlane.memory.AsyncMemory` (and of the sync
+    :class:`~memlane.sync.Memory`) the settings describe; see :func:`build_memory`.
+
+    Raises:
+        ConfigError: a setting the engine cannot use.
+    """
     m = settings.memory
-    return AsyncMemory(
-        store if store is not None else m.store,
-        embedder=m.embedder,
-        sessions=sessions if sessions is not None else session_backend(settings),
-        jobs=jobs if jobs is not None else m.queue,
-        formation=formation if formation is not None else formation_config(settings),
-        llm=m.llm,
-        strong_llm=m.strong_llm,
-        recall=recall_config(settings),
-    )
+    return {
+        "db": store if store is not None else m.store,
+        "embedder": m.embedder,
+        "sessions": sessions if sessions is not None else session_backend(settings),
+        "jobs": jobs if jobs is not None else m.queue,
+        "formation": formation if formation is not None else formation_config(settings),
+        "llm": m.llm,
+        "strong_llm": m.strong_llm,
+        "recall": recall_config(settings),
+    }
 
 
 def recall_config(settings: MemlaneSettings) -> RecallConfig:

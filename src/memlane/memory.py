@@ -35,7 +35,7 @@ from memlane.agent.context import (
     replay_window,
 )
 from memlane.bulk import CHUNK_ROWS, AddBatch, as_batch
-from memlane.config import default_db_path, redact_url
+from memlane.config import MemlaneSettings, default_db_path, engine_arguments, load_settings, redact_url
 from memlane.documents import MAX_DOCUMENT_CHARS, document_rows, split_documents
 from memlane.embedding_queue import EmbeddingQueue
 from memlane.errors import (
@@ -209,6 +209,19 @@ class AsyncMemory:
         self._opened = False
         self._closed = False
         self._erasures = 0
+
+    @classmethod
+    def from_settings(cls, settings: MemlaneSettings | str | os.PathLike[str] | None = None) -> AsyncMemory:
+        """An (unopened) engine configured by memlane's settings (docs/configuration.md): a
+        :class:`~memlane.config.MemlaneSettings`, a YAML file, or None (``$MEMLANE_CONFIG`` if
+        set, and the environment), as ``memlane serve`` builds its engines.
+
+        Raises:
+            ConfigError: the file or a variable is invalid, or a setting the engine cannot use.
+        """
+        if not isinstance(settings, MemlaneSettings):
+            settings = load_settings(settings)
+        return cls(**engine_arguments(settings))
 
     @property
     def erasures(self) -> int:

@@ -17,6 +17,7 @@ from memlane._portal import LoopThread
 from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
 from memlane.agent.context import FACTS_FIFO_LIMIT
 from memlane.bulk import AddBatch
+from memlane.config import MemlaneSettings, engine_arguments, load_settings
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.model import FormationModel
 from memlane.formation.runner import FormationResult
@@ -109,6 +110,13 @@ class Memory:
             self._portal.stop()
             raise
         _OPEN.add(self)
+
+    @classmethod
+    def from_settings(cls, settings: MemlaneSettings | str | os.PathLike[str] | None = None) -> Memory:
+        """A memory configured by memlane's settings: see :meth:`AsyncMemory.from_settings`."""
+        if not isinstance(settings, MemlaneSettings):
+            settings = load_settings(settings)
+        return cls(**engine_arguments(settings))
 
     @property
     def sessions(self) -> SyncSessions:
