@@ -523,3 +523,26 @@ def test_a_memory_built_from_a_settings_file_honours_it(tmp_path: Path, monkeypa
             return len(await am.window("s"))
 
     assert asyncio.run(in_async()) == 2
+
+
+def test_kaos_memory_enabled_false_turns_sessions_off_and_config_show_says_why(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memlane.cli.main import main
+    from memlane.errors import ConfigError
+
+    off = load_settings(env={"MEMORY_ENABLED": "false", "MEMORY_TYPE": "redis"})  # KAOS: NullMemory whatever the type
+    assert (off.memory.enabled, off.sessions.backend, off.source("sessions.backend")) == (
+        False, "null", "env:MEMORY_ENABLED",
+    )  # fmt: skip
+    on = load_settings(env={"MEMORY_ENABLED": "yes"})
+    assert (on.memory.enabled, on.sessions.backend, on.source("sessions.backend")) == (True, "sqlite", "default")
+    assert load_settings(env={}, overrides={"memory.enabled": False}).sessions.backend == "sqlite"  # Gaia's meaning
+    with pytest.raises(ConfigError, match="MEMORY_ENABLED='maybe'"):
+        load_settings(env={"MEMORY_ENABLED": "maybe"})
+    for name in [*ENV_VARS, "MEMLANE_CONFIG"]:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MEMORY_ENABLED", "0")
+    assert main(["config", "show"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("sessions.backend"))
+    assert line.split() == ["sessions.backend", "null", "env:MEMORY_ENABLED"]
