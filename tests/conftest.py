@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +12,9 @@ import pytest
 # One cache of built ONNX graphs for the whole run, also for tests (and their subprocesses) that
 # point HOME at a temporary folder: otherwise each of them rebuilds MiniLM's graph (~4-6 s).
 os.environ.setdefault("MEMLANE_CACHE_DIR", str(Path.home() / ".cache" / "memlane"))
+# create_app() without settings enforces the keys file of the environment's settings: the
+# tests' apps never look at the developer's own keys file (a path that does not exist).
+os.environ.setdefault("MEMLANE_KEYS_FILE", str(Path(tempfile.mkdtemp(prefix="memlane-test-")) / "no-keys.db"))
 
 from memlane import AsyncMemory
 

@@ -329,3 +329,30 @@ def test_mcp_over_http_enforces_keys_created_after_start(tmp_path: Path) -> None
         assert _mcp_post(live.url, INIT, bearer(alice["key"])).status_code == 401
     finally:
         _stop(proc)
+
+
+# ---------------------------------------------------------------------------- create_app() itself
+def test_create_app_from_the_environment_enforces_the_keys_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``create_app()`` (what ``uvicorn --factory memlane.service.app:create_app`` runs) uses the
+    settings' keys file, looked at on every request: it never serves everyone while keys exist."""
+    from memlane.service.app import create_app
+    from memlane.service.keys import KeyStore
+    from service_server import serve
+
+    keys_file = tmp_path / "keys.db"
+    for name, value in {
+        "MEMLANE_KEYS_FILE": str(keys_file), "MEMLANE_DB": str(tmp_path / "m.db"),
+        "MEMLANE_TENANTS_DIR": str(tmp_path / "tenants"), "MEMLANE_EMBEDDER": "hash", "MEMLANE_LLM": "offline",
+        "MEMLANE_CONFIG": "",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    with serve(create_app()) as srv:
+        assert srv.client.get("/v1/sessions").status_code == 200  # no keys yet: loopback, default tenant
+        assert not keys_file.exists()
+        with KeyStore(keys_file) as store:  # e.g. memlane keys create, in another process
+            key = store.create("acme").secret
+        assert srv.client.get("/v1/sessions").status_code == 401
+        assert srv.client.get("/v1/sessions", headers=bearer(WRONG_KEY)).status_code == 401
+        assert srv.client.get("/v1/sessions", headers=bearer(key)).status_code == 200

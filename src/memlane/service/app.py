@@ -93,11 +93,20 @@ def create_app(
             environment and ``$MEMLANE_CONFIG``).
         hub: the tenants' engines (default: built from ``settings``). The app closes it on
             shutdown.
-        keys: the API key store (:class:`~memlane.service.keys.KeyStore`; None, or a store
-            without keys: every request is the ``default`` tenant and ``memlane serve`` listens
-            on loopback only). Limits (body size, page size, rate) come from ``settings.server``.
+        keys: the API key store (:class:`~memlane.service.keys.KeyStore`; a store without
+            keys: every request is the ``default`` tenant and ``memlane serve`` listens on
+            loopback only). None with ``settings`` None (the app built from the environment
+            alone, e.g. ``uvicorn --factory memlane.service.app:create_app``): the settings'
+            ``server.keys_file``, looked at on every request like ``memlane serve`` does, so a
+            key created there is enforced. None with explicit ``settings``: no keys; pass
+            ``KeyStore(settings.server.keys_file, create=False)`` to enforce them. Limits (body
+            size, page size, rate, body timeout) come from ``settings.server``.
     """
-    settings = settings if settings is not None else load_settings()
+    owned_keys: KeyStore | None = None
+    if settings is None:
+        settings = load_settings()
+        if keys is None:  # fail closed: never ignore the configured keys file
+            keys = owned_keys = KeyStore(settings.server.keys_file, create=False)
     the_hub = hub if hub is not None else _default_hub(settings)
 
     @asynccontextmanager
@@ -107,6 +116,8 @@ def create_app(
             yield
         finally:
             await the_hub.aclose()
+            if owned_keys is not None:
+                owned_keys.close()
 
     app = FastAPI(
         title="memlane",
