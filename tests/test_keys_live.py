@@ -356,3 +356,14 @@ def test_create_app_from_the_environment_enforces_the_keys_file(
         assert srv.client.get("/v1/sessions").status_code == 401
         assert srv.client.get("/v1/sessions", headers=bearer(WRONG_KEY)).status_code == 401
         assert srv.client.get("/v1/sessions", headers=bearer(key)).status_code == 200
+
+
+def test_keys_list_and_revoke_create_no_keys_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from memlane.cli.main import main
+
+    missing = tmp_path / "keys.db"
+    assert main(["keys", "list", "--keys-file", str(missing)]) == 0
+    assert "no API keys" in capsys.readouterr().out
+    assert main(["keys", "revoke", "0123456789abcdef", "--keys-file", str(missing)]) != 0
+    assert "no API key" in capsys.readouterr().err
+    assert not missing.exists()

@@ -63,7 +63,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
-    with KeyStore(_keys_file(args)) as keys:
+    with KeyStore(_keys_file(args), create=False) as keys:  # looking creates no keys file
         found = keys.list(tenant=args.tenant, include_revoked=not args.active)
     if args.json:
         print(json.dumps([_public(k) for k in found], indent=2, ensure_ascii=False))
@@ -83,7 +83,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    with KeyStore(_keys_file(args)) as keys:
+    with KeyStore(_keys_file(args), create=False) as keys:  # no file: no such key
         key = keys.revoke(args.key_id)
     if args.json:
         print(json.dumps(_public(key), indent=2, ensure_ascii=False))

@@ -325,7 +325,9 @@ class KeyStore:
             NotFoundError: no such key.
         """
         key_id = inputs.identifier(key_id, "key_id", error=InvalidInputError)
-        with self._write() as db:
+        with self._db() as db:
+            if db is None:
+                raise NotFoundError(f"no API key {key_id!r}: the keys file {str(self.path)!r} does not exist")
             db.execute(
                 "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (_now().isoformat(), key_id)
             )
