@@ -151,13 +151,15 @@ def test_embed_calls_share_the_process_wide_limiter_across_loops(make: Make, ser
 async def test_embedder_takes_its_own_limiter(make: Make, server: State) -> None:
     own = RateLimiter(max_concurrency=1)
     emb = make(limiter=own)
-    server.delay = 0.2
+    server.delay = 60.0  # the first request is held until released: no race with the machine's load
     first = asyncio.ensure_future(emb.embed_batch(["a"]))  # type: ignore[attr-defined]
     while own.in_flight == 0:
         await asyncio.sleep(0.01)
     second = asyncio.ensure_future(emb.embed_batch(["b"]))  # type: ignore[attr-defined]
-    await asyncio.sleep(0.05)
+    while own.waiting == 0 and not second.done():
+        await asyncio.sleep(0.01)
     assert own.waiting == 1 and GLOBAL_EMBED_LIMITER.in_flight == 0 and GLOBAL_LIMITER.in_flight == 0
+    server.release.set()
     await asyncio.gather(first, second)
     assert server.most_at_once == 1
     await emb.aclose()

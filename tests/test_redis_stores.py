@@ -203,19 +203,30 @@ class TestBounds:
 
 
 async def test_ttl_expiry_removes_a_session_from_every_index(redis_url: str) -> None:
-    url = with_params(redis_url, ttl="1")
+    """Expiry by Redis's clock, without racing it: the expiry times are read from the index,
+    and "old" is made to have expired by moving its time into the past (what a ttl running
+    out does), so the outcome does not depend on how long the steps take."""
+    url = with_params(redis_url, ttl="60")
     async with await RedisSessionStore.open(url) as store:
         await store.create_session(session_id="old", user_ids=["sam"])
         await store.add_event("old", ev("soon gone"))
         await store.create_session(session_id="kept", user_ids=["sam"])
         client = raw_client(url)
+        expiry = f"{store.prefix}sessions:expiry"
+        old, kept = store._member("default", "old"), store._member("default", "kept")
         try:  # the keys also carry a Redis expiry (twice the ttl), so an abandoned prefix empties itself
-            assert 0 < client.pttl(f"{store.prefix}session:default:old") <= 2000
+            assert 60_000 < client.pttl(f"{store.prefix}session:default:old") <= 120_000
+            seconds, micros = client.time()
+            now_ms = seconds * 1000 + micros // 1000
+            assert now_ms < client.zscore(expiry, old) <= now_ms + 60_000  # ttl after the last activity
+            before = client.zscore(expiry, kept)
+            while client.time()[0] * 1000 + client.time()[1] // 1000 <= before - 60_000:
+                await asyncio.sleep(0.005)  # Redis's clock moves on (milliseconds)
+            await store.add_event("kept", ev("activity restarts the ttl"))
+            assert client.zscore(expiry, kept) > before
+            client.zadd(expiry, {old: now_ms - 1})  # "old": its ttl has run out
         finally:
             client.close()
-        await asyncio.sleep(0.6)
-        await store.add_event("kept", ev("activity restarts the ttl"))
-        await asyncio.sleep(0.6)  # "old": 1.2 s without activity; "kept": 0.6 s
         assert await store.get_session("old") is None
         assert await store.get_events("old") == []
         assert [s.id for s in await store.list_sessions()] == ["kept"]
