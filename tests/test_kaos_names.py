@@ -34,6 +34,9 @@ async def test_kaos_session_and_event_methods(kaos: LocalMemory) -> None:
     assert isinstance(kaos, SessionStore)
     session_id = await kaos.create_session(app_name="agent", user_id="user123")
     assert isinstance(session_id, str)
+    assert await kaos.get_or_create_session(session_id=session_id, app_name="agent") == session_id  # idempotent
+    assert await kaos.get_or_create_session("fresh", "agent", "user123") == "fresh"
+    assert (await kaos.get_or_create_session(session_id="fresh", app="agent")).user_ids == ["user123"]
     stored = await kaos.get_session(session_id, app="agent")
     assert stored is not None and stored.app == "agent" and stored.user_ids == ["user123"]
     event = kaos.create_event("user_message", "Hello!", metadata={"source": "api"})

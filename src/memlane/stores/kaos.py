@@ -3,13 +3,14 @@
 KAOS code written against ``LocalMemory`` / ``RedisMemory`` / ``NullMemory`` runs unchanged::
 
     session_id = await memory.create_session(app_name="agent", user_id="user123")
+    session_id = await memory.get_or_create_session(session_id=session_id, app_name="agent")
     event = memory.create_event("user_message", "Hello!", metadata={"source": "api"})
     await memory.add_event(session_id, event)
     events = await memory.get_session_events(session_id, event_types=["user_message"])
 
-``create_session`` keeps memlane's keyword form too (``app=``, ``user_ids=``, ... returning the
-:class:`~memlane.models.Session`); given KAOS's ``app_name`` / ``user_id`` it returns the new
-session's id, as KAOS does. The mixin goes first in the bases, before the memlane store it
+``create_session`` and ``get_or_create_session`` keep memlane's keyword form too (``app=``,
+``user_ids=``, ... returning the :class:`~memlane.models.Session`); given KAOS's ``app_name`` /
+``user_id`` they return the session's id, as KAOS does. The mixin goes first in the bases, before the memlane store it
 extends (``class LocalMemory(KaosNames, LocalSessionStore)``).
 """
 
@@ -28,7 +29,8 @@ _TYPES = ", ".join(t.value for t in EventType)
 
 
 class KaosNames:
-    """KAOS's ``create_session(app_name, user_id)``, ``create_event`` and ``get_session_events``."""
+    """KAOS's ``create_session(app_name, user_id)``, ``get_or_create_session(session_id,
+    app_name)``, ``create_event`` and ``get_session_events``."""
 
     @overload
     async def create_session(self, app_name: str, user_id: str, session_id: str | None = None) -> str: ...
@@ -76,6 +78,54 @@ class KaosNames:
         session = await store.create_session(
             app=app_name if app_name is not None else app, user_ids=users, agent_id=agent_id, channel=channel,
             session_id=session_id, state=state,
+        )  # fmt: skip
+        return session.id
+
+    @overload
+    async def get_or_create_session(self, session_id: str, app_name: str, user_id: str | None = None) -> str: ...
+
+    @overload
+    async def get_or_create_session(
+        self,
+        *,
+        session_id: str,
+        app: str = "default",
+        user_ids: Sequence[str] = (),
+        agent_id: str | None = None,
+        channel: str | None = None,
+    ) -> Session: ...
+
+    async def get_or_create_session(
+        self,
+        session_id: str | None = None,
+        app_name: str | None = None,
+        user_id: str | None = None,
+        *,
+        app: str = "default",
+        user_ids: Sequence[str] = (),
+        agent_id: str | None = None,
+        channel: str | None = None,
+    ) -> Session | str:
+        """The session (created when missing): idempotent. KAOS's form (``session_id``,
+        ``app_name``, optional ``user_id``) returns its id; memlane's keyword form the
+        :class:`Session`.
+
+        Raises:
+            InvalidInputError: no ``session_id``, or both forms mixed.
+        """
+        if session_id is None:
+            raise InvalidInputError("get_or_create_session needs session_id")
+        store = cast(Any, super())
+        if app_name is None and user_id is None:
+            session: Session = await store.get_or_create_session(
+                session_id=session_id, app=app, user_ids=user_ids, agent_id=agent_id, channel=channel
+            )
+            return session
+        if app != "default" or user_ids:
+            raise InvalidInputError("give KAOS's app_name= and user_id=, or memlane's app= and user_ids=, not both")
+        session = await store.get_or_create_session(
+            session_id=session_id, app=app_name if app_name is not None else app,
+            user_ids=[user_id] if user_id is not None else [], agent_id=agent_id, channel=channel,
         )  # fmt: skip
         return session.id
 
