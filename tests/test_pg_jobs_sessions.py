@@ -123,9 +123,12 @@ async def test_expired_lease_is_taken_over_from_another_pool(pg_url: str) -> Non
     a, b = await _job_stores(pg_url, 2)
     try:
         job = await a.enqueue("form", "k", {})
-        first = await a.claim("dead-worker", lease_seconds=0.2)
+        first = await a.claim("dead-worker", lease_seconds=30)
         assert first is not None and first.lease_until is not None
         assert await b.claim("w2", lease_seconds=30) is None  # a live lease holds
+        # the worker's last heartbeat, then it dies: its lease runs out (no race with the
+        # machine's load: the live check above had 30 s, the wait below only has to be long enough)
+        assert await a.renew(job.id, "dead-worker", lease_seconds=0.1) is True
         await asyncio.sleep(0.3)
         taken = await b.claim("w2", lease_seconds=30)
         assert taken is not None and taken.id == job.id and taken.worker == "w2"
