@@ -81,7 +81,7 @@ class _Callbacks(logging.Handler):
 def timed_callbacks(loop: asyncio.AbstractEventLoop) -> Iterator[list[tuple[str, float]]]:
     handler = _Callbacks()
     logger = logging.getLogger("asyncio")
-    level = logger.level
+    level, duration = logger.level, loop.slow_callback_duration
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING)
     extract = asyncio.format_helpers.extract_stack
@@ -92,6 +92,7 @@ def timed_callbacks(loop: asyncio.AbstractEventLoop) -> Iterator[list[tuple[str,
         yield handler.seen
     finally:
         asyncio.format_helpers.extract_stack = extract  # type: ignore[assignment]
+        loop.slow_callback_duration = duration  # the step ending the watch is not reported
         loop.set_debug(False)
         logger.setLevel(level)
         logger.removeHandler(handler)
