@@ -111,7 +111,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await the_hub.open(_key_tenants(keys))  # each known tenant's formation worker and startup sweep
+        opener = getattr(the_hub, "open", None)  # a stand-in hub (tests) may have none
+        if opener is not None:
+            await opener(_key_tenants(keys))  # each known tenant's formation worker and startup sweep
         try:
             yield
         finally:
