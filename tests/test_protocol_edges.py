@@ -152,3 +152,18 @@ def test_a_slash_id_is_a_json_404_not_a_redirect(tmp_path: Path, path: str) -> N
         assert "location" not in r.headers
         error = r.json()["error"]
         assert error["code"] == "not_found" and path in error["message"]
+
+
+def test_mcp_over_http_has_the_body_timeout_too(tmp_path: Path) -> None:
+    mcp = pytest.importorskip("memlane.service.mcp")
+    app = mcp.http_app(make_hub(tmp_path), mcp.fixed_caller("carol"), body_timeout=0.5)
+    with serve(app) as srv:
+        port = srv.url.rsplit(":", 1)[1]
+        request = (
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n"
+        ).encode() + b'{"jsonrpc": '
+        received, closed = _raw(srv, request)
+        assert received.startswith(b"HTTP/1.1 408"), received
+        assert b"request_timeout" in received
+        assert closed

@@ -52,7 +52,16 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     host = args.host or settings.server.host
     logging.getLogger("memlane.mcp").setLevel(logging.WARNING)
     asyncio.run(
-        mcp.serve_http(hub, caller, verifier=verifier, keyless=keyless, host=host, port=args.port, path=args.path)
+        mcp.serve_http(
+            hub,
+            caller,
+            verifier=verifier,
+            keyless=keyless,
+            host=host,
+            port=args.port,
+            path=args.path,
+            body_timeout=settings.server.body_timeout,
+        )
     )
     return 0
 

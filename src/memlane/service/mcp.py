@@ -50,6 +50,7 @@ from memlane.models import Fact, utcnow
 from memlane.retrieval.hybrid import MAX_QUERIES
 from memlane.service.hub import DEFAULT_TENANT, MemoryHub
 from memlane.service.keys import KeyStore, check_host
+from memlane.service.limits import DEFAULT_BODY_TIMEOUT, BodySizeLimit
 
 try:
     from mcp.server.auth.middleware.auth_context import get_access_token
@@ -536,9 +537,12 @@ def http_app(
     host: str = "127.0.0.1",
     port: int = 8765,
     path: str = DEFAULT_PATH,
+    body_timeout: float | None = DEFAULT_BODY_TIMEOUT,
 ) -> Any:
     """The streamable-HTTP ASGI app (Starlette) at ``path``. The engines are closed when the
-    app's lifespan ends.
+    app's lifespan ends. A request body that has not fully arrived ``body_timeout`` seconds
+    after it is first read is answered 408 and the connection closed (0 or None: no timeout;
+    ``memlane mcp`` passes ``server.body_timeout``).
 
     * No ``verifier``: every request acts for ``caller`` (a :func:`fixed_caller`; loopback only).
     * A ``verifier``: every request needs ``Authorization: Bearer <API key>`` (401 otherwise);
@@ -559,6 +563,8 @@ def http_app(
         inner = [keyed] if unkeyed is None else [keyed, unkeyed]
         gate = Middleware(_KeyGate, keys=verifier.keys, keyed=keyed, keyless=unkeyed)
         app = starlette.applications.Starlette(middleware=[gate])
+    if body_timeout:  # slow-client protection, as memlane serve (the package limits the size itself)
+        app.add_middleware(BodySizeLimit, max_bytes=0, timeout=body_timeout)
     inner_lifespans = [(sub, sub.router.lifespan_context) for sub in inner]
 
     @asynccontextmanager
@@ -585,6 +591,7 @@ async def serve_http(
     host: str = "127.0.0.1",
     port: int = 8765,
     path: str = DEFAULT_PATH,
+    body_timeout: float | None = DEFAULT_BODY_TIMEOUT,
 ) -> None:
     """Serve the streamable-HTTP transport with uvicorn until stopped (arguments as
     :func:`http_app`; a key-less start binds loopback only)."""
@@ -594,7 +601,9 @@ async def serve_http(
     check_host(host, keys=keys_now, what="memlane mcp")
     if not keys_now:
         log.warning("no API keys: loopback only")
-    app = http_app(hub, caller, verifier=verifier, keyless=keyless, host=host, port=port, path=path)
+    app = http_app(
+        hub, caller, verifier=verifier, keyless=keyless, host=host, port=port, path=path, body_timeout=body_timeout
+    )
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     log.warning("memlane MCP (streamable HTTP) on http://%s:%s%s", host, port, path)
