@@ -546,3 +546,26 @@ def test_kaos_memory_enabled_false_turns_sessions_off_and_config_show_says_why(
     assert main(["config", "show"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("sessions.backend"))
     assert line.split() == ["sessions.backend", "null", "env:MEMORY_ENABLED"]
+
+
+async def test_a_reload_changes_what_a_turn_recalls(tmp_path: Path) -> None:
+    """The service's engines come from the settings in force: after a reload (a config edit),
+    load_memory and the window use the new values."""
+    from memlane.agent.tools import MemoryTools
+    from memlane.service.hub import MemoryHub
+
+    env = _base_env(tmp_path)
+    hub = MemoryHub.from_settings(load_settings(env=env), watch=False, drain_seconds=0)
+    try:
+        m = await hub.get("default")
+        for i in range(6):
+            await m.add(f"tea fact number {i}", user_id="u")
+        before = await MemoryTools(m, user_id="u").call("load_memory", {"query": "tea fact"})
+        await hub.reload(load_settings(env={**env, "MEMLANE_RECALL_LIMIT": "1", "MEMORY_CONTEXT_LIMIT": "0"}))
+        m = await hub.get("default")
+        after = await MemoryTools(m, user_id="u").call("load_memory", {"query": "tea fact"})
+        await m.sessions.create_session(session_id="s", user_ids=["u"])
+        await m.sessions.add_event("s", Event(type=EventType.USER_MESSAGE, author="u", content="hi"))
+        assert (len(before["memories"]), len(after["memories"]), await m.window("s")) == (5, 1, [])
+    finally:
+        await hub.aclose()
