@@ -7,6 +7,7 @@ SQLite, PostgreSQL and PostgreSQL + Redis as well.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,21 @@ async def test_keep_user_turns_off_keeps_nothing(tmp_path: Path) -> None:
         assert isinstance(res, FormationResult) and res.cleared and res.kept == []
         assert (await m.list(user_id="sam", kind="message")).items == []
         assert (await m.search("BLUEFALCON", user_id="sam")).hits == []
+
+
+async def test_end_session_then_the_idle_sweep_keeps_the_turns(tmp_path: Path) -> None:
+    """The issue's path: end_session forms (nothing extracted), the idle sweep later clears the
+    session; the codename is still found."""
+    conf = FormationConfig(background=False, idle_minutes=0.001)  # 60 ms of silence
+    async with AsyncMemory(tmp_path / "idle.db", embedder="hash", formation=conf) as m:
+        said = await _chat(m, "s1", ["sam"])
+        await m.end_session("s1")
+        assert (await m.search("BLUEFALCON", user_id="sam")).hits == []  # the session still holds it
+        await asyncio.sleep(0.1)
+        (job,) = await m.sweep_idle()
+        await m.run_jobs()
+        done = await m.get_job(job.id)
+        assert done.result is not None and done.result["cleared"] and done.result["skipped"] == "nothing new to form"
+        assert await m.sessions.get_session("s1") is None
+        hits = (await m.search("BLUEFALCON", user_id="sam")).hits
+        assert [(h.fact.content, h.fact.source_event_ids) for h in hits] == [(SECRET, [said.id])]
