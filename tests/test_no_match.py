@@ -153,3 +153,12 @@ def test_soft_floor_candidates_score_above_zero() -> None:
     assert [f.key for f in out] == ["m"] and out[0].score > 0
     # "marathon" -> a train sentence at 0.27: under the soft floor's reach (0.28), no hit
     assert fuse([[]], [[Candidate("t", 0.2725)]], RetrievalConfig(), top_k=10) == []
+
+
+def test_lowering_the_cosine_floor_lets_weaker_meanings_in_with_a_positive_score() -> None:
+    """``min_vector_score`` under ``vector_floor`` (0.28) acts: the cosines it keeps count,
+    scored above 0 (without this they were kept by the floor but dropped as worth 0)."""
+    vec = [[Candidate("m", 0.26), Candidate("n", 0.21), Candidate("o", 0.1)]]
+    out = fuse([[]], vec, RetrievalConfig(min_vector_score=0.2, vector_margin=None), top_k=10)
+    assert [f.key for f in out] == ["m", "n"] and out[0].score > out[1].score > 0
+    assert fuse([[]], vec, RetrievalConfig(), top_k=10) == []  # the default floor keeps none

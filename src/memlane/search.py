@@ -71,8 +71,9 @@ def fact_filter(filters: Mapping[str, Any] | None) -> tuple[FactFilter, FactScop
 def call_config(config: RetrievalConfig, mode: SearchMode, match_threshold: float | None) -> RetrievalConfig:
     """The retrieval settings of one call: ``mode`` leaves a side out (``keyword``: no vectors;
     ``vector``: no keywords), and ``match_threshold`` (elizaOS) is a hard cosine floor for
-    this call, replacing ``min_vector_score`` and the soft margin, with ``vector_floor``
-    lowered to it when it is lower (so a cosine at the threshold still counts)."""
+    this call, replacing ``min_vector_score`` and the soft margin (a threshold under
+    ``vector_floor`` also lowers the cosine worth nothing:
+    :func:`memlane.retrieval.hybrid.calibration_floor`)."""
     update: dict[str, Any] = {}
     if mode == "keyword":
         update["vector_weight"] = 0.0
@@ -81,11 +82,7 @@ def call_config(config: RetrievalConfig, mode: SearchMode, match_threshold: floa
         if config.vector_weight <= 0:
             update["vector_weight"] = 1.0
     if match_threshold is not None:
-        update.update(
-            min_vector_score=match_threshold,
-            vector_margin=None,
-            vector_floor=min(config.vector_floor, match_threshold - 1e-9),
-        )
+        update.update(min_vector_score=match_threshold, vector_margin=None)
     return config.model_copy(update=update) if update else config
 
 

@@ -88,7 +88,8 @@ class RetrievalConfig(BaseModel):
     """``vector_norm="calibrated"``: the cosine that counts as no similarity, the lowest one the
     soft floor can keep (``min_vector_score - vector_margin``), so every vector candidate kept
     scores above 0 and a candidate under it is no evidence. (Issue 11 had 0.3, which gave the
-    soft floor's "pets" -> "Alice's cat is called Miso" at 0.29999 a score of 0.0.)"""
+    soft floor's "pets" -> "Alice's cat is called Miso" at 0.29999 a score of 0.0.) A lower
+    ``min_vector_score - vector_margin`` lowers it too (:func:`calibration_floor`)."""
 
     @classmethod
     def eden(cls) -> RetrievalConfig:
@@ -142,11 +143,23 @@ def fuse(
 
 
 def evidence_floor(config: RetrievalConfig) -> float:
-    """The cosine a vector candidate must exceed to count as evidence: ``vector_floor`` when
-    ``blend`` calibrates cosines (at or under it a cosine is worth 0), else 0 (no similarity)."""
+    """The cosine a vector candidate must exceed to count as evidence: :func:`calibration_floor`
+    when ``blend`` calibrates cosines (at or under it a cosine is worth 0), else 0 (no
+    similarity)."""
     if config.fusion == "blend" and config.vector_norm == "calibrated":
-        return config.vector_floor
+        return calibration_floor(config)
     return 0.0
+
+
+def calibration_floor(config: RetrievalConfig) -> float:
+    """The cosine worth nothing under ``vector_norm="calibrated"``: ``vector_floor``, or just
+    under the lowest cosine the floor keeps (``min_vector_score - vector_margin``) when that is
+    lower, so lowering ``min_vector_score`` (or a call's ``match_threshold``) lets those
+    cosines in with a positive score instead of keeping them at 0."""
+    floor = config.vector_floor
+    if config.min_vector_score is not None:
+        floor = min(floor, config.min_vector_score - (config.vector_margin or 0.0) - 1e-9)
+    return floor
 
 
 def keep_vectors(vec: list[tuple[str, float]], config: RetrievalConfig) -> list[tuple[str, float]]:
@@ -211,7 +224,7 @@ def blend_fusion(
         kwn = dict(zip([k for k, _ in kw], _normalise([s for _, s in kw], config.keyword_norm,
                                                       saturation=config.keyword_saturation), strict=True))  # fmt: skip
         vn = dict(zip([k for k, _ in allcos], _normalise([s for _, s in allcos], config.vector_norm,
-                                                         floor=config.vector_floor), strict=True))  # fmt: skip
+                                                         floor=calibration_floor(config)), strict=True))  # fmt: skip
         kmiss = min(0.0, *kwn.values()) if kwn else 0.0
         vmiss = min(vn.values()) if vn else 0.0
         krank = {k: r for r, (k, _) in enumerate(kw, start=1)}
