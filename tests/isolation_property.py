@@ -1,21 +1,49 @@
 """The isolation property over HTTP (and MCP): shared by tests/test_service_isolation.py (one
-in-process server on SQLite files) and tests/test_scaleout.py (two ``memlane serve`` replicas
-on one PostgreSQL and one Redis, written through one and read through the other).
+in-process server on SQLite files, sessions in SQLite or in a capped in-process store) and
+tests/test_scaleout.py (two ``memlane serve`` replicas on one PostgreSQL and one Redis, written
+through one and read through the other).
 
 Two tenants (each its own store), two users each (ids that collide under naive schemes). Per
-example, random writes (a memory, or a session event) by a user-bound key or a tenant-wide key
-naming the user, each carrying a unique token; then every reader (each user's bound key, and
-the tenant-wide key naming that user) asks every read route, and, when the world has an MCP
-URL, the MCP tools ``search``, ``list``, ``context`` and ``profile``. A reader must see exactly
-its own (tenant, user)'s tokens where the route lists everything (list, export, session
-events) and never another's anywhere. :func:`run_example` is one example.
+example, random writes by a user-bound key or a tenant-wide key naming the user, each carrying
+a unique token:
+
+* ``memory``: a memory;
+* ``event``: a session event, in a session id drawn from a small pool shared by every user of
+  the example, in app ``default`` or ``other`` (session ids collide across users and apps: a
+  user-bound key writing into another user's session must get 404);
+* ``import``: ``POST /v1/import`` with ``form: true`` into a pool session (or the default
+  ``{user}:import``): 409 when the session exists and the user is not in it, else 202;
+* ``room``: a room memory (agent ``concierge``, a pool session id, either app), by the
+  tenant-wide key;
+* ``reset``: the owner of a pool session resets it (formation job, then the session is
+  deleted, so a later write in the example may reuse its id for another user; where no worker
+  serves the tenants' queues the owner deletes it after queueing the job);
+* ``flood``: the user creates :data:`FLOOD` sessions (eviction pressure where the session
+  store is capped: only the user's own sessions may go, or 507).
+
+Then every reader (each user's bound key, and the tenant-wide key naming that user) asks every
+read route (memories, search, context, profile, stats, export, sessions and events of every
+pool session in both apps, KAOS routes, the tools, room reads naming each pool session in each
+app, formation jobs list and get) and, when the world has an MCP URL, the MCP tools ``search``,
+``list``, ``context`` and ``profile``. A reader must see exactly its own (tenant, user)'s
+tokens where the route lists everything (list, export, session events) and never another's
+anywhere; a room's tokens only when the reader's user takes part in every session carrying the
+room's id (or the reader is tenant-wide); a job only when its user took part in the session
+when it was queued; and every acknowledged event of a user who neither reset nor flooded in
+the example is still in that user's sessions (another user's flood never evicts it).
+:func:`run_example` is one example. :data:`OPS` counts the requests per surface (HTTP, tools,
+MCP); ``MEMLANE_ISOLATION_OPS=N`` makes the tests run examples until N requests were made
+(``MEMLANE_ISOLATION_REPORT=path`` appends the counts as a JSON line).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
+import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,14 +52,49 @@ from urllib.parse import quote
 
 import anyio
 import httpx
+from hypothesis import example
 from hypothesis import strategies as st
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 LONG = os.environ.get("MEMLANE_ISOLATION_LONG") == "1"
+#: Run examples until this many requests were made (0: the fixed number of examples).
+TARGET_OPS = int(os.environ.get("MEMLANE_ISOLATION_OPS") or 0)
 TENANTS = ("acme", "acme|x")
 USERS = ("alice", "alice|x")
 TOKEN = re.compile(r"zq\d+t\d+")
+APPS = ("default", "other")
+SLOTS = 2  # pool session ids per example: s{ex}k0, s{ex}k1 (shared by every user: they collide)
+AGENT = "concierge"
+#: Sessions a ``flood`` write creates.
+FLOOD = 12
+#: Requests made, per surface: ``http``, ``tools`` (``/v1/tools/*``), ``mcp``.
+OPS: Counter[str] = Counter()
+
+
+def examples(fixed: int) -> int:
+    """``max_examples`` for a property: ``fixed``, or without bound when ``MEMLANE_ISOLATION_OPS``
+    asks for a number of requests (each example then checks :func:`done` first)."""
+    return 10**6 if TARGET_OPS else fixed
+
+
+def done() -> bool:
+    """True once ``MEMLANE_ISOLATION_OPS`` requests were made (the remaining examples are skipped)."""
+    return bool(TARGET_OPS) and sum(OPS.values()) >= TARGET_OPS
+
+
+def report(name: str) -> None:
+    """Append the counts of the world that ends to ``MEMLANE_ISOLATION_REPORT`` (a JSON line),
+    if set, and start counting again for the next world."""
+    path = os.environ.get("MEMLANE_ISOLATION_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"test": name, "ops": dict(OPS), "total": sum(OPS.values())}) + "\n")
+    OPS.clear()
+
+
+def _count(request: httpx.Request) -> None:
+    OPS["tools" if request.url.path.startswith("/v1/tools/") else "http"] += 1
 
 
 @dataclass
@@ -45,6 +108,13 @@ class World:
     """The server the reads go to (None: ``http``, which takes the writes); anything with
     ``new_client(headers=...)`` returning an :class:`httpx.Client`."""
 
+    capped: bool = False
+    """The session store evicts (in-process or Redis ``max_sessions``): a user's own new
+    session may evict that user's oldest ones."""
+    forms: bool = True
+    """Formation jobs of the tenants run (False: nothing serves their queues, so a ``reset``
+    write deletes the session itself instead of waiting for its job)."""
+
     @property
     def reads(self) -> Any:
         return self.reader if self.reader is not None else self.http
@@ -52,41 +122,173 @@ class World:
 
 # --------------------------------------------------------------------------- writes
 
-Write = tuple[str, str, str, bool]  # tenant, user, what ("memory" | "event"), by the tenant-wide key
+#: tenant, user, what, by the tenant-wide key, pool slot (``SLOTS`` = the default import id), app
+Write = tuple[str, str, str, bool, int, str]
+KINDS = ("memory", "event", "event", "import", "room", "reset", "flood")
 
 writes_strategy = st.lists(
-    st.tuples(st.sampled_from(TENANTS), st.sampled_from(USERS), st.sampled_from(("memory", "event")), st.booleans()),
+    st.tuples(
+        st.sampled_from(TENANTS),
+        st.sampled_from(USERS),
+        st.sampled_from(KINDS),
+        st.booleans(),
+        st.integers(0, SLOTS),
+        st.sampled_from(APPS),
+    ),
     min_size=1,
     max_size=6,
 )
 
 
+#: The reported attacks, as explicit examples (every run in a capped world tries them first; the
+#: uncapped SQLite world skips them, tests/test_service_user_isolation.py has each on SQLite):
+#: an import into
+#: another user's session; a job read after its session id was reused; a room read through a
+#: session of the same id in another app; one user's floods evicting another's session (in a
+#: capped store: 4 x FLOOD sessions).
+ATTACKS: list[list[Write]] = [
+    [("acme", "alice", "event", False, 0, "default"), ("acme", "alice|x", "import", False, 0, "default")],
+    [("acme", "alice", "event", False, 0, "default"), ("acme", "alice", "reset", False, 0, "default"),
+     ("acme", "alice|x", "event", False, 0, "default")],
+    [("acme", "alice", "event", False, 1, "default"), ("acme", "alice", "room", True, 1, "default"),
+     ("acme", "alice|x", "event", False, 1, "other")],
+    [("acme", "alice", "event", False, 0, "default")] + [("acme", "alice|x", "flood", False, 0, "default")] * 4,
+]  # fmt: skip
+
+
+def attacks(test: Any) -> Any:
+    """Decorate a ``@given(writes=writes_strategy)`` test with :data:`ATTACKS` as explicit examples."""
+    for writes in reversed(ATTACKS):
+        test = example(writes=writes)(test)
+    return test
+
+
+@dataclass
+class Outcome:
+    """What the writes of one example left: who owns each token, which memory ids hold which
+    token, the rooms' tokens, the jobs' participants, the acknowledged events."""
+
+    writes: list[Write] = field(default_factory=list)
+
+    owners: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (tenant, user)
+    ids: dict[str, str] = field(default_factory=dict)  # memory id -> token
+    rooms: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (tenant, room id)
+    jobs: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)  # id -> (tenant, participants)
+    events: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # acknowledged token -> tenant, app, sid
+    """Acknowledged session events that must still be there at the end: the user's own reset
+    and (where the store is capped) the user's own later session creations may remove theirs."""
+
+    def forget(self, tenant: str, user: str, where: tuple[str, str, str] | None = None) -> None:
+        """The user's events (in ``where`` only, if given) need not survive the example."""
+        for token, at in list(self.events.items()):
+            if self.owners[token] == (tenant, user) and (where is None or at == where):
+                del self.events[token]
+
+
 def _client(world: Any, key: str, server: Any = None) -> httpx.Client:
-    """A client with ``key`` for ``server`` (default: ``world.http``)."""
-    return (server or world.http).new_client(headers={"Authorization": f"Bearer {key}"})
+    """A client with ``key`` for ``server`` (default: ``world.http``); its requests are counted."""
+    return (server or world.http).new_client(  # type: ignore[no-any-return]
+        headers={"Authorization": f"Bearer {key}"}, event_hooks={"request": [_count]}
+    )
 
 
-def _write(world: World, ex: int, writes: list[Write]) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
-    """Do the writes; returns token -> owner and memory id -> token."""
-    owners: dict[str, tuple[str, str]] = {}
-    ids: dict[str, str] = {}
-    for n, (tenant, user, what, wide) in enumerate(writes):
+def _sid(ex: int, slot: int) -> str:
+    return f"s{ex}k{slot}"
+
+
+def _participants(world: World, tenant: str, sid: str, app: str) -> list[str] | None:
+    """The session's participants as the tenant-wide key sees them (None: no such session)."""
+    with _client(world, world.wide[tenant]) as c:
+        r = c.get(f"/v1/sessions/{quote(sid, safe='')}", params={"app": app})
+        assert r.status_code in (200, 404), r.text
+        return r.json()["user_ids"] if r.status_code == 200 else None
+
+
+def _wait_job(c: httpx.Client, job_id: str) -> None:
+    for _ in range(3000):  # readiness wait, not a timing assertion
+        r = c.get(f"/v1/jobs/{job_id}")
+        assert r.status_code == 200, r.text
+        if r.json()["status"] in ("done", "failed"):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+def _write(world: World, ex: int, writes: list[Write]) -> Outcome:
+    """Do the writes, checking each answer against the rules; returns what they left."""
+    out = Outcome(writes=writes)
+    for n, (tenant, user, what, wide, slot, app) in enumerate(writes):
         token = f"zq{ex}t{n}"
-        owners[token] = (tenant, user)
         key = world.wide[tenant] if wide else world.bound[(tenant, user)]
         named = {"user_id": user} if wide else {}
+        sid = _sid(ex, min(slot, SLOTS - 1))
         with _client(world, key) as c:
             if what == "memory":
+                out.owners[token] = (tenant, user)
                 r = c.post("/v1/memories", json={"text": f"zq{ex} {token} likes tea", **named})
                 assert r.status_code == 201, r.text
-                ids[r.json()["memories"][0]["id"]] = token
-            else:
-                sid = f"s{ex}n{n}"
-                r = c.post("/v1/sessions", json={"session_id": sid, "user_ids": [user]})
+                out.ids[r.json()["memories"][0]["id"]] = token
+            elif what == "event":
+                r = c.post("/v1/sessions", json={"session_id": sid, "app": app, "user_ids": [user]})
+                assert r.status_code in (201, 409, 507), r.text
+                if r.status_code == 201 and world.capped:
+                    out.forget(tenant, user)  # a new session may evict the user's own oldest
+                users = [user] if r.status_code == 201 else _participants(world, tenant, sid, app)
+                if users is None:
+                    continue  # 507: the store is full of other users' sessions; nothing changed
+                if user not in users and wide:
+                    continue  # a tenant-wide key may write anywhere in its tenant: not an attack
+                r = c.post(f"/v1/sessions/{sid}/events", params={"app": app},
+                           json={"content": f"zq{ex} {token} said hi"})  # fmt: skip
+                if user not in users:  # bob's bound key into alice's session
+                    assert r.status_code == 404, r.text
+                    continue
                 assert r.status_code == 201, r.text
-                r = c.post(f"/v1/sessions/{sid}/events", json={"content": f"zq{ex} {token} said hi"})
+                out.owners[token] = (tenant, user)
+                out.events[token] = (tenant, app, sid)
+            elif what == "import":
+                isid = sid if slot < SLOTS else f"{user}:import"
+                line = {"user_id": user, "role": "user", "content": f"zq{ex} {token} my passport is 4711"}
+                if slot < SLOTS:
+                    line["session_id"] = isid
+                users = _participants(world, tenant, isid, "default")
+                if users is None and world.capped:
+                    out.forget(tenant, user)
+                r = c.post("/v1/import", json={"content": json.dumps(line), "form": True})
+                if users is not None and user not in users:
+                    assert r.status_code == 409, r.text
+                    continue
+                assert r.status_code in (202, 507), r.text
+                if r.status_code == 202:
+                    out.owners[token] = (tenant, user)
+                    out.events[token] = (tenant, "default", isid)
+                    out.jobs |= {j: (tenant, frozenset([user])) for j in r.json()["jobs"]}
+            elif what == "room":
+                with _client(world, world.wide[tenant]) as w:
+                    r = w.post("/v1/memories", json={"text": f"zq{ex} {token} room towels", "scope": "room",
+                                                      "agent_id": AGENT, "session_id": sid, "app": app})  # fmt: skip
                 assert r.status_code == 201, r.text
-    return owners, ids
+                out.rooms[token] = (tenant, sid)
+            elif what == "reset":
+                users = _participants(world, tenant, sid, app)
+                if users is None or user not in users:
+                    continue
+                r = c.post(f"/v1/sessions/{sid}/reset", params={"app": app})
+                assert r.status_code == 202, r.text
+                out.jobs[r.json()["job_id"]] = (tenant, frozenset(users))
+                out.forget(tenant, user, (tenant, app, sid))
+                if world.forms:
+                    _wait_job(c, r.json()["job_id"])
+                else:  # the job stays queued: delete the session, so that its id may be reused
+                    r = c.delete(f"/v1/sessions/{sid}", params={"app": app})
+                    assert r.status_code == 204, r.text
+            else:  # flood
+                if world.capped:
+                    out.forget(tenant, user)
+                for i in range(FLOOD):
+                    r = c.post("/v1/sessions", json={"session_id": f"f{ex}n{n}i{i}", "user_ids": [user]})
+                    assert r.status_code in (201, 507), r.text
+    return out
 
 
 # --------------------------------------------------------------------------- reads
@@ -96,10 +298,15 @@ def _tokens(text: str, ex: int) -> set[str]:
     return {t for t in TOKEN.findall(text) if t.startswith(f"zq{ex}t")}
 
 
-def _http_reads(world: World, ex: int, key: str, user: str | None, ids: dict[str, str]) -> dict[str, set[str]]:
-    """route -> the tokens of example ``ex`` it returned to ``key`` (naming ``user`` if given)."""
+def _http_reads(
+    world: World, ex: int, key: str, user: str | None, out: Outcome
+) -> tuple[dict[str, set[str]], set[str]]:
+    """route -> the tokens of example ``ex`` it returned to ``key`` (naming ``user`` if given),
+    and the ids of the example's formation jobs the key was shown."""
+    ids = out.ids
     named = {"user_id": user} if user else {}
     seen: dict[str, set[str]] = {}
+    jobs: set[str] = set()
     with _client(world, key, world.reads) as c:
 
         def get(route: str, path: str, **kw: Any) -> None:
@@ -134,22 +341,46 @@ def _http_reads(world: World, ex: int, key: str, user: str | None, ids: dict[str
             who = user or _key_user(world, key)
             get("export", f"/v1/users/{quote(who, safe='')}/export")
         get("sessions", "/v1/sessions", params=named)
-        get("kaos sessions", "/memory/sessions")
-        for n in range(6):
-            sid = f"s{ex}n{n}"
-            r = c.get(f"/v1/sessions/{sid}/events")
-            assert r.status_code in (200, 403, 404), r.text
-            seen["session events"] = seen.get("session events", set()) | _tokens(r.text, ex)
-            r = c.get("/memory/events", params={"session_id": sid})
-            assert r.status_code in (200, 403, 404), r.text
-            seen["kaos events"] = seen.get("kaos events", set()) | _tokens(r.text, ex)
+        for app in APPS:
+            get("kaos sessions", "/memory/sessions", params={"app": app})
+            for sid in [_sid(ex, k) for k in range(SLOTS)] + (
+                [f"{u}:import" for u in USERS] if app == "default" else []
+            ):
+                r = c.get(f"/v1/sessions/{quote(sid, safe='')}/events", params={"app": app})
+                assert r.status_code in (200, 403, 404), r.text
+                seen["session events"] = seen.get("session events", set()) | _tokens(r.text, ex)
+                r = c.get("/memory/events", params={"session_id": sid, "app": app})
+                assert r.status_code in (200, 403, 404), r.text
+                seen["kaos events"] = seen.get("kaos events", set()) | _tokens(r.text, ex)
+                if sid.endswith(":import"):
+                    continue
+                room = {**named, "agent_id": AGENT, "session_id": sid, "app": app}
+                r = c.get("/v1/memories", params={**room, "limit": 100})
+                assert r.status_code in (200, 404), r.text
+                seen["room list"] = seen.get("room list", set()) | _tokens(r.text, ex)
+                r = c.post("/v1/search", json={"query": f"zq{ex} towels", "top_k": 50, **room})
+                assert r.status_code in (200, 404), r.text
+                seen["room search"] = seen.get("room search", set()) | _tokens(r.text, ex)
+                r = c.post("/v1/tools/load_memory", params=room, json={"query": f"zq{ex} towels"})
+                assert r.status_code in (200, 404), r.text
+                seen["room tool"] = seen.get("room tool", set()) | _tokens(r.text, ex)
+        r = c.get("/v1/jobs", params={"limit": 100})
+        assert r.status_code == 200, r.text
+        seen["jobs list"] = _tokens(r.text, ex)
+        jobs |= {j["id"] for j in r.json()["jobs"]} & out.jobs.keys()
+        for job in out.jobs:
+            r = c.get(f"/v1/jobs/{job}")
+            assert r.status_code in (200, 404), r.text
+            seen["job get"] = seen.get("job get", set()) | _tokens(r.text, ex)
+            if r.status_code == 200:
+                jobs.add(job)
         r = c.post("/v1/tools/search_facts", params=named, json={"query": [f"zq{ex}"], "top_k": 50})
         assert r.status_code == 200, r.text
         seen["tool search_facts"] = _tokens(r.text, ex)
         r = c.post("/v1/tools/load_memory", params=named, json={"query": f"zq{ex}"})
         assert r.status_code == 200, r.text
         seen["tool load_memory"] = _tokens(r.text, ex)
-    return seen
+    return seen, jobs
 
 
 def _key_user(world: World, key: str) -> str:
@@ -187,35 +418,63 @@ async def _mcp_reads(url: str, key: str, ex: int) -> dict[str, set[str]]:
 
 #: Routes that list everything a reader may see of this example (the rest may show a subset).
 COMPLETE = {"list", "export", "mcp list"}
-#: Routes that take no user: a tenant-wide key reads them for the whole tenant (every session of
-#: the tenant); a user-bound key only for the sessions its user takes part in.
-TENANT_LEVEL = {"session events", "kaos events", "kaos sessions"}
+#: Routes that take no user: a tenant-wide key reads them for the whole tenant (every session
+#: and job of the tenant, every room); a user-bound key only for the sessions its user takes
+#: part in (rooms: in every session carrying the room's id; jobs: when the job was queued).
+TENANT_LEVEL = {"session events", "kaos events", "kaos sessions", "jobs list", "job get",
+                "room list", "room search", "room tool"}  # fmt: skip
 
 
-def _check(world: World, ex: int, owners: dict[str, tuple[str, str]], ids: dict[str, str]) -> None:
+def _room_members(world: World, tenant: str, sid: str) -> set[str]:
+    """The users a user-bound key of whom may read room ``sid``: those in every session of that
+    id, in every app (none when no session has the id)."""
+    found = [u for u in (_participants(world, tenant, sid, app) for app in APPS) if u is not None]
+    return set.intersection(*(set(u) for u in found)) if found else set()
+
+
+def _check(world: World, ex: int, out: Outcome) -> None:
+    owners, ids = out.owners, out.ids
+    members = {(t, sid): _room_members(world, t, sid) for t in TENANTS for sid in {s for _, s in out.rooms.values()}}
     for tenant in TENANTS:
         for user in USERS:
             mine = {t for t, o in owners.items() if o == (tenant, user)}
-            tenants = {t for t, o in owners.items() if o[0] == tenant}
+            tenants = {t for t, o in owners.items() if o[0] == tenant} | {
+                t for t, (rt, _) in out.rooms.items() if rt == tenant
+            }
+            rooms = {t for t, (rt, sid) in out.rooms.items() if rt == tenant and user in members[(rt, sid)]}
             memories = {t for t in mine if t in ids.values()}
             views = {
-                "bound key": _http_reads(world, ex, world.bound[(tenant, user)], None, ids),
-                "tenant key naming the user": _http_reads(world, ex, world.wide[tenant], user, ids),
+                "bound key": _http_reads(world, ex, world.bound[(tenant, user)], None, out),
+                "tenant key naming the user": _http_reads(world, ex, world.wide[tenant], user, out),
             }
             if world.mcp_url is not None:
-                views["bound key"] |= anyio.run(_mcp_reads, world.mcp_url, world.bound[(tenant, user)], ex)
-            for reader, seen in views.items():
+                OPS["mcp"] += 5  # initialize + four tools
+                views["bound key"][0].update(anyio.run(_mcp_reads, world.mcp_url, world.bound[(tenant, user)], ex))
+            for reader, (seen, jobs) in views.items():
+                wide = reader != "bound key"
                 for route, tokens in seen.items():
-                    allowed = tenants if reader != "bound key" and route in TENANT_LEVEL else mine
-                    assert tokens <= allowed, f"{reader} of {(tenant, user)} saw others' {tokens - allowed} via {route}"
+                    allowed = tenants if wide and route in TENANT_LEVEL else mine | rooms
+                    assert tokens <= allowed, (
+                        f"{reader} of {(tenant, user)} saw others' {tokens - allowed} via {route}: "
+                        f"{ {t: owners.get(t) or out.rooms.get(t) for t in tokens - allowed} } writes {out.writes}"
+                    )
+                my_jobs = {j for j, (t, users) in out.jobs.items() if t == tenant and (wide or user in users)}
+                assert jobs <= my_jobs, f"{reader} of {(tenant, user)} saw others' jobs {jobs - my_jobs}"
                 for route in COMPLETE & seen.keys():
                     assert memories <= seen[route], f"{reader} of {(tenant, user)}: {route} misses {memories}"
-                assert {t for t in mine if t not in memories} <= seen["session events"] | seen["export"]
+                kept = {t for t in out.events if owners[t] == (tenant, user)}
+                lost = kept - (seen["session events"] | seen["export"])
+                assert not lost, f"{reader} of {(tenant, user)}: acknowledged events {lost} are gone"
 
 
 def run_example(world: World, writes: list[Write]) -> None:
     """One example of the property: ``writes`` through ``world.http``, every read through
     ``world.reads`` (and MCP)."""
+    if done() or (writes in ATTACKS and not world.capped):
+        return
     ex = next(world.counter)
-    owners, ids = _write(world, ex, writes)
-    _check(world, ex, owners, ids)
+    _check(world, ex, _write(world, ex, writes))
+    path = os.environ.get("MEMLANE_ISOLATION_REPORT")
+    if path:  # the counts so far, for a long run stopped before its end
+        with open(f"{path}.progress", "w", encoding="utf-8") as fh:
+            fh.write(json.dumps({"examples": ex + 1, "ops": dict(OPS), "total": sum(OPS.values())}) + "\n")

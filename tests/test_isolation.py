@@ -2,15 +2,23 @@
 
 The visibility model (``memlane.models.Scope``): ``user_id`` alone reads all of that user's
 own memories, under every agent; ``user_id`` + ``agent_id`` reads only the user's memories
-under that agent. Ids are adversarial: separators, control characters, unicode, long.
+under that agent. Ids are adversarial: separators, control characters, unicode, long. Every write names the same
+session id (``"s"``): session ids collide across users and agents.
+
+``MEMLANE_ISOLATION_OPS=N`` runs examples until N engine calls were made (the long run of
+docs/reliability.md; ``MEMLANE_ISOLATION_REPORT=path`` appends the count as a JSON line).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +44,20 @@ reads = st.lists(
 )
 
 
+#: Engine calls made by the property (the long run counts them).
+CALLS = [0]
+TARGET_OPS = int(os.environ.get("MEMLANE_ISOLATION_OPS") or 0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report() -> Iterator[None]:
+    yield
+    path = os.environ.get("MEMLANE_ISOLATION_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"test": "test_isolation (Python engine, SQLite)", "ops": {"python": CALLS[0]}}) + "\n")
+
+
 def _visible(owner: tuple[str, str | None], user: str, app: str | None) -> bool:
     return owner[0] == user and (app is None or owner[1] == app)
 
@@ -47,6 +69,7 @@ async def _scenario(
         owner: dict[str, tuple[str, str | None]] = {}
         for user, app, text, as_msg in w:
             payload = [{"role": "user", "content": text}] if as_msg else text
+            CALLS[0] += 1
             for f in await m.add(payload, user_id=user, agent_id=app, session_id="s"):  # type: ignore[arg-type]
                 owner[f.id] = (user, app)
         for user, app, q in r:
@@ -54,11 +77,13 @@ async def _scenario(
             for h in res.hits:
                 assert _visible(owner[h.fact.id], user, app)
                 assert h.fact.user_id == user and (app is None or h.fact.agent_id == app)
+            CALLS[0] += 2
             page = await m.list(user_id=user, agent_id=app, limit=1000, include_invalid=True)
             assert all(_visible(owner[f.id], user, app) for f in page.items)
             assert page.total == sum(1 for o in owner.values() if _visible(o, user, app))
             for fid, o in owner.items():
                 if not _visible(o, user, app):
+                    CALLS[0] += 1
                     try:
                         await m.get(fid, user_id=user, agent_id=app)
                     except NotFoundError:
@@ -66,11 +91,13 @@ async def _scenario(
                     raise AssertionError("read another scope's fact")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10**6 if TARGET_OPS else 40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(writes, reads)
 def test_no_read_crosses_scopes(
     w: list[tuple[str, str | None, str, bool]], r: list[tuple[str, str | None, str]]
 ) -> None:
+    if TARGET_OPS and CALLS[0] >= TARGET_OPS:
+        return
     with tempfile.TemporaryDirectory() as d:
         asyncio.run(_scenario(Path(d) / "iso.db", w, r))
 

@@ -17,7 +17,8 @@ with the formation worker off (one by ``--no-formation-worker``, one by
   reflection steps (the model is not asked again), applies nothing again and completes the
   job; each formed fact and reflection exists once, with one ADD in its history;
 * the isolation property of tests/test_service_isolation.py (isolation_property.py) holds
-  on this deployment: written through A, read through B and over MCP.
+  on this deployment: written through A, read through B and over MCP, with the Redis session
+  store capped at :data:`MAX_SESSIONS` (eviction pressure) and the reported attacks first.
 """
 
 from __future__ import annotations
@@ -50,11 +51,25 @@ pytest.importorskip("redis")
 import httpx
 from hypothesis import HealthCheck, Phase, given, settings
 
-from isolation_property import LONG, TENANTS, USERS, World, Write, run_example, writes_strategy
+from isolation_property import (
+    LONG,
+    OPS,
+    TENANTS,
+    USERS,
+    World,
+    Write,
+    attacks,
+    examples,
+    report,
+    run_example,
+    writes_strategy,
+)
 from loopback import JsonHandler, Reply
 from loopback import serve as serve_loopback
 from services import delete_prefix, drop_schema, with_params
 
+#: The Redis session store's cap (KAOS: 1,000): small, so the isolation property's floods evict.
+MAX_SESSIONS = 60
 #: The workers' job lease: a killed worker's job is taken over this long after its last renewal.
 LEASE_SECONDS = 2.0
 #: Readiness / completion waits (never asserted as timings).
@@ -237,6 +252,7 @@ def deployment(pg_server: str, redis_server: str, tmp_path_factory: pytest.TempP
             "MEMLANE_DB": store,
             "MEMORY_TYPE": "redis",
             "MEMORY_REDIS_URL": sessions_url,
+            "MEMORY_MAX_SESSIONS": str(MAX_SESSIONS),  # small: the isolation property's eviction pressure
             "MEMLANE_QUEUE": queue_url,
             "MEMLANE_EMBEDDER": "hash",
             "MEMLANE_LLM": "openai:scripted",
@@ -270,6 +286,7 @@ def deployment(pg_server: str, redis_server: str, tmp_path_factory: pytest.TempP
             _wait_ready(b, "/health")
             _wait_ready(mcp, "/mcp")
             yield Deployment(a, b, workers, mcp, llm, queue_url, bound, wide)
+            report("test_scaleout (PostgreSQL + Redis, two replicas)")
         finally:
             llm.release.set()
             _stop(procs)
@@ -418,13 +435,14 @@ def test_killing_a_worker_mid_job_loses_nothing_and_applies_nothing_twice(deploy
 
 # --------------------------------------------------------------------------- (c) isolation
 @settings(
-    max_examples=30 if LONG else 3,
+    max_examples=examples(30 if LONG else 2),
     deadline=None,
     phases=[Phase.explicit, Phase.generate] + ([Phase.shrink] if LONG else []),
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(writes=writes_strategy)
+@attacks
 def test_isolation_property_holds_across_replicas(deployment: Deployment, writes: list[Write]) -> None:
     world = _world(deployment)
     run_example(world, writes)
@@ -438,5 +456,8 @@ def _world(d: Deployment) -> World:
     through replica A, reads through replica B and the MCP process."""
     world = _WORLDS.get(id(d))
     if world is None:
-        world = _WORLDS[id(d)] = World(http=d.a, mcp_url=f"{d.mcp.url}/mcp", bound=d.bound, wide=d.wide, reader=d.b)
+        OPS.clear()  # count this deployment's isolation requests only
+        world = _WORLDS[id(d)] = World(
+            http=d.a, mcp_url=f"{d.mcp.url}/mcp", bound=d.bound, wide=d.wide, reader=d.b, capped=True, forms=False
+        )
     return world

@@ -16,7 +16,14 @@ A sibling property (own store) covers document fragments and a fragment's docume
 jobs (list and get), ``GET /v1/embeddings`` (per tenant store) and MCP over stdio
 (``memlane mcp --transport stdio --user U``, tenant ``default``).
 
-CI: ``max_examples`` 4 per property (~60 s together); ``MEMLANE_ISOLATION_LONG=1`` for 60.
+The first property runs twice: sessions in the SQLite file, and in a capped in-process store
+(KAOS ``LocalMemory``, 40 sessions: eviction pressure), where it first tries the reported
+attacks (isolation_property.ATTACKS).
+
+CI: 2 generated examples per world (plus the 4 attacks in the capped one) and 4 for the
+sibling property; ``MEMLANE_ISOLATION_LONG=1`` for 60 each; ``MEMLANE_ISOLATION_OPS=N`` runs
+the first property until N requests per world were made (``MEMLANE_ISOLATION_REPORT=path``
+records the counts per surface; docs/reliability.md has the long run's).
 """
 
 from __future__ import annotations
@@ -43,7 +50,21 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from mcp import ClientSession
 
-from isolation_property import LONG, TENANTS, USERS, World, Write, _client, _tokens, run_example, writes_strategy
+from isolation_property import (
+    LONG,
+    OPS,
+    TENANTS,
+    USERS,
+    World,
+    Write,
+    _client,
+    _tokens,
+    attacks,
+    examples,
+    report,
+    run_example,
+    writes_strategy,
+)
 from service_server import ServiceServer, make_hub, serve
 
 
@@ -55,13 +76,30 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+#: The in-process session store's cap in the ``local`` world (small: eviction pressure).
+LOCAL_MAX_SESSIONS = 40
+
+
+@pytest.fixture(scope="module", params=["sqlite", "local"])
+def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """Sessions in the SQLite file, or in a capped in-process store (KAOS ``LocalMemory``)."""
+    from memlane import AsyncMemory
     from memlane.config import load_settings
     from memlane.service.app import create_app
+    from memlane.service.hub import MemoryHub
     from memlane.service.keys import KeyStore
+    from memlane.stores.local import LocalMemory
 
     tmp = tmp_path_factory.mktemp("iso")
+    OPS.clear()
+    local: dict[str, LocalMemory] = {}  # one capped store per tenant (kept if the hub reopens an engine)
+
+    def engine(location: str) -> AsyncMemory:
+        if request.param == "sqlite":
+            return AsyncMemory(location, embedder="hash", sessions="sqlite")
+        store = local.setdefault(location, LocalMemory(max_sessions=LOCAL_MAX_SESSIONS))
+        return AsyncMemory(location, embedder="hash", sessions=store)
+
     with KeyStore(tmp / "keys.db") as keys:
         bound = {(t, u): keys.create(t, user_id=u).secret for t in TENANTS for u in USERS}
         wide = {t: keys.create(t).secret for t in TENANTS}
@@ -80,9 +118,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         )  # fmt: skip
         try:
             _wait_port(port, proc, tmp / "mcp.log")
-            app = create_app(load_settings(env={"MEMLANE_RATE_LIMIT": "0"}), hub=make_hub(tmp), keys=keys)
+            hub = MemoryHub(engine, str(tmp / "memlane.db"), tmp / "tenants")
+            app = create_app(load_settings(env={"MEMLANE_RATE_LIMIT": "0"}), hub=hub, keys=keys)
             with serve(app) as srv:
-                yield World(srv, f"http://127.0.0.1:{port}/mcp", bound, wide)
+                yield World(srv, f"http://127.0.0.1:{port}/mcp", bound, wide, capped=request.param == "local")
+                report(f"test_service_isolation[{request.param}]")
         finally:
             proc.terminate()
             try:
@@ -110,13 +150,14 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 @settings(
-    max_examples=60 if LONG else 4,
+    max_examples=examples(60 if LONG else 2),
     deadline=None,
     phases=[Phase.explicit, Phase.generate] + ([Phase.shrink] if LONG else []),
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(writes=writes_strategy)
+@attacks
 def test_every_http_and_mcp_read_path_shows_only_the_readers_memory(world: World, writes: list[Write]) -> None:
     run_example(world, writes)
 
