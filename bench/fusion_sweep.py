@@ -156,7 +156,14 @@ LEVERS: dict[str, tuple[dict[str, Any], tuple[int, float] | None]] = {
     "blend, no cosine floor at all": ({**BLEND, "min_vector_score": None}, None),
     "blend + Rocchio (top 3 keyword hits, beta 1.0)": (BLEND, (3, 1.0)),
     "blend + Rocchio (top 5 keyword hits, beta 0.5)": (BLEND, (5, 0.5)),
-    "new default: blend, min-max, calibrated cos (floor 0.3), w 1.0, depth 20, soft floor": ({}, None),
+    "issue 11 default: blend, min-max, calibrated cos (floor 0.3), w 1.0, depth 20, soft floor 0.05": (
+        {"vector_floor": 0.3, "vector_margin": 0.05},
+        None,
+    ),
+    "default (issue 17): evidence only, min-max onto [0.01, 1], calibrated cos (floor 0.28), soft floor 0.02": (
+        {},
+        None,
+    ),
 }
 
 
