@@ -12,9 +12,11 @@ import pytest
 # One cache of built ONNX graphs for the whole run, also for tests (and their subprocesses) that
 # point HOME at a temporary folder: otherwise each of them rebuilds MiniLM's graph (~4-6 s).
 os.environ.setdefault("MEMLANE_CACHE_DIR", str(Path.home() / ".cache" / "memlane"))
-# create_app() without settings enforces the keys file of the environment's settings: the
-# tests' apps never look at the developer's own keys file (a path that does not exist).
-os.environ.setdefault("MEMLANE_KEYS_FILE", str(Path(tempfile.mkdtemp(prefix="memlane-test-")) / "no-keys.db"))
+# create_app() enforces the keys file of its settings: the tests' apps never look at the
+# developer's own keys file (a path that does not exist), also for settings built without the
+# environment (their default data folder, $XDG_DATA_HOME/memlane, is a temporary one too).
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="memlane-test-data-")
+os.environ.setdefault("MEMLANE_KEYS_FILE", str(Path(os.environ["XDG_DATA_HOME"]) / "no-keys.db"))
 
 from memlane import AsyncMemory
 

@@ -486,7 +486,9 @@ def test_the_cli_reads_its_defaults_from_the_config_file(
     assert main(["search", "tea", "-u", "bob", "--config", str(cfg), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["hits"] == []
     # an explicit --db still wins over the file
-    assert main(["--config", str(cfg), "-q", "--db", str(tmp_path / "flag.db"), "stats"]) == 0
+    assert (
+        main(["--config", str(cfg), "-q", "--db", str(tmp_path / "flag.db"), "add", "I like coffee", "-u", "al"]) == 0
+    )
     assert (tmp_path / "flag.db").exists()
 
 

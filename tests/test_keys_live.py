@@ -358,6 +358,24 @@ def test_create_app_from_the_environment_enforces_the_keys_file(
         assert srv.client.get("/v1/sessions", headers=bearer(key)).status_code == 200
 
 
+def test_create_app_with_explicit_settings_enforces_their_keys_file(tmp_path: Path) -> None:
+    """An app built from settings a library user passes (no ``keys=``) enforces the settings'
+    keys file too: a key created before or after the app starts is required from then on."""
+    from memlane.config import load_settings
+    from memlane.service.app import create_app
+    from memlane.service.keys import KeyStore
+    from service_server import make_hub, serve
+
+    keys_file = tmp_path / "keys.db"
+    settings = load_settings(env={"MEMLANE_KEYS_FILE": str(keys_file), "MEMLANE_RATE_LIMIT": "0"})
+    with serve(create_app(settings, hub=make_hub(tmp_path / "store"))) as srv:
+        assert srv.client.get("/v1/sessions").status_code == 200  # no keys file: default tenant
+        with KeyStore(keys_file) as store:
+            key = store.create("acme").secret
+        assert srv.client.get("/v1/sessions").status_code == 401
+        assert srv.client.get("/v1/sessions", headers=bearer(key)).status_code == 200
+
+
 def test_keys_list_and_revoke_create_no_keys_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from memlane.cli.main import main
 

@@ -95,18 +95,17 @@ def create_app(
             shutdown.
         keys: the API key store (:class:`~memlane.service.keys.KeyStore`; a store without
             keys: every request is the ``default`` tenant and ``memlane serve`` listens on
-            loopback only). None with ``settings`` None (the app built from the environment
-            alone, e.g. ``uvicorn --factory memlane.service.app:create_app``): the settings'
-            ``server.keys_file``, looked at on every request like ``memlane serve`` does, so a
-            key created there is enforced. None with explicit ``settings``: no keys; pass
-            ``KeyStore(settings.server.keys_file, create=False)`` to enforce them. Limits (body
-            size, page size, rate, body timeout) come from ``settings.server``.
+            loopback only). None: the settings' ``server.keys_file``, looked at on every
+            request like ``memlane serve`` does, so a key created there (by any process, before
+            or after the app starts) is enforced: an app never ignores the configured keys
+            file. Limits (body size, page size, rate, body timeout) come from
+            ``settings.server``.
     """
     owned_keys: KeyStore | None = None
     if settings is None:
         settings = load_settings()
-        if keys is None:  # fail closed: never ignore the configured keys file
-            keys = owned_keys = KeyStore(settings.server.keys_file, create=False)
+    if keys is None:  # fail closed: never ignore the configured keys file
+        keys = owned_keys = KeyStore(settings.server.keys_file, create=False)
     the_hub = hub if hub is not None else _default_hub(settings)
 
     @asynccontextmanager
