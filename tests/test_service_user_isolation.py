@@ -146,3 +146,25 @@ def test_a_room_is_not_readable_through_a_session_of_the_same_id_in_another_app(
     assert "zqroom" in srv.client.get("/v1/memories", params=room, headers=_key(keys)).text
     assert srv.client.delete("/v1/sessions/S", params={"app": "other"}, headers=alice).status_code == 204
     assert "zqroom" in srv.client.get("/v1/memories", params=room, headers=bob).text
+
+
+def test_a_formation_job_shows_to_the_participants_stored_with_it_only() -> None:
+    """A trigger coalesced into a queued job of a deleted session whose id was reused merges the
+    new participants into the payload; the job's ``user_id`` still names the first session's
+    user, who must not see it (it forms the new session)."""
+    from memlane.models import Job
+    from memlane.service.auth import Principal
+    from memlane.service.routes.jobs import _visible
+
+    def job(kind: str, user_id: str | None, payload: dict[str, object]) -> Job:
+        return Job(id="j", kind=kind, key="k", payload=payload, user_id=user_id)  # type: ignore[arg-type]
+
+    def sees(user: str | None, j: Job) -> bool:
+        return _visible(Principal(tenant="acme", user_id=user, read_only=False), j)
+
+    merged = job("form", "bob", {"app": "default", "session_id": "S", "user_ids": ["alice"]})
+    assert (sees("bob", merged), sees("alice", merged), sees(None, merged)) == (False, True, True)
+    legacy = job("form", "bob", {"app": "default", "session_id": "S"})  # queued before participants were stored
+    assert (sees("bob", legacy), sees("alice", legacy)) == (True, False)
+    infer = job("infer", "bob", {"user_id": "bob"})
+    assert (sees("bob", infer), sees("alice", infer)) == (True, False)

@@ -73,14 +73,18 @@ class JobList(BaseModel):
 
 
 def _visible(caller: Principal, job: Job) -> bool:
-    """A tenant-wide key sees every job; a user-bound key its user's jobs and the formation jobs
-    of sessions its user took part in *when the job was queued* (``payload["user_ids"]``), never
-    through a session that now has the job's session id (a reused id is another session). A job
-    queued before participants were stored shows only to its ``user_id``."""
-    if caller.user_id is None or job.user_id == caller.user_id:
+    """A tenant-wide key sees every job; a user-bound key its user's ``infer`` jobs and the
+    formation jobs of sessions its user took part in *when the job was last queued*
+    (``payload["user_ids"]``; a job a later trigger coalesced into carries the later
+    participants), never through a session that now has the job's session id (a reused id is
+    another session). A formation job queued before participants were stored shows only to its
+    ``user_id``."""
+    if caller.user_id is None:
         return True
     users = job.payload.get("user_ids")
-    return job.kind == "form" and isinstance(users, list) and caller.user_id in users
+    if job.kind == "form" and isinstance(users, list):
+        return caller.user_id in users
+    return job.user_id == caller.user_id
 
 
 async def _job(memory: AsyncMemory, caller: Principal, job_id: str) -> Job:
