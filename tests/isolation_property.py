@@ -72,10 +72,15 @@ FLOOD = 12
 OPS: Counter[str] = Counter()
 
 
+#: Fewer requests than one example makes (about 330): a long run's ``max_examples`` bound.
+MIN_OPS_PER_EXAMPLE = 250
+
+
 def examples(fixed: int) -> int:
-    """``max_examples`` for a property: ``fixed``, or without bound when ``MEMLANE_ISOLATION_OPS``
-    asks for a number of requests (each example then checks :func:`done` first)."""
-    return 10**6 if TARGET_OPS else fixed
+    """``max_examples`` for a property: ``fixed``, or, when ``MEMLANE_ISOLATION_OPS`` asks for a
+    number of requests, enough examples to make them (each example checks :func:`done` first,
+    so the few left over once the count is reached do nothing)."""
+    return TARGET_OPS // MIN_OPS_PER_EXAMPLE + 1 if TARGET_OPS else fixed
 
 
 def done() -> bool:
