@@ -62,6 +62,9 @@ def serve(app: Any, *, headers: dict[str, str] | None = None) -> Iterator[Servic
     the hub is closed at the end)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # accepted connections inherit it: without it every answer waited ~40 ms for the client's
+    # delayed ACK (Nagle on uvicorn's separate header and body writes): 45 ms vs 0.7 ms a request
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
