@@ -45,7 +45,7 @@ def test_defaults_are_gaias_and_kaoss() -> None:
     assert (m.enabled, m.auto_ingest, m.recall_limit, m.preload, m.preload_limit) == (True, True, 5, True, 20)
     assert (m.extraction_instructions, m.llm, m.strong_llm, m.embedder) == ("", "offline", None, "auto")
     assert ss.backend == "sqlite"
-    assert (ss.window_turns, ss.idle_consolidate_minutes, ss.context_limit) == (30, 30.0, 6)
+    assert (ss.window_turns, ss.idle_consolidate_minutes, ss.context_limit) == (30, 30.0, None)
     assert (ss.max_sessions, ss.max_session_events, ss.redis_url) == (1000, 500, None)
     assert (srv.host, srv.port, srv.rate_limit) == ("127.0.0.1", 8000, 600)
     assert s.config_file is None

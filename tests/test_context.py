@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memlane import AsyncMemory, ConsolidatedMemory, Event, EventType, Memory, Reflection
+from memlane import AsyncMemory, ConsolidatedMemory, Event, EventType, Memory, RecallConfig, Reflection
 from memlane.agent.context import (
     CONTEXT_TTL,
     LocalContextCache,
@@ -358,7 +358,10 @@ async def test_window_replays_last_user_turns_or_last_events(mem: AsyncMemory) -
     assert len(gaia) == 90 and gaia[0].content == "q5" and gaia[-1].content == "a34"
     kaos = await mem.window(s.id, app="chat", user_turns=None, last_n=6)
     assert [e.content for e in kaos] == ["q33", "t33", "a33", "q34", "t34", "a34"]
-    assert await mem.window(s.id, app="chat") == kaos  # by default the shorter window: 6 events (KAOS)
+    assert await mem.window(s.id, app="chat") == gaia  # by default Gaia's 30 user turns, no event bound
+    bounded = AsyncMemory(mem.db_path, embedder="hash", sessions="sqlite", recall=RecallConfig(context_limit=6))
+    async with bounded:  # context_limit set (MEMORY_CONTEXT_LIMIT): the shorter window wins
+        assert await bounded.window(s.id, app="chat") == kaos
     assert [e.content for e in await mem.window(s.id, app="chat", user_turns=1)] == ["q34", "t34", "a34"]
     messages = await replay_messages(mem, s.id, app="chat", user_turns=1)
     assert [m["role"] for m in messages] == ["user", "tool", "assistant"]

@@ -138,12 +138,14 @@ class SessionSettings(BaseModel):
     ``redis`` (shared by replicas, bounded like ``local``; needs ``redis_url``)."""
     window_turns: int = Field(30, ge=1)
     """Recent user turns replayed to the model (``window``; the shorter of this and
-    ``context_limit`` wins)."""
+    ``context_limit``, when set, wins)."""
     idle_consolidate_minutes: float | None = Field(30.0, gt=0)
     """Silence after which a session is formed and cleared (null: no idle timer)."""
-    context_limit: int = Field(6, ge=0)
+    context_limit: int | None = Field(None, ge=0)
     """KAOS ``memory_context_limit``: events replayed as model history (``window``, the
-    pydantic-ai bridge's ``load_history`` / ``run_with_memory``)."""
+    pydantic-ai bridge's ``load_history`` / ``run_with_memory``). Unset (null): ``window``
+    replays the last ``window_turns`` user turns with no event bound, the pydantic-ai bridge
+    KAOS's default of 6 events."""
     max_sessions: int = Field(1000, ge=1)
     """Sessions the ``local`` and ``redis`` backends keep (the oldest 10% are evicted when full)."""
     max_session_events: int = Field(500, ge=1)

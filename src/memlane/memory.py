@@ -1114,7 +1114,8 @@ class AsyncMemory:
         """The session's tail to replay to the model: the last ``user_turns`` user turns with
         everything after them, and at most the last ``last_n`` events; the shorter window wins.
         By default the engine's :attr:`recall_config` (``window_turns``: Gaia, 30;
-        ``context_limit``: KAOS ``MEMORY_CONTEXT_LIMIT``, 6); None lifts a bound."""
+        ``context_limit``: KAOS ``MEMORY_CONTEXT_LIMIT``, no event bound unless set); None
+        lifts a bound."""
         return await replay_window(self, session_id, app=app, user_turns=user_turns, last_n=last_n)
 
     # ------------------------------------------------------------------ formation

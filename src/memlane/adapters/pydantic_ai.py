@@ -37,7 +37,7 @@ System prompts are not part of the replayed history: give the agent ``instructio
 (re-sent on every request) rather than ``system_prompt=`` (only sent when the history is empty).
 
 :func:`run_with_memory` does a whole turn: loads the session's last ``context_limit`` events
-(KAOS ``memory_context_limit``: the engine's ``recall_config.context_limit``, 6 by default),
+(KAOS ``memory_context_limit``: the engine's ``recall_config.context_limit`` when set, else KAOS's 6),
 made provider-valid with pydantic-ai's ``repair_messages`` (a window can cut a call from its
 return), runs the agent, and appends
 the run's new messages to the session through :meth:`AsyncMemory.add_event` (so memory
@@ -352,7 +352,8 @@ async def load_history(
 
 def _limit(memory: AsyncMemory, context_limit: ConfiguredInt) -> int | None:
     if context_limit is CONFIGURED:
-        return memory.recall_config.context_limit
+        configured = memory.recall_config.context_limit
+        return CONTEXT_LIMIT if configured is None else configured
     return inputs.optional_integer(context_limit, "context_limit", 0, inputs.MAX_INT)
 
 

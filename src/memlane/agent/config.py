@@ -10,7 +10,9 @@ them from the engine (``AsyncMemory(recall=RecallConfig(...))``; the settings'
 * ``window_turns`` and ``context_limit``: the session tail replayed to the model
   (:meth:`memlane.AsyncMemory.window`, the pydantic-ai bridge's ``load_history`` and
   ``run_with_memory``): the last ``window_turns`` user turns (Gaia) and at most
-  ``context_limit`` events (KAOS); the shorter window wins.
+  ``context_limit`` events (KAOS); the shorter window wins. ``context_limit`` unset (None)
+  keeps each surface's own seed default: ``window()`` replays Gaia's 30 user turns with no event
+  bound, the pydantic-ai bridge (KAOS's runtime) KAOS's 6 events; set, it bounds both.
 
 An explicit argument to one of those calls still wins over the engine's value.
 """
@@ -57,5 +59,7 @@ class RecallConfig(BaseModel):
     """Hits ``load_memory`` returns (Gaia ``memory.recall_limit``, 5)."""
     window_turns: int | None = Field(WINDOW_TURNS, ge=0)
     """User turns replayed (Gaia ``sessions.window_turns``, 30); None: no turn bound."""
-    context_limit: int | None = Field(CONTEXT_LIMIT, ge=0)
-    """Events replayed (KAOS ``MEMORY_CONTEXT_LIMIT``, 6); None: no event bound."""
+    context_limit: int | None = Field(None, ge=0)
+    """Events replayed (KAOS ``MEMORY_CONTEXT_LIMIT``). None (unset): ``window()`` has no event
+    bound (Gaia's user-turn window alone) and the pydantic-ai bridge replays KAOS's
+    :data:`CONTEXT_LIMIT` (6)."""

@@ -465,7 +465,8 @@ async def replay_window(
     """The tail of a session to replay to the model: the last ``user_turns`` user turns (Gaia)
     with everything after them, and at most the last ``last_n`` events (KAOS
     ``memory_context_limit``). The shorter window wins; oldest first. By default both come from
-    ``memory.recall_config`` (``window_turns``, 30; ``context_limit``, 6); None lifts a bound.
+    ``memory.recall_config`` (``window_turns``, 30; ``context_limit``, no event bound unless
+    set); None lifts a bound.
 
     Raises:
         NotFoundError: no such session.
