@@ -54,3 +54,21 @@ async def test_0003_rekeys_partitions_of_an_old_file(tmp_path: Path) -> None:
     keys = {r[0] for r in con.execute("SELECT partition FROM partitions")}
     assert keys == {"u|sam|", "u|sam|coach", "a|coach"}
     assert con.execute("SELECT COUNT(*) FROM facts WHERE instr(partition, char(31))").fetchone()[0] == 0
+
+
+async def test_sessions_by_id_in_every_app_read_an_index(tmp_path: Path) -> None:
+    """``sessions_with_id`` (the service's room check for a user-bound key) finds the sessions
+    of one id across apps through the ``sessions_id`` index (0009), not a scan of the table."""
+    path = tmp_path / "m.db"
+    async with AsyncMemory(path, embedder="hash", sessions="sqlite") as m:
+        for app in ("hotel", "other"):
+            await m.sessions.create_session(session_id="S", user_ids=["bob"], app=app)
+        await m.sessions.create_session(session_id="T", user_ids=["bob"], app="hotel")
+        assert [s.app for s in await m.sessions.sessions_with_id("S")] == ["hotel", "other"]
+    con = sqlite3.connect(path)
+    try:
+        plan = con.execute("EXPLAIN QUERY PLAN SELECT * FROM sessions WHERE id = ? ORDER BY app", ("S",)).fetchall()
+    finally:
+        con.close()
+    details = " ".join(str(row[-1]) for row in plan)
+    assert "INDEX sessions_id" in details and "SCAN sessions" not in details, details

@@ -362,3 +362,23 @@ async def test_check_reports_broken_job_invariants(pg_url: str) -> None:
         assert problems == ["jobs: 1 running job(s) without a lease holder", "jobs: key 'k' has 2 jobs running at once"]
     finally:
         await store.close()
+
+
+async def test_sessions_by_id_in_every_app_read_an_index(pg_url: str) -> None:
+    """``sessions_with_id`` (the room check) has the ``sessions_id`` index (0004): with
+    sequential scans priced out, the planner reads it."""
+    store = await PgSessionStore.open(pg_url)
+    try:
+        for app in ("hotel", "other"):
+            await store.create_session(session_id="S", user_ids=["bob"], app=app)
+        assert [s.app for s in await store.sessions_with_id("S")] == ["hotel", "other"]
+        async with store.db.connection() as conn:
+            await conn.execute("SET enable_seqscan = off")
+            try:
+                cur = await conn.execute("EXPLAIN SELECT * FROM sessions WHERE id = %s ORDER BY app", ("S",))
+                plan = " ".join(str(row[0]) for row in await cur.fetchall())
+            finally:
+                await conn.execute("RESET enable_seqscan")
+    finally:
+        await store.close()
+    assert "sessions_id" in plan, plan

@@ -260,4 +260,10 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             "DROP FUNCTION pg_temp.memlane_keyword_text(text)",
         ],
     ),
+    (
+        # Sessions by id alone, in every app (SessionStore.sessions_with_id): the service's room
+        # check for a user-bound key reads it on each room read; the (app, id) key cannot serve it.
+        "0004_sessions_by_id",
+        ["CREATE INDEX sessions_id ON sessions (id, app)"],
+    ),
 ]

@@ -300,4 +300,10 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
             "CREATE INDEX facts_embed_seq ON facts(partition, embed_seq) WHERE embed_seq IS NOT NULL",
         ],
     ),
+    (
+        # Sessions by id alone, in every app (SessionStore.sessions_with_id): the service's room
+        # check for a user-bound key reads it on each room read; the (app, id) key cannot serve it.
+        "0009_sessions_by_id",
+        ["CREATE INDEX sessions_id ON sessions(id, app)"],
+    ),
 ]
