@@ -359,9 +359,12 @@ async def test_window_replays_last_user_turns_or_last_events(mem: AsyncMemory) -
     kaos = await mem.window(s.id, app="chat", user_turns=None, last_n=6)
     assert [e.content for e in kaos] == ["q33", "t33", "a33", "q34", "t34", "a34"]
     assert await mem.window(s.id, app="chat") == gaia  # by default Gaia's 30 user turns, no event bound
-    bounded = AsyncMemory(mem.db_path, embedder="hash", sessions="sqlite", recall=RecallConfig(context_limit=6))
-    async with bounded:  # context_limit set (MEMORY_CONTEXT_LIMIT): the shorter window wins
-        assert await bounded.window(s.id, app="chat") == kaos
+    default = mem.recall_config
+    mem.recall_config = RecallConfig(context_limit=6)  # context_limit set (MEMORY_CONTEXT_LIMIT): the shorter wins
+    try:
+        assert await mem.window(s.id, app="chat") == kaos
+    finally:
+        mem.recall_config = default
     assert [e.content for e in await mem.window(s.id, app="chat", user_turns=1)] == ["q34", "t34", "a34"]
     messages = await replay_messages(mem, s.id, app="chat", user_turns=1)
     assert [m["role"] for m in messages] == ["user", "tool", "assistant"]
