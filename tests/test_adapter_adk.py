@@ -397,6 +397,28 @@ async def test_top_k_caps_results(memory: AsyncMemory) -> None:
     assert len((await svc.search_memory(app_name="default", user_id="alice", query="tea note")).memories) == 2
 
 
+async def test_top_k_defaults_to_the_engines_recall_limit(memory: AsyncMemory) -> None:
+    """Gaia's ``memory.recall_limit`` (5) bounds what ADK's ``load_memory`` gets through
+    ``search_memory``; the engine's RecallConfig (the settings) changes it, read on each search."""
+    from memlane import RecallConfig
+
+    svc = MemlaneMemoryService(memory)
+    events = [adk_event("user", f"Tea note number {i}") for i in range(8)]
+    await svc.add_events_to_memory(app_name="default", user_id="alice", events=events)
+
+    async def found() -> int:
+        return len((await svc.search_memory(app_name="default", user_id="alice", query="tea note")).memories)
+
+    assert svc.top_k == 5 and await found() == 5
+    default = memory.recall_config
+    memory.recall_config = RecallConfig(recall_limit=2)  # what MEMLANE_RECALL_LIMIT=2 builds
+    try:
+        assert svc.top_k == 2 and await found() == 2
+    finally:
+        memory.recall_config = default
+    assert MemlaneMemoryService(memory, top_k=7).top_k == 7
+
+
 async def test_sync_memory_drives_the_services_from_another_loop(tmp_path: Path) -> None:
     with Memory(tmp_path / "sync.db", embedder="hash:64") as m:
         memories, sessions = MemlaneMemoryService(m), MemlaneSessionService(m)

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from memlane import inputs
 from memlane._binding import Binding
 from memlane.adapters import missing_extra
+from memlane.agent.config import CONFIGURED, Configured
 from memlane.agent.context import escape_memory_text
 from memlane.errors import InvalidInputError, NotFoundError, ScopeError
 from memlane.memory import AsyncMemory
@@ -84,8 +85,9 @@ RESERVED_PREFIX = "memlane-adk:"
 _APP_STATE_ID = f"{RESERVED_PREFIX}app-state"
 _STATE_DELTA_KEY = "adk_state_delta"
 _STATE_AUTHOR = "memlane-adk"
-#: Most memories one search returns (ADK's in-memory service returns 10).
-DEFAULT_TOP_K = 10
+#: Most memories one search returns by default: the engine's ``recall_config.recall_limit``
+#: (Gaia's ``memory.recall_limit``, 5: ADK's ``load_memory`` routes to ``search_memory``).
+DEFAULT_TOP_K = CONFIGURED
 #: Candidates read when the app has no namespace (app ``"default"``), before keeping the app's own.
 _WIDE_TOP_K = 100
 
@@ -289,7 +291,9 @@ class MemlaneMemoryService(BaseMemoryService):
 
     Args:
         memory: the memlane memory (:class:`AsyncMemory`, or a sync :class:`Memory`).
-        top_k: most memories one ``search_memory`` returns (1..100).
+        top_k: most memories one ``search_memory`` returns (1..100); by default the engine's
+            ``recall_config.recall_limit`` (Gaia's ``memory.recall_limit``, 5; the settings'
+            ``memory.recall_limit`` / ``MEMLANE_RECALL_LIMIT``), read on each search.
         escape: return each memory's text and author as one line of prompt-safe text, escaped
             as in memlane's ``<MemoryContext>`` block (``&``, ``<``, ``>`` and look-alikes as
             entities, line breaks as spaces, invisible controls removed). ADK's
@@ -302,15 +306,23 @@ class MemlaneMemoryService(BaseMemoryService):
     user memory, and never shows what the user stored under another app.
     """
 
-    def __init__(self, memory: AsyncMemory | Memory, *, top_k: int = DEFAULT_TOP_K, escape: bool = True) -> None:
+    def __init__(
+        self, memory: AsyncMemory | Memory, *, top_k: int | Configured = DEFAULT_TOP_K, escape: bool = True
+    ) -> None:
         self._engine = _Engine(memory, "MemlaneMemoryService")
-        self.top_k = inputs.integer(top_k, "top_k", 1, 100)
+        self._top_k = top_k if top_k is CONFIGURED else inputs.integer(top_k, "top_k", 1, 100)
         self.escape = inputs.flag(escape, "escape")
 
     @property
     def memory(self) -> AsyncMemory:
         """The memlane engine this service writes to and reads from."""
         return self._engine.engine
+
+    @property
+    def top_k(self) -> int:
+        """Most memories one ``search_memory`` returns (the engine's ``recall_limit`` unless
+        given)."""
+        return self.memory.recall_config.recall_limit if self._top_k is CONFIGURED else self._top_k
 
     # ---- writes
     async def add_session_to_memory(self, session: AdkSession | MemlaneSession) -> None:
@@ -442,10 +454,11 @@ class MemlaneMemoryService(BaseMemoryService):
         if not inputs.has_visible(query):
             return SearchMemoryResponse()
         ns = agent_namespace(app_name)
-        top_k = self.top_k if ns is not None else _WIDE_TOP_K
+        limit = self.top_k
+        top_k = limit if ns is not None else _WIDE_TOP_K
         result = await self._engine.run(self.memory.search(query, user_id=user_id, agent_id=ns, top_k=top_k))
         hits = result.hits if ns is not None else [h for h in result.hits if h.fact.agent_id is None]
-        return SearchMemoryResponse(memories=[_entry(h, self.escape) for h in hits[: self.top_k]])
+        return SearchMemoryResponse(memories=[_entry(h, self.escape) for h in hits[:limit]])
 
     async def delete_memory(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
         """Delete one of the user's own memories under this app by the ``MemoryEntry.id``
