@@ -22,8 +22,9 @@ from memlane import AsyncMemory
 
 #: ``llama_server``: SmolLM2-135M behind a real llama.cpp server (session-scoped, started on first use);
 #: ``services``: real PostgreSQL + pgvector and Redis (``pg_url``, ``redis_url``: fresh per test);
-#: ``repo_guard``: a test (or the run) that leaves a file in the checkout fails.
-pytest_plugins = ("llama_server", "services", "repo_guard")
+#: ``repo_guard``: a test (or the run) that leaves a file in the checkout fails; ``cli_helpers``: the
+#: ``db`` fixture of the CLI tests (a tmp database, the hash embedder).
+pytest_plugins = ("llama_server", "services", "repo_guard", "cli_helpers")
 
 
 @pytest.fixture

@@ -106,3 +106,15 @@ def service(tmp_path: Path) -> Iterator[ServiceServer]:
 
     with serve(create_app(hub=make_hub(tmp_path))) as srv:
         yield srv
+
+
+@contextmanager
+def serve_with_keys(tmp_path: Path, keys: Any) -> Iterator[ServiceServer]:
+    """memlane's app enforcing ``keys`` (a :class:`~memlane.service.keys.KeyStore`), rate limit
+    off, on a real loopback server over a tmp store."""
+    from memlane.config import MemlaneSettings, ServerSettings
+    from memlane.service.app import create_app
+
+    app = create_app(MemlaneSettings(server=ServerSettings(rate_limit=0)), hub=make_hub(tmp_path), keys=keys)
+    with serve(app) as srv:
+        yield srv

@@ -19,30 +19,13 @@ from pathlib import Path
 import pytest
 
 import memlane
+from cli_helpers import one_line_error, run
 from memlane.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = str(Path(memlane.__file__).resolve().parents[1])
 ENV = {**os.environ, "PYTHONPATH": SRC, "MEMLANE_DB": "/nonexistent-dir/never-used.db"}
 CLI = [sys.executable, "-m", "memlane.cli.main"]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err: str) -> str:
-    """The error output is exactly one ``memlane: error: ...`` line (no traceback)."""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("memlane: error: "), err
-    return lines[0]
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> list[str]:
-    return ["--db", str(tmp_path / "cli.db"), "--embedder", "hash", "-q"]
 
 
 def stats(capsys: pytest.CaptureFixture[str], db: list[str]) -> dict[str, object]:

@@ -10,27 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from memlane.cli.main import NEEDS_DB, build_parser, main
+from cli_helpers import one_line_error, run
+from memlane.cli.main import NEEDS_DB, build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = str(ROOT / "examples" / "sample_conversation.jsonl")
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("memlane: error: "), err
-    return lines[0]
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> list[str]:
-    return ["--db", str(tmp_path / "cli.db"), "--embedder", "hash", "-q"]
 
 
 # ---------------------------------------------------------------------------- no database created

@@ -11,10 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from memlane.config import MemlaneSettings, ServerSettings
-from memlane.service.app import create_app
 from memlane.service.auth import KeyStore
-from service_server import ServiceServer, make_hub, serve
+from service_server import ServiceServer, serve_with_keys
 
 
 def jsonl(*rows: dict[str, str]) -> str:
@@ -36,8 +34,7 @@ def keys(tmp_path: Path) -> Iterator[KeyStore]:
 
 @pytest.fixture
 def keyed(tmp_path: Path, keys: KeyStore) -> Iterator[ServiceServer]:
-    app = create_app(MemlaneSettings(server=ServerSettings(rate_limit=0)), hub=make_hub(tmp_path), keys=keys)
-    with serve(app) as srv:
+    with serve_with_keys(tmp_path, keys) as srv:
         yield srv
 
 

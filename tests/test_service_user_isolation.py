@@ -26,7 +26,7 @@ pytest.importorskip("fastapi")
 from memlane.config import MemlaneSettings, ServerSettings
 from memlane.service.app import create_app
 from memlane.service.auth import KeyStore
-from service_server import ServiceServer, make_hub, serve
+from service_server import ServiceServer, make_hub, serve, serve_with_keys
 
 
 @pytest.fixture
@@ -37,8 +37,7 @@ def keys(tmp_path: Path) -> Iterator[KeyStore]:
 
 @pytest.fixture
 def srv(tmp_path: Path, keys: KeyStore) -> Iterator[ServiceServer]:
-    app = create_app(MemlaneSettings(server=ServerSettings(rate_limit=0)), hub=make_hub(tmp_path), keys=keys)
-    with serve(app) as server:
+    with serve_with_keys(tmp_path, keys) as server:
         yield server
 
 
