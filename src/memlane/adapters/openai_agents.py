@@ -40,29 +40,36 @@ How items map onto memlane (see docs/adapters.md):
   triggers and the idle timer apply; by default an idle session (30 min) is formed and then
   cleared (``FormationConfig(clear_on_idle=False)`` keeps it). ``form=False`` writes to the
   session store only.
+* As with ``SQLiteSession``: ``session_settings`` defaults to ``SessionSettings()`` and a dict
+  is normalised into one (unknown keys raise ``TypeError``); an item that is not a dict of JSON
+  data raises :class:`SessionItemError` (also a ``TypeError``) and nothing of its batch is
+  written; after :meth:`MemlaneSession.close` every call raises :class:`SessionClosedError`
+  (also a ``RuntimeError``). ``close`` closes the memory only when the session opened it
+  itself (``memory`` given as a database path); a memory you passed in stays open.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar, cast
 
 from memlane import inputs
 from memlane._binding import Binding
 from memlane.adapters import missing_extra
-from memlane.errors import InvalidInputError, ScopeError
+from memlane.errors import InvalidInputError, ScopeError, UsageError
 from memlane.memory import AsyncMemory
 from memlane.models import Event, EventType, Session
 from memlane.sync import Memory
 
 try:
     from agents.items import TResponseInputItem
-    from agents.memory.session_settings import SessionSettings, resolve_session_limit
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 except ImportError as exc:
     raise missing_extra("openai_agents", "the OpenAI Agents SDK (openai-agents >= 0.24)", "openai-agents", exc) from exc
 
-__all__ = ["ITEM_KEY", "MemlaneSession", "event_type_of", "item_to_event"]
+__all__ = ["ITEM_KEY", "MemlaneSession", "SessionClosedError", "SessionItemError", "event_type_of", "item_to_event"]
 
 T = TypeVar("T")
 
@@ -71,6 +78,17 @@ ITEM_KEY = "openai_item"
 
 _CALL_TYPES = frozenset({"mcp_approval_request", "mcp_list_tools"})
 _RESULT_TYPES = frozenset({"mcp_approval_response"})
+
+
+class SessionItemError(InvalidInputError, TypeError):
+    """An item ``add_items`` cannot store: not a dict, or not JSON data (an ``object()``, a
+    ``set``). Also a ``TypeError``, what the SDK's ``SQLiteSession`` raises for such an item;
+    nothing of the batch was written."""
+
+
+class SessionClosedError(UsageError, RuntimeError):
+    """A call on a session after its ``close()``. Also a ``RuntimeError``, what the SDK's
+    ``SQLiteSession`` raises after its ``close()``: make a new session to go on."""
 
 
 def event_type_of(item: Mapping[str, Any]) -> EventType:
@@ -110,11 +128,11 @@ def item_to_event(item: Mapping[str, Any], *, user_id: str | None = None, agent_
     """An Agents SDK item as a memlane event keeping the item's JSON (``metadata["openai_item"]``);
     a user message also records ``metadata["user_id"]`` (so ``forget`` finds it in a group session)."""
     if not isinstance(item, Mapping):
-        raise InvalidInputError(f"a session item must be a dict, got {inputs.show(item)}")
+        raise SessionItemError(f"a session item must be a dict, got {inputs.show(item)}")
     try:
         data = json.loads(json.dumps(item, ensure_ascii=False))  # plain JSON, as SQLiteSession stores it
     except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"a session item must be JSON data: {exc}") from None
+        raise SessionItemError(f"a session item must be JSON data: {exc}") from None
     etype = event_type_of(data)
     content: Any
     if etype is EventType.USER_MESSAGE:
@@ -149,44 +167,67 @@ class MemlaneSession:
 
     Args:
         session_id: the conversation's id (the memlane session id in ``app``).
-        memory: an :class:`memlane.AsyncMemory` or a sync :class:`memlane.Memory`.
+        memory: an :class:`memlane.AsyncMemory` or a sync :class:`memlane.Memory`, or a
+            database path (as ``SQLiteSession``'s ``db_path``; ``":memory:"`` for a throwaway
+            one): the session then opens a :class:`memlane.Memory` on it with memlane's
+            defaults and closes it in :meth:`close`.
         user_id: the user the conversation belongs to.
         app: the memlane app the session lives in.
         agent_id: the agent taking part (memlane's agent namespace for formed memories; also
             the author of the assistant's messages).
         form: append through ``memory.add_event`` (formation triggers, idle timer); False
             writes to the session store only.
-        session_settings: the Agents SDK's settings (``limit``: default history size).
+        session_settings: the Agents SDK's settings (``limit``: default history size), a
+            ``SessionSettings`` or a dict of its fields (normalised as ``SQLiteSession`` does:
+            an unknown key raises ``TypeError``); None: ``SessionSettings()``.
     """
+
+    session_settings: SessionSettings
 
     def __init__(
         self,
         session_id: str,
-        memory: AsyncMemory | Memory,
+        memory: AsyncMemory | Memory | str | os.PathLike[str],
         *,
         user_id: str,
         app: str = "default",
         agent_id: str | None = None,
         form: bool = True,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         self.session_id = inputs.identifier(session_id, "session_id")
         self.user_id = inputs.identifier(user_id, "user_id")
         self.app = inputs.identifier(app, "app")
         self.agent_id = inputs.optional_id(agent_id, "agent_id")
         self.form = inputs.flag(form, "form")
-        self.session_settings = session_settings
-        self._binding = Binding(memory)
+        self.session_settings = (
+            SessionSettings() if session_settings is None else coerce_session_settings(session_settings)
+        )
+        self._closed = False
+        if not isinstance(memory, AsyncMemory | Memory | str | os.PathLike):
+            raise InvalidInputError(
+                f"memory must be a memlane AsyncMemory or Memory, or a database path, got {inputs.show(memory)}"
+            )
+        # Opened last, once every argument is known good: nothing is left open by a bad call.
+        self._owned: Memory | None = None if isinstance(memory, AsyncMemory | Memory) else Memory(memory)
+        self._binding = Binding(self._owned or cast(AsyncMemory | Memory, memory))
         self._engine: AsyncMemory = self._binding.require("MemlaneSession")
 
     # ------------------------------------------------------------------ Session protocol
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The conversation, oldest first; ``limit`` keeps the newest N items (default
         ``session_settings.limit``; None: all)."""
+        self._check_open()
         return await self._run(self._get_items(resolve_session_limit(limit, self.session_settings)))
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append items, in order."""
+        """Append items, in order.
+
+        Raises:
+            SessionItemError: an item is not a dict of JSON data (also a ``TypeError``);
+                nothing of the batch was written.
+        """
+        self._check_open()
         events = [
             item_to_event(cast(Mapping[str, Any], i), user_id=self.user_id, agent_name=self.agent_id) for i in items
         ]
@@ -195,11 +236,29 @@ class MemlaneSession:
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item (None when the session is empty)."""
+        self._check_open()
         return await self._run(self._pop_item())
 
     async def clear_session(self) -> None:
         """Delete every item (the session itself is deleted; the next item starts it again)."""
+        self._check_open()
         await self._run(self._clear())
+
+    def close(self) -> None:
+        """End this session object: later calls raise :class:`SessionClosedError` (also a
+        ``RuntimeError``, as ``SQLiteSession``'s do). The conversation stays stored. A memory
+        the session opened itself (``memory`` given as a path) is closed; a memory passed in
+        stays open for its other users. Idempotent."""
+        self._closed = True
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(
+                f"{type(self).__name__} is closed (session {self.session_id!r}): make a new session to go on"
+            )
 
     # ------------------------------------------------------------------ on the engine's loop
     async def _run(self, coro: Coroutine[Any, Any, T]) -> T:
