@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool, set_tracing_disabled
 from agents.items import ModelResponse, TResponseInputItem
 from agents.memory import Session, SessionSettings
 from agents.models.interface import Model
@@ -21,8 +21,9 @@ from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 from memlane import AsyncMemory, Memory
-from memlane.adapters.openai_agents import MemlaneSession
-from memlane.errors import InvalidInputError, ScopeError
+from memlane.adapters import openai_agents
+from memlane.adapters.openai_agents import MemlaneSession, SessionClosedError, SessionItemError
+from memlane.errors import InvalidInputError, ScopeError, UsageError
 from memlane.formation.config import FormationConfig
 from memlane.models import Event, EventType
 
@@ -233,6 +234,132 @@ async def test_bad_items_are_refused_and_nothing_is_written(mem: AsyncMemory) ->
     with pytest.raises(InvalidInputError):
         await s.add_items([cast(Any, "not a dict")])
     assert await s.get_items() == [{"role": "user", "content": "kept"}]
+
+
+async def test_a_non_json_item_raises_a_type_error_as_the_sdk_does(mem: AsyncMemory) -> None:
+    bad = cast(TResponseInputItem, {"role": "user", "content": object()})
+    reference = SQLiteSession("s")
+    try:
+        with pytest.raises(TypeError):
+            await reference.add_items([bad])  # what an SDK user's `except TypeError` was written for
+    finally:
+        reference.close()
+    s = MemlaneSession("new", mem, user_id="alice")
+    with pytest.raises(TypeError) as raised:
+        await s.add_items([{"role": "user", "content": "fine"}, bad])
+    assert isinstance(raised.value, SessionItemError) and isinstance(raised.value, InvalidInputError)
+    with pytest.raises(TypeError):
+        await s.add_items([cast(Any, ["not", "a", "dict"])])
+    # nothing of the batch was written: not even the session was created
+    assert await mem.sessions.get_session("new") is None
+    await s.add_items([{"role": "user", "content": "after failure"}])  # still usable
+    assert await s.get_items() == [{"role": "user", "content": "after failure"}]
+
+
+# --------------------------------------------------------------------------- session_settings
+
+
+async def test_session_settings_default_to_the_sdks_empty_settings(mem: AsyncMemory) -> None:
+    s = MemlaneSession("s", mem, user_id="alice")
+    assert isinstance(s.session_settings, SessionSettings) and s.session_settings.limit is None
+    await s.add_items(copy.deepcopy(ITEMS))
+    assert await s.get_items() == ITEMS
+
+
+async def test_a_settings_dict_is_normalised_and_its_limit_applies(mem: AsyncMemory) -> None:
+    s = MemlaneSession("s", mem, user_id="alice", session_settings={"limit": 2})
+    assert s.session_settings == SessionSettings(limit=2)
+    await s.add_items(copy.deepcopy(ITEMS))
+    assert await s.get_items() == ITEMS[-2:]
+    assert await s.get_items(limit=3) == ITEMS[-3:]  # an explicit limit still wins
+    zero = MemlaneSession("s", mem, user_id="alice", session_settings={"limit": 0})
+    assert await zero.get_items() == []
+
+
+@pytest.mark.parametrize("settings", [{"limitt": 1}, {"limit": 1, "max": 2}, SessionSettings, 5])
+def test_bad_settings_raise_the_sdks_type_error_and_open_nothing(tmp_path: Path, settings: Any) -> None:
+    with pytest.raises(TypeError) as want:
+        SQLiteSession("s", session_settings=settings)
+    path = tmp_path / "never.db"
+    with pytest.raises(TypeError) as got:
+        MemlaneSession("s", path, user_id="alice", session_settings=settings)
+    assert str(got.value) == str(want.value)  # "Unknown session settings: limitt", ...
+    assert not path.exists()  # refused before the session opened its memory
+
+
+async def test_the_runners_settings_override_the_sessions(mem: AsyncMemory) -> None:
+    s = MemlaneSession("s", mem, user_id="alice", session_settings={"limit": 100})
+    await s.add_items([{"role": "user", "content": f"turn {i}"} for i in range(10)])
+    model = ScriptedModel([_say("ok")])
+    await Runner.run(
+        Agent(name="bot", model=model),
+        "new",
+        session=s,
+        run_config=RunConfig(session_settings=SessionSettings(limit=2)),
+    )
+    assert model.inputs[0] == [
+        {"role": "user", "content": "turn 8"},
+        {"role": "user", "content": "turn 9"},
+        {"role": "user", "content": "new"},
+    ]
+
+
+# --------------------------------------------------------------------------- close
+
+
+async def test_close_ends_the_session_object_and_leaves_a_given_memory_open(mem: AsyncMemory) -> None:
+    s = MemlaneSession("s", mem, user_id="alice")
+    await s.add_items([{"role": "user", "content": "kept"}])
+    s.close()
+    s.close()  # idempotent, as SQLiteSession's
+    calls = [s.get_items(), s.get_items(limit=1), s.add_items([]), s.add_items([{"role": "user", "content": "x"}])]
+    calls += [s.pop_item(), s.clear_session()]
+    for call in calls:
+        with pytest.raises(RuntimeError, match="MemlaneSession is closed") as raised:
+            await call
+        assert isinstance(raised.value, SessionClosedError) and isinstance(raised.value, UsageError)
+    # the memory is the caller's: still open, the conversation still stored
+    assert [e.text for e in await mem.sessions.get_events("s")] == ["kept"]
+    assert await MemlaneSession("s", mem, user_id="alice").get_items() == [{"role": "user", "content": "kept"}]
+
+
+async def test_a_session_given_a_path_opens_its_own_memory_and_close_closes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[Memory] = []
+
+    class Recorded(Memory):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    monkeypatch.setattr(openai_agents, "Memory", Recorded)
+    path = tmp_path / "chat.db"
+    s = MemlaneSession("alice:chat", path, user_id="alice", session_settings={"limit": 1})
+    await s.add_items([{"role": "user", "content": "one"}, {"role": "user", "content": "two"}])
+    assert await s.get_items() == [{"role": "user", "content": "two"}]
+    assert [m.engine for m in opened] == [s.memory] and s.memory.db_path == str(path)
+    s.close()
+    with pytest.raises(UsageError, match="this Memory is closed"):
+        opened[0].sessions.get_session("alice:chat")  # the memory the session opened is released with it
+    with pytest.raises(SessionClosedError):
+        await s.get_items()
+    again = MemlaneSession("alice:chat", path, user_id="alice")  # the file keeps the conversation
+    try:
+        assert await again.get_items() == [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}]
+    finally:
+        again.close()
+    throwaway = MemlaneSession("s", ":memory:", user_id="alice")
+    try:
+        await throwaway.add_items([{"role": "user", "content": "gone at close"}])
+        assert len(await throwaway.get_items()) == 1
+    finally:
+        throwaway.close()
+
+
+def test_memory_must_be_a_memlane_memory_or_a_path() -> None:
+    with pytest.raises(InvalidInputError, match="AsyncMemory or Memory, or a database path"):
+        MemlaneSession("s", cast(Any, 42), user_id="alice")
 
 
 async def test_formation_turns_the_conversation_into_the_users_memory(db_path: Path) -> None:

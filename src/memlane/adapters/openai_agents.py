@@ -213,6 +213,12 @@ class MemlaneSession:
         self._binding = Binding(self._owned or cast(AsyncMemory | Memory, memory))
         self._engine: AsyncMemory = self._binding.require("MemlaneSession")
 
+    @property
+    def memory(self) -> AsyncMemory:
+        """The memlane engine the conversation lives in (the one the session opened itself
+        when ``memory`` was a path)."""
+        return self._engine
+
     # ------------------------------------------------------------------ Session protocol
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The conversation, oldest first; ``limit`` keeps the newest N items (default
