@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("langgraph")
 
@@ -235,7 +237,8 @@ def test_query_ranks_matches_first_then_the_rest_unranked(store: MemlaneStore) -
     found = store.search(("alice",), query="green tea")
     assert found[0].key == "tea" and found[0].score is not None and found[0].score > 0
     assert {i.key for i in found} == {"tea", "cat", "hidden"}
-    assert next(i for i in found if i.key == "hidden").score is None  # index=False: never ranked
+    assert next(i for i in found if i.key == "hidden").score is None  # index=False: never scored
+    assert next(i for i in found if i.key == "cat").score == 0.0  # indexed, not matched: scored 0
     assert [i.key for i in store.search(("alice",), query="green tea", limit=1)] == ["tea"]
     assert [
         i.key for i in store.search(("alice",), query="green tea", filter={"text": "Alice has a cat named Miso"})
@@ -247,11 +250,13 @@ def test_index_fields_choose_the_indexed_text(memory: Memory) -> None:
     s.put(("alice", "mem"), "k1", {"summary": "loves hiking", "raw": "zebra"})
     s.put(("alice", "mem"), "k2", {"summary": "plays chess", "raw": "hiking"}, index=["raw"])
     hits = s.search(("alice",), query="zebra")
-    assert all(h.score is None for h in hits)  # "raw" of k1 was not indexed
-    ranked = [h.key for h in s.search(("alice",), query="hiking") if h.score is not None]
+    assert [h.score for h in hits] == [0.0, 0.0]  # "raw" of k1 was not indexed: nothing matched
+    ranked = [h.key for h in s.search(("alice",), query="hiking") if h.score]
     assert sorted(ranked) == ["k1", "k2"]
-    with pytest.raises(ConfigError, match="embedder"):
-        MemlaneStore(memory, index={"dims": 3, "embed": lambda texts: [[0.0] * 3 for _ in texts]})
+    with pytest.raises(ConfigError, match="embed"):
+        MemlaneStore(memory, index={"dims": 3})  # dims without an embedding function
+    with pytest.raises(ConfigError, match="IndexConfig"):
+        MemlaneStore(memory, index={"fields": ["a"], "ttl": 3})  # type: ignore[typeddict-unknown-key]
 
 
 def test_same_value_under_two_keys_is_two_items(store: MemlaneStore, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -304,7 +309,7 @@ def test_users_never_see_each_others_items(store: MemlaneStore, memory: Memory) 
     store.put(("alice", "memories"), "secret", {"text": "alice's bank PIN is 4321"})
     store.put(("bob", "memories"), "note", {"text": "bob likes jazz"})
     # only bob's own item comes back, unranked: nothing of alice's matched
-    assert [(i.key, i.score) for i in store.search(("bob",), query="alice bank PIN 4321")] == [("note", None)]
+    assert [(i.key, i.score) for i in store.search(("bob",), query="alice bank PIN 4321")] == [("note", 0.0)]
     assert [i.key for i in store.search(("bob",), query="alice bank PIN 4321")] == ["note"]
     assert [i.key for i in store.search(("bob", "memories"))] == ["note"]
     assert store.get(("bob", "memories"), "secret") is None
@@ -319,14 +324,84 @@ def test_users_never_see_each_others_items(store: MemlaneStore, memory: Memory) 
     assert memory.search("PIN 4321", user_id="bob").hits == []
 
 
-def test_no_query_across_users(store: MemlaneStore) -> None:
-    store.put(("alice", "m"), "k", {"a": 1})
+def test_listing_without_a_user_covers_the_users_this_store_wrote_for(memory: Memory) -> None:
+    """search(()) and list_namespaces() list every user's items under the store's agent
+    namespace, and nothing of another agent namespace, a bound user's or memlane's own."""
+    app1, app2 = MemlaneStore(memory, agent_id="app-1"), MemlaneStore(memory, agent_id="app-2")
+    app1.put(("alice", "m"), "k", {"text": "alice in app one"})
+    app1.put(("bob", "notes", "x"), "k", {"text": "bob in app one"})
+    app2.put(("carol", "m"), "k", {"text": "carol in app two"})
+    memory.add("a memory written through memlane's own API", user_id="dave", agent_id="app-1")
+    assert app1.list_namespaces() == [("alice", "m"), ("bob", "notes", "x")]
+    assert app1.list_namespaces(prefix=("*", "notes")) == [("bob", "notes", "x")]
+    assert app1.list_namespaces(suffix=("m",)) == [("alice", "m")]
+    assert app1.list_namespaces(max_depth=1) == [("alice",), ("bob",)]
+    assert _rows(app1.search(())) == [
+        (("alice", "m"), "k", {"text": "alice in app one"}),
+        (("bob", "notes", "x"), "k", {"text": "bob in app one"}),
+    ]
+    assert {(i.key, i.namespace[0]) for i in app1.search((), query="carol app two")} == {("k", "alice"), ("k", "bob")}
+    assert app2.list_namespaces() == [("carol", "m")]
+    assert [i.namespace for i in app2.search(())] == [("carol", "m")]
+    app1.delete(("bob", "notes", "x"), "k")  # a namespace with no item left is not listed (PostgresStore)
+    assert app1.list_namespaces() == [("alice", "m")]
+    # the directory is memlane memory linked to its user: forgetting the user erases it
+    assert [f.metadata["lg_lead"] for f in memory.list(agent_id=f"{lg.DIRECTORY}:app-1").items] == [["bob"], ["alice"]]
+    memory.forget("alice")
+    assert app1.list_namespaces() == []
+    assert [f.metadata["lg_lead"] for f in memory.list(agent_id=f"{lg.DIRECTORY}:app-1").items] == [["bob"]]
+
+
+def test_store_bound_to_a_user(memory: Memory) -> None:
+    alice = MemlaneStore(memory, user_id="alice", agent_id="app")
+    bob = MemlaneStore(memory, user_id="bob", agent_id="app")
+    alice.put(("memories",), "k", {"text": "alice likes tea"})
+    alice.put(("prefs", "ui"), "theme", {"text": "dark"})
+    bob.put(("memories",), "k", {"text": "bob likes jazz"})
+    assert alice.list_namespaces() == [("memories",), ("prefs", "ui")]
+    assert bob.list_namespaces() == [("memories",)]
+    assert [i.value for i in bob.search(())] == [{"text": "bob likes jazz"}]
+    assert [(i.value, i.score) for i in bob.search((), query="tea")] == [({"text": "bob likes jazz"}, 0.0)]
+    assert bob.get(("prefs", "ui"), "theme") is None
+    # in memlane, the items are alice's own memories under the agent namespace
+    assert {f.metadata["lg_key"] for f in memory.list(user_id="alice", agent_id="app").items} == {"k", "theme"}
+    with pytest.raises(ConfigError):
+        MemlaneStore(memory, user_id="alice", scope_depth=2)
+    with pytest.raises(ConfigError):
+        MemlaneStore(memory, user_id="alice", scope=lambda ns: (ns[0], None))
+
+
+def test_custom_scope_has_no_directory(memory: Memory) -> None:
+    s = MemlaneStore(memory, scope=lambda ns: (ns[1], "my-app"), scope_depth=2)
+    s.put(("memories", "alice"), "k", {"a": 1})
     with pytest.raises(ScopeError):
-        store.search(())
+        s.search(("memories",))
     with pytest.raises(ScopeError):
-        store.list_namespaces()
+        s.list_namespaces()
     with pytest.raises(ScopeError):
-        store.list_namespaces(prefix=("*", "m"))
+        s.list_namespaces(prefix=("memories", "*"))
+    assert s.list_namespaces(prefix=("memories", "alice")) == [("memories", "alice")]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    writes=st.lists(
+        st.tuples(st.sampled_from(["app-1", "app-2"]), st.sampled_from(["u1", "u2", "u3"]), st.sampled_from("abc")),
+        max_size=6,
+    )
+)
+def test_property_a_store_lists_and_returns_only_its_agent_namespace(
+    tmp_path_factory: pytest.TempPathFactory, writes: list[tuple[str, str, str]]
+) -> None:
+    with Memory(tmp_path_factory.mktemp("prop") / "m.db", embedder="hash") as m:
+        stores = {a: MemlaneStore(m, agent_id=a) for a in ("app-1", "app-2")}
+        for agent, user, label in writes:
+            stores[agent].put((user, label), "k", {"text": f"{agent} {user} {label}"})
+        for agent, s in stores.items():
+            mine = sorted({(u, lab) for a, u, lab in writes if a == agent})
+            assert s.list_namespaces() == mine
+            assert sorted(i.namespace for i in s.search((), limit=100)) == mine
+            assert all(i.value["text"].startswith(agent) for i in s.search((), query="app u1 a", limit=100))
 
 
 def test_custom_scope_mapping(memory: Memory) -> None:
@@ -380,3 +455,75 @@ def test_runs_from_many_threads(store: MemlaneStore) -> None:
 
     asyncio.run(main())
     assert sorted(i.value["i"] for i in store.search(("alice",), limit=100)) == list(range(10))
+
+
+# --------------------------------------------------------------------------- LangGraph's index: cosine scores
+
+
+def _embed(texts: list[str]) -> list[list[float]]:
+    """A deterministic 26-dimensional embedding: letter counts."""
+    return [[float(t.lower().count(c)) for c in "abcdefghijklmnopqrstuvwxyz"] for t in texts]
+
+
+async def _aembed(texts: list[str]) -> list[list[float]]:
+    return _embed(texts)
+
+
+def _cosine_scenario(s: BaseStore) -> list[Any]:
+    s.put(("u1", "docs"), "a", {"text": "apple pie", "color": "red"})
+    s.put(("u1", "docs"), "b", {"text": "banana bread", "color": "yellow"})
+    s.put(("u1", "docs"), "c", {"title": "cherry", "body": "tart"}, index=["title", "body"])
+    s.put(("u1", "docs"), "d", {"text": "apple tart"}, index=False)
+    s.put(("u1", "docs"), "b", {"text": "blueberry bread", "color": "blue"})  # re-embedded
+    return [
+        [(i.key, i.score) for i in s.search(("u1",), query=q, filter=f, limit=lim, offset=off)]
+        for q, f, lim, off in [
+            ("apple", None, 10, 0),
+            ("tart", None, 10, 0),
+            ("bread", {"color": "blue"}, 10, 0),
+            ("apple", None, 2, 1),
+        ]
+    ]
+
+
+def test_index_embed_scores_by_cosine_as_in_memory_store_does(memory: Memory) -> None:
+    index: Any = {"dims": 26, "embed": _embed, "fields": ["text"]}
+    expected = _cosine_scenario(InMemoryStore(index=index))
+    store = MemlaneStore(memory, index=index)
+    got = _cosine_scenario(store)
+    assert [[k for k, _ in r] for r in got] == [[k for k, _ in r] for r in expected]
+    for mine, theirs in zip(got, expected, strict=True):
+        for (_, a), (_, b) in zip(mine, theirs, strict=True):
+            assert (a is None and b is None) or a == pytest.approx(b, abs=1e-6)
+    assert got[0][-1] == ("d", None)  # index=False: never scored, last
+    assert all(-1 - 1e-9 <= score <= 1 + 1e-9 for r in got for _, score in r if score is not None)
+    assert store.index_config == index and store.index_config is not index
+    assert MemlaneStore(memory).index_config is None
+
+
+def test_index_embed_vectors_persist_and_async_embed_functions_work(db_path: Path) -> None:
+    index: Any = {"dims": 26, "embed": _aembed}
+
+    async def write() -> None:
+        async with AsyncMemory(db_path, embedder="hash") as m:
+            s = MemlaneStore(m, index=index)
+            await s.aput(("alice", "m"), "k1", {"text": "zebra zoo"})
+            await s.aput(("alice", "m"), "k2", {"text": "apple"})
+            assert [i.key for i in await s.asearch(("alice",), query="zz")] == ["k1", "k2"]
+
+    asyncio.run(write())
+    with Memory(db_path, embedder="hash") as m:  # a new process: the vectors were stored with the items
+        found = MemlaneStore(m, index={"dims": 26, "embed": _embed}).search(("alice",), query="zz")
+        reference = InMemoryStore(index={"dims": 26, "embed": _embed})
+        reference.put(("alice", "m"), "k1", {"text": "zebra zoo"})
+        reference.put(("alice", "m"), "k2", {"text": "apple"})
+        want = [(i.key, pytest.approx(i.score, abs=1e-6)) for i in reference.search(("alice",), query="zz")]
+        assert [(i.key, i.score) for i in found] == want
+
+
+def test_index_embed_wrong_dims_is_refused_and_changes_nothing(memory: Memory) -> None:
+    s = MemlaneStore(memory, index={"dims": 3, "embed": _embed})
+    with pytest.raises(ConfigError, match="26-dimensional"):
+        s.put(("alice", "m"), "k", {"text": "hello"})
+    assert s.get(("alice", "m"), "k") is None
+    assert memory.list(user_id="alice").items == []

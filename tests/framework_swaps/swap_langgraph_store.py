@@ -1,8 +1,10 @@
 """langgraph-checkpoint's own ``tests/test_store.py`` against :class:`memlane.adapters.langgraph.MemlaneStore`.
 
-``langgraph.store.memory.InMemoryStore`` becomes a factory of ``MemlaneStore`` over a fresh
-sync :class:`memlane.Memory` on its own SQLite file (the hash embedder), before the test module
-imports it.
+``langgraph.store.memory.InMemoryStore`` becomes a subclass of ``MemlaneStore`` taking
+``InMemoryStore``'s constructor (``index=``, passed on unchanged: ``embed``, ``dims`` and
+``fields`` act as a LangGraph user passing them to ``MemlaneStore`` gets), over a fresh sync
+:class:`memlane.Memory` on its own SQLite file (the hash embedder), before the test module
+imports it. A subclass, not a factory: the suite spies on ``InMemoryStore.batch``.
 """
 
 from __future__ import annotations
@@ -10,13 +12,15 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
-from typing import Any
 
 import langgraph.store.memory
+from langgraph.store.base import IndexConfig
 from memlane_suite import Suite
 
 from memlane import Memory
 from memlane.adapters.langgraph import MemlaneStore
+
+_INTERNALS = "tests AsyncBatchedBaseStore's own task handling over LangGraph's InMemoryStore internals"
 
 SUITE = Suite(
     name="langgraph-store",
@@ -24,18 +28,19 @@ SUITE = Suite(
     pinned="4.3.2",
     paths=("tests/test_store.py",),
     deselected={},
+    min_passed=100,
 )
 
 _count = itertools.count()
 
 
-def _store(**kwargs: Any) -> MemlaneStore:
-    folder = Path(os.environ["MEMLANE_SUITE_TMP"])
-    folder.mkdir(parents=True, exist_ok=True)
-    memory = Memory(str(folder / f"store-{next(_count)}.db"), embedder="hash")
-    index = kwargs.get("index")
-    fields = {"fields": index["fields"]} if index and "fields" in index else None
-    return MemlaneStore(memory, index=fields)  # type: ignore[arg-type]
+class MemlaneInMemoryStore(MemlaneStore):
+    """``InMemoryStore(*, index=None)``: a MemlaneStore over a new memlane file."""
+
+    def __init__(self, *, index: IndexConfig | None = None) -> None:
+        folder = Path(os.environ["MEMLANE_SUITE_TMP"])
+        folder.mkdir(parents=True, exist_ok=True)
+        super().__init__(Memory(str(folder / f"store-{next(_count)}.db"), embedder="hash"), index=index)
 
 
-langgraph.store.memory.InMemoryStore = _store  # type: ignore[misc,assignment]
+langgraph.store.memory.InMemoryStore = MemlaneInMemoryStore  # type: ignore[misc]
