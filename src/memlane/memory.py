@@ -27,17 +27,19 @@ import numpy as np
 
 from memlane import inputs
 from memlane import messages as messages_
+from memlane._env import default_db_path, redact_url
 from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
-from memlane.agent.context import (
-    FACTS_FIFO_LIMIT,
-    LocalContextCache,
-    assemble_context,
-    replay_window,
-)
 from memlane.bulk import CHUNK_ROWS, AddBatch, as_batch
-from memlane.config import MemlaneSettings, default_db_path, engine_arguments, load_settings, redact_url
 from memlane.documents import MAX_DOCUMENT_CHARS, document_rows, split_documents
 from memlane.embedding_queue import EmbeddingQueue
+from memlane.engine.context import (
+    FACTS_FIFO_LIMIT,
+    ContextQuery,
+    LocalContextCache,
+    WindowQuery,
+    build_context,
+    read_window,
+)
 from memlane.errors import (
     ConfigError,
     EmbedderError,
@@ -88,6 +90,7 @@ from memlane.registry import (
 )
 from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig
 from memlane.search import SEARCH_MODES, Searcher, SearchMode, fact_filter, redact_contributor
+from memlane.settings import MemlaneSettings, engine_arguments, load_settings
 from memlane.stores.base import (
     Checkable,
     ContextCache,
@@ -1097,10 +1100,14 @@ class AsyncMemory:
         profile, the agent / user / session consolidated memory and recent reflections, and
         the recent facts (<= 40, last 7 days, newest first). Cached 5 minutes while the
         memory is unchanged. See :func:`memlane.agent.context.assemble_context`."""
-        return await assemble_context(
-            self, session_id=session_id, user_id=user_id, agent_id=agent_id, budget_tokens=budget_tokens,
-            profile=profile, facts_limit=facts_limit, now=now, use_cache=use_cache,
+        q = ContextQuery.checked(
+            session_id=session_id, user_id=user_id, agent_id=agent_id, budget_tokens=budget_tokens, profile=profile,
+            facts_limit=facts_limit, now=now, use_cache=use_cache,
         )  # fmt: skip
+        return await build_context(self.facts, self.reflection_store, self.contexts, self._profile_of, q)
+
+    async def _profile_of(self, user_id: str, agent_id: str | None) -> str | None:
+        return await self.profile(user_id, agent_id=agent_id)
 
     @_opening
     async def window(
@@ -1116,7 +1123,8 @@ class AsyncMemory:
         By default the engine's :attr:`recall_config` (``window_turns``: Gaia, 30;
         ``context_limit``: KAOS ``MEMORY_CONTEXT_LIMIT``, no event bound unless set); None
         lifts a bound."""
-        return await replay_window(self, session_id, app=app, user_turns=user_turns, last_n=last_n)
+        q = WindowQuery.checked(self.recall_config, session_id, app=app, user_turns=user_turns, last_n=last_n)
+        return await read_window(self.sessions, q)
 
     # ------------------------------------------------------------------ formation
     @_opening

@@ -15,9 +15,8 @@ from typing import Any, Literal, TypeVar, overload
 
 from memlane._portal import LoopThread
 from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
-from memlane.agent.context import FACTS_FIFO_LIMIT
 from memlane.bulk import AddBatch
-from memlane.config import MemlaneSettings, engine_arguments, load_settings
+from memlane.engine.context import FACTS_FIFO_LIMIT
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.model import FormationModel
 from memlane.formation.runner import FormationResult
@@ -40,6 +39,7 @@ from memlane.providers.embed.base import Embedder
 from memlane.providers.llm.base import LLM
 from memlane.retrieval.hybrid import RetrievalConfig
 from memlane.search import SearchMode
+from memlane.settings import MemlaneSettings, engine_arguments, load_settings
 from memlane.stores.base import JobStore, SessionStore, StoreStats
 
 T = TypeVar("T")

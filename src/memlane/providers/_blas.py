@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
-from memlane.config import env_positive_int
+from memlane._env import env_positive_int
 from memlane.errors import ConfigError
 
 #: Environment variable giving the default BLAS thread limit of memlane's numpy work.

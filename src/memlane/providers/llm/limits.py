@@ -30,7 +30,7 @@ import time
 from collections import deque
 from types import TracebackType
 
-from memlane.config import env_positive_int
+from memlane._env import env_positive_int
 from memlane.errors import ConfigError
 
 #: Concurrent calls allowed when neither ``configure_llm_limits`` nor ``$MEMLANE_LLM_CONCURRENCY`` says otherwise.

@@ -10,7 +10,7 @@ memlane's own query parameters, which are taken out before the URL reaches redis
   ``LocalMemory`` bounds, applied by the Redis session store the same way.
 
 Any other query parameter (``socket_timeout``, ``ssl_cert_reqs``, ...) is redis-py's and is
-passed on. Error messages never show a password (see :func:`memlane.config.redact_url`).
+passed on. Error messages never show a password (see :func:`memlane._env.redact_url`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+from memlane._env import redact_url
 from memlane.errors import ConfigError
 
 __all__ = [
@@ -44,8 +45,6 @@ MEMLANE_PARAMS = ("prefix", "ttl", "max_sessions", "max_session_events")
 
 def redact(url: str) -> str:
     """``url`` with any password replaced by ``***`` (for messages and logs)."""
-    from memlane.config import redact_url
-
     return redact_url(url)
 
 
