@@ -20,8 +20,6 @@ from memlane_suite import Suite
 from memlane import Memory
 from memlane.adapters.langgraph import MemlaneStore
 
-_INTERNALS = "tests AsyncBatchedBaseStore's own task handling over LangGraph's InMemoryStore internals"
-
 SUITE = Suite(
     name="langgraph-store",
     dist="langgraph-checkpoint",
