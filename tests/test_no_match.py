@@ -162,3 +162,60 @@ def test_lowering_the_cosine_floor_lets_weaker_meanings_in_with_a_positive_score
     out = fuse([[]], vec, RetrievalConfig(min_vector_score=0.2, vector_margin=None), top_k=10)
     assert [f.key for f in out] == ["m", "n"] and out[0].score > out[1].score > 0
     assert fuse([[]], vec, RetrievalConfig(), top_k=10) == []  # the default floor keeps none
+
+
+# ------------------------------------------------ other scripts with a Latin-only embedder (issue 18)
+
+#: Unrelated short queries in scripts MiniLM (English) cannot read: its cosines between such
+#: texts are 0.36-0.54, over the 0.3 floor ("天気" -> "私の名前は太郎です" at 0.42), so before
+#: issue 18 each one returned the stored memory through the vector side alone.
+OTHER_SCRIPT_MISSES = [
+    ("私の名前は太郎です", "天気"),
+    ("私の名前は太郎です", "今日の天気はどう"),
+    ("我喜欢机器学习", "天气预报"),
+    ("제 이름은 민수입니다", "날씨"),
+    ("Меня зовут Алексей", "погода"),
+]
+
+
+@needs_minilm
+@pytest.mark.parametrize(("stored", "query"), OTHER_SCRIPT_MISSES)
+async def test_other_script_query_needs_keyword_evidence(tmp_path: Path, stored: str, query: str) -> None:
+    """With the default embedder (MiniLM, ``latin_only``) a query mostly outside the Latin
+    script takes no vector evidence under the default floor: unrelated, it finds nothing."""
+    async with AsyncMemory(tmp_path / "o.db", sessions="null") as m:
+        assert m.embedder is not None and getattr(m.embedder, "latin_only", False) is True
+        await m.add(stored, user_id="u", infer=False)
+        assert (await m.search(query, user_id="u")).hits == []
+        # An explicit match_threshold is the caller's own floor: the cosine counts again.
+        assert [h.fact.content for h in (await m.search(query, user_id="u", match_threshold=0.0)).hits] == [stored]
+
+
+@needs_minilm
+@pytest.mark.parametrize(
+    ("stored", "query"),
+    [("私の名前は太郎です", "太郎"), ("我喜欢机器学习", "机器学习"), ("私はPythonでADKを使っています", "使って"),
+     ("제 이름은 민수입니다", "민수입니다"), ("Меня зовут Алексей", "Алексей")],
+)  # fmt: skip
+async def test_other_script_query_still_finds_its_words(tmp_path: Path, stored: str, query: str) -> None:
+    async with AsyncMemory(tmp_path / "w.db", sessions="null") as m:
+        await m.add(stored, user_id="u", infer=False)
+        hits = (await m.search(query, user_id="u")).hits
+    assert [h.fact.content for h in hits] == [stored] and hits[0].keyword_score and hits[0].vector_rank is None
+
+
+@needs_minilm
+async def test_latin_queries_keep_the_vector_side(tmp_path: Path) -> None:
+    """The rule reads the query's script only: an English paraphrase is still found by meaning."""
+    async with AsyncMemory(tmp_path / "l.db", sessions="null") as m:
+        await m.add("My dog Pixel is a border collie", user_id="u", infer=False)
+        hits = (await m.search("pets", user_id="u")).hits
+    assert hits and hits[0].keyword_rank is None and hits[0].vector_rank == 1
+
+
+def test_mostly_non_latin_counts_letters() -> None:
+    from memlane.retrieval.text import mostly_non_latin
+
+    assert mostly_non_latin("天気") and mostly_non_latin("погода") and mostly_non_latin("今日は ok")
+    assert not mostly_non_latin("Café au lait") and not mostly_non_latin("Straße") and not mostly_non_latin("2024")
+    assert not mostly_non_latin("where does 太郎 work")  # mostly Latin: the vector side reads it

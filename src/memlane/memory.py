@@ -21,17 +21,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast, overload
-
-import numpy as np
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from memlane import inputs
-from memlane import messages as messages_
 from memlane._env import default_db_path, redact_url
 from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
-from memlane.bulk import CHUNK_ROWS, AddBatch, as_batch
-from memlane.documents import MAX_DOCUMENT_CHARS, document_rows, split_documents
-from memlane.embedding_queue import EmbeddingQueue
+from memlane.bulk import AddBatch
+from memlane.documents import document_rows
+from memlane.engine import documents, privacy, status
 from memlane.engine.context import (
     FACTS_FIFO_LIMIT,
     ContextQuery,
@@ -40,13 +37,15 @@ from memlane.engine.context import (
     build_context,
     read_window,
 )
+from memlane.engine.embeddings import QUERY_CACHE_SIZE as QUERY_CACHE_SIZE  # re-exported
+from memlane.engine.embeddings import EmbeddingLifecycle
+from memlane.engine.status import ConsolidationStatus, EmbeddingProgress, MemoryStats
+from memlane.engine.writes import Writer, write_scope
 from memlane.errors import (
     ConfigError,
     EmbedderError,
     InvalidInputError,
     NotFoundError,
-    ProviderError,
-    ScopeError,
     UsageError,
 )
 from memlane.formation.config import FormationConfig, ReflectionScopeName
@@ -64,7 +63,6 @@ from memlane.models import (
     EmbedPriority,
     Event,
     Fact,
-    FactFilter,
     FactKind,
     HistoryEntry,
     Job,
@@ -73,10 +71,8 @@ from memlane.models import (
     Scope,
     ScopeName,
     SearchResult,
-    content_hash,
-    utcnow,
 )
-from memlane.providers.embed.base import Embedder, Matrix, check_matrix, embed_query_texts
+from memlane.providers.embed.base import Embedder, is_latin_only
 from memlane.providers.llm.base import LLM, UsageMeter
 from memlane.registry import (
     Stores,
@@ -95,7 +91,6 @@ from memlane.stores.base import (
     Checkable,
     ContextCache,
     FactStore,
-    GroupWritable,
     JobStore,
     ReflectionStore,
     SessionStore,
@@ -107,8 +102,6 @@ log = logging.getLogger("memlane")
 
 #: Highest user tier accepted (``profile(tier=...)``, ``add_event(tier=...)``).
 MAX_TIER = 1_000_000
-#: Query embeddings kept in memory (LRU).
-QUERY_CACHE_SIZE = 1024
 
 
 #: Attributes :meth:`AsyncMemory.open` sets.
@@ -205,8 +198,6 @@ class AsyncMemory:
         check_embedder_spec(embedder)
         self._specs = (embedder, sessions, llm, strong_llm)
         self._jobs_spec = jobs
-        self._pending_embeddings = True  # check once for facts a failed embedder left behind
-        self._embed_queue: EmbeddingQueue | None = None  # add(embed="high"|"normal"|"low"), made on first use
         self._query_cache: OrderedDict[str, Any] = OrderedDict()
         self._open_lock: asyncio.Lock | None = None
         self._opened = False
@@ -300,14 +291,18 @@ class AsyncMemory:
         self.contexts: ContextCache = stores.contexts if stores.contexts is not None else LocalContextCache()
         self.embedder: Embedder | None = embedder
         self.meter: UsageMeter = fast.meter
+        self._embeddings = EmbeddingLifecycle(self.facts, embedder, self._query_cache)
         self.pipeline = Pipeline(
-            facts=self.facts, reflections=self.reflection_store, embed=self._embed, config=cfg, fast=fast,
+            facts=self.facts, reflections=self.reflection_store, embed=self._embeddings.embed, config=cfg, fast=fast,
             strong=strong,
         )  # fmt: skip
         self.formation = FormationRunner(
             pipeline=self.pipeline, jobs=self.jobs, sessions=self.sessions, config=cfg, meter=self.meter
         )
-        self.search_engine = Searcher(self.facts, self.retrieval, self._embed_queries)
+        self._writer = Writer(self.facts, self._embeddings, self.formation)
+        self.search_engine = Searcher(
+            self.facts, self.retrieval, self._embeddings.embed_queries, latin_only=is_latin_only(embedder)
+        )
         self._opened = True
 
     async def close(self) -> None:
@@ -317,8 +312,7 @@ class AsyncMemory:
         self._closed = True
         if not self._opened:
             return
-        if self._embed_queue is not None:  # what it had not embedded is embedded after the next open
-            await self._embed_queue.close()
+        await self._embeddings.close()  # what it had not embedded is embedded after the next open
         await self.formation.close()
         await self.pipeline.fast.aclose()
         if self.pipeline.strong is not self.pipeline.fast:
@@ -349,39 +343,6 @@ class AsyncMemory:
         await self.close()
 
     # ------------------------------------------------------------------ helpers
-    async def _embed(self, texts: list[str], query: bool = False) -> Matrix | None:
-        if self.embedder is None or not texts:
-            return None
-        out = await (embed_query_texts(self.embedder, texts) if query else self.embedder.embed_batch(texts))
-        out = check_matrix(out, len(texts), self.embedder.dim, self.embedder.name)
-        if self.facts.dim is None:
-            await self.facts.bind_embedder(self.embedder.name, int(out.shape[1]))
-        return out
-
-    async def _embed_queries(self, queries: builtins.list[str]) -> Matrix | None:
-        """Embed queries through a small LRU cache: agents repeat queries (preload per turn)."""
-        assert self.embedder is not None
-        missing = [q for q in dict.fromkeys(queries) if q not in self._query_cache]
-        if missing:
-            vecs = await self._embed(missing, query=True)
-            assert vecs is not None
-            for q, v in zip(missing, vecs, strict=True):
-                self._query_cache[q] = v
-        for q in queries:
-            self._query_cache.move_to_end(q)
-        while len(self._query_cache) > QUERY_CACHE_SIZE:
-            self._query_cache.popitem(last=False)
-        return np.stack([self._query_cache[q] for q in queries])
-
-    async def _embed_or_defer(self, texts: list[str]) -> Matrix | None:
-        """Embed for storage; on provider failure store without vectors (backfilled later)."""
-        try:
-            return await self._embed(texts)
-        except ProviderError as exc:
-            log.warning("memlane: embedding failed (%s); stored keyword-only, will backfill later", exc)
-            self._pending_embeddings = True
-            return None
-
     @staticmethod
     def _scope(user_id: str | None, agent_id: str | None, session_id: str | None = None) -> Scope:
         return Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
@@ -478,60 +439,10 @@ class AsyncMemory:
             FormationError: ``infer=True, wait=True`` and the model failed; the job is kept
                 and retried later, the input is not lost.
         """
-        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
-        infer, wait = inputs.flag(infer, "infer"), inputs.flag(wait, "wait")
-        fact_scope = self._write_scope(scope, user_id, agent_id, session_id, "add()")
-        metadata, timestamp = inputs.metadata(metadata), inputs.timestamp(timestamp)
-        kind, embed = inputs.memory_kind(kind), inputs.embed_priority(embed)
-        if not wait and not infer:
-            raise UsageError("wait=False only applies to infer=True (verbatim writes are immediate)")
-        meta = dict(metadata or {})
-        if infer:
-            if kind is not None or embed != "now" or fact_scope == "room":
-                raise UsageError("kind=, embed= and scope='room' apply to verbatim writes, not to infer=True")
-            return await self._add_infer(messages, user_id, agent_id, session_id, meta, fact_scope, timestamp, wait)
-        facts = messages_.to_facts(
-            messages, scope=fact_scope, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=meta,
-            timestamp=timestamp, kind=kind,
+        return await self._writer.add(
+            messages, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=metadata, infer=infer,
+            scope=scope, timestamp=timestamp, wait=wait, kind=kind, embed=embed,
         )  # fmt: skip
-        rows, firsts = split_documents(facts)
-        stored = await self._store_rows(rows, embed)
-        return [stored[i] for i in firsts]
-
-    def _verbatim_rows(self, b: AddBatch) -> tuple[builtins.list[Fact], builtins.list[int]]:
-        """One ``add_many`` batch checked as verbatim :meth:`add` checks its arguments: its rows
-        (documents followed by their fragments) and the index of each input's first row."""
-        user_id, agent_id, session_id = inputs.scope_ids(b.user_id, b.agent_id, b.session_id)
-        fact_scope = self._write_scope(b.scope, user_id, agent_id, session_id, "add_many()")
-        metadata, timestamp = inputs.metadata(b.metadata), inputs.timestamp(b.timestamp)
-        facts = messages_.to_facts(
-            b.messages, scope=fact_scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
-            metadata=dict(metadata or {}), timestamp=timestamp, kind=inputs.memory_kind(b.kind),
-        )  # fmt: skip
-        return split_documents(facts)
-
-    def _write_scope(
-        self, scope: object, user_id: str | None, agent_id: str | None, session_id: str | None, what: str
-    ) -> Literal["user", "agent", "room"]:
-        """A write's scope name checked against the ids it needs (elizaOS names mapped)."""
-        fact_scope = inputs.fact_scope(scope)
-        if fact_scope == "user" and not user_id:
-            raise ScopeError(f"{what} needs user_id=... for user-scoped (private) memory")
-        if fact_scope == "agent" and not agent_id:
-            raise ScopeError(f"{what} with scope='agent' (shared) needs agent_id=...")
-        if fact_scope == "room" and not (agent_id and session_id):
-            raise ScopeError(f"{what} with scope='room' needs agent_id=... and session_id=... (the room)")
-        self._scope(user_id, agent_id)  # validates the ids
-        return fact_scope
-
-    async def _store_rows(self, rows: builtins.list[Fact], embed: str) -> builtins.list[Fact]:
-        """Write rows (documents followed by their fragments), embedded now (``embed="now"``)
-        or queued for the background worker at that priority."""
-        queued: builtins.list[str] = []
-        [stored] = await self._store_groups([rows], embed, queued)
-        if queued:
-            self._embedding_queue().put(queued, embed)  # type: ignore[arg-type]
-        return stored
 
     @_opening
     async def add_many(
@@ -557,65 +468,7 @@ class AsyncMemory:
             InvalidInputError: a batch ``add`` would refuse (the message names its index);
                 every batch is checked before the first is stored, so nothing is written.
         """
-        embed = inputs.embed_priority(embed)
-        checked: builtins.list[tuple[builtins.list[Fact], builtins.list[int]]] = []
-        for index, item in enumerate(batches):
-            try:
-                checked.append(self._verbatim_rows(as_batch(item, index)))
-            except InvalidInputError as exc:
-                raise type(exc)(f"batch {index}: {exc}") from exc
-        out: builtins.list[builtins.list[Fact]] = []
-        queued: builtins.list[str] = []  # new ids to embed in the background (embed != "now")
-        start = 0
-        try:
-            while start < len(checked):
-                end, rows = start, 0
-                while end < len(checked) and (rows == 0 or rows + len(checked[end][0]) <= CHUNK_ROWS):
-                    rows += len(checked[end][0])
-                    end += 1
-                chunk = checked[start:end]
-                stored = await self._store_groups([rows for rows, _ in chunk], embed, queued)
-                out += [[group[i] for i in firsts] for group, (_, firsts) in zip(stored, chunk, strict=True)]
-                start = end
-        finally:  # queued once stored (the worker's embedding does not slow the writes), even on failure
-            if queued:
-                self._embedding_queue().put(queued, embed)  # type: ignore[arg-type]
-        return out
-
-    async def _store_groups(
-        self, groups: builtins.list[builtins.list[Fact]], embed: str, queued: builtins.list[str]
-    ) -> builtins.list[builtins.list[Fact]]:
-        """Write several batches' rows in one transaction, embedded in one call (``embed="now"``);
-        with a background priority, the new rows' ids are appended to ``queued`` instead."""
-        if embed != "now" and self.embedder is not None:
-            stored = await self._put_groups(groups, None)
-            queued += [f.id for g in stored for f, created in g if created]
-            return [[f for f, _ in g] for g in stored]
-        # A document is not searched itself (its fragments are): it gets its first fragment's vector.
-        texts = [next(f.content for f in rows[i + 1 :]) if f.kind == "document" else f.content
-                 for rows in groups for i, f in enumerate(rows)]  # fmt: skip
-        vectors = await self._embed_or_defer(texts)
-        stored = await self._put_groups(groups, vectors)
-        if vectors is not None:
-            await self._backfill_if_pending()
-        return [[f for f, _ in g] for g in stored]
-
-    async def _put_groups(
-        self, groups: builtins.list[builtins.list[Fact]], vectors: Matrix | None
-    ) -> builtins.list[builtins.list[tuple[Fact, bool]]]:
-        if hasattr(self.facts, "put_fact_groups"):  # GroupWritable: one transaction
-            return await cast(GroupWritable, self.facts).put_fact_groups(groups, vectors, actor="api")
-        out, start = [], 0  # one put_facts per group: the same rows, a transaction each
-        for g in groups:
-            out.append(await self.facts.put_facts(g, None if vectors is None else vectors[start : start + len(g)]))
-            start += len(g)
-        return out
-
-    def _embedding_queue(self) -> EmbeddingQueue:
-        if self._embed_queue is None:
-            self._embed_queue = EmbeddingQueue(self.facts, self._embed)
-            self._pending_embeddings = False  # the queue's worker embeds what the store lacks
-        return self._embed_queue
+        return await self._writer.add_many(batches, embed=embed)
 
     @_opening
     async def add_document(
@@ -653,18 +506,13 @@ class AsyncMemory:
             The document fact (``metadata["fragments"]``: how many fragments it has).
         """
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
-        fact_scope = self._write_scope(scope, user_id, agent_id, session_id, "add_document()")
-        body = _clean_text(text, "text", max_chars=MAX_DOCUMENT_CHARS)
-        meta = inputs.metadata(metadata)
-        for name, value in (("title", title), ("source", source)):
-            if value is not None:
-                meta[name] = _clean_text(value, name, max_chars=inputs.MAX_ID_CHARS * 4)
-        when, embed = inputs.timestamp(timestamp), inputs.embed_priority(embed)
-        doc = Fact(
-            content=body, scope=fact_scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
-            kind="document", occurred_at=when, metadata=meta, hash=content_hash(f"document\x1f{body}"),
+        fact_scope = write_scope(scope, user_id, agent_id, session_id, "add_document()")
+        doc = documents.document_fact(
+            text, title=title, source=source, scope=fact_scope, user_id=user_id, agent_id=agent_id,
+            session_id=session_id, metadata=metadata, timestamp=timestamp,
         )  # fmt: skip
-        return (await self._store_rows(document_rows(doc), embed))[0]
+        embed = inputs.embed_priority(embed)
+        return (await self._writer.store_rows(document_rows(doc), embed))[0]
 
     @_opening
     async def fragments(
@@ -677,16 +525,8 @@ class AsyncMemory:
     ) -> builtins.list[Fact]:
         """A document's fragments in reading order (NotFoundError when the document is not
         visible from this scope; ``session_id`` names the room of a room document)."""
-        document_id = inputs.identifier(document_id, "document_id", error=InvalidInputError)
-        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
-        doc = await self.get(document_id, user_id=user_id, agent_id=agent_id, session_id=session_id)
-        if doc.kind != "document":
-            raise InvalidInputError(f"{document_id!r} is a {doc.kind}, not a document")
-        # a room document's fragments are in its room: read them there, whatever session_id narrowed to
-        scope = self._scope(user_id, agent_id, doc.session_id if doc.scope == "room" else None)
-        found = builtins.list((await self.facts.get_facts(await self._fragment_ids(doc, scope), scope)).values())
-        found.sort(key=lambda f: int(f.metadata.get("fragment", 0)))
-        return [redact_contributor(f, user_id) for f in found]
+        ids = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
+        return await documents.read_fragments(self.facts, document_id, **ids)
 
     @_opening
     async def parent_document(
@@ -698,69 +538,23 @@ class AsyncMemory:
         session_id: str | None = None,
     ) -> Fact:
         """The document a fragment belongs to (a search hit's source)."""
-        fragment_id = inputs.identifier(fragment_id, "fragment_id", error=InvalidInputError)
-        fragment = await self.get(fragment_id, user_id=user_id, agent_id=agent_id, session_id=session_id)
-        parent = fragment.metadata.get("document_id")
-        if fragment.kind != "fragment" or not isinstance(parent, str):
-            raise InvalidInputError(f"{fragment_id!r} is a {fragment.kind}, not a document fragment")
-        return await self.get(parent, user_id=user_id, agent_id=agent_id, session_id=session_id)
+        ids = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
+        return await documents.read_parent(self.facts, fragment_id, **ids)
 
     @_opening
-    async def embedding_progress(self) -> dict[str, Any]:
+    async def embedding_progress(self) -> EmbeddingProgress:
         """The background embedding queue's counts: ``high`` / ``normal`` / ``low`` and
         ``queued`` (facts waiting), ``done`` (embedded since open), ``failed`` (facts of
         batches that failed; they stay queued and are retried), ``last_error``, ``idle``."""
-        if self._embed_queue is None:
-            return {"high": 0, "normal": 0, "low": 0, "queued": 0, "done": 0, "failed": 0, "last_error": None,
-                    "idle": True}  # fmt: skip
-        return self._embed_queue.progress()
+        return self._embeddings.progress()
 
     @_opening
-    async def drain_embeddings(self) -> dict[str, Any]:
+    async def drain_embeddings(self) -> EmbeddingProgress:
         """Wait until every queued fact, and every fact stored without a vector (from before
         a restart, or a failed embedding), has its vector. Raises the embedder's error when
         a batch fails meanwhile (the facts stay keyword-searchable and queued; the worker
         retries them). Returns :meth:`embedding_progress`."""
-        if self.embedder is not None:
-            await self._embedding_queue().drain()
-        return await self.embedding_progress()
-
-    async def _add_infer(
-        self,
-        messages: str | Sequence[Message],
-        user_id: str | None,
-        agent_id: str | None,
-        session_id: str | None,
-        meta: dict[str, Any],
-        scope: Literal["user", "agent"],
-        timestamp: datetime | None,
-        wait: bool,
-    ) -> list[Fact] | Job:
-        facts = [] if isinstance(messages, str | bytes) else messages_.to_facts(
-            messages, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=meta,
-            timestamp=timestamp,
-        )  # fmt: skip
-        turns = messages_.to_turns(messages, facts, timestamp=timestamp)
-        job = await self.formation.enqueue_infer(
-            turns, user_id=user_id, agent_id=agent_id, session_id=session_id, scope=scope, metadata=meta
-        )
-        if not wait:
-            self.formation.start()
-            return job
-        result = await self.formation.wait_for(job)
-        return result.facts
-
-    async def _backfill_if_pending(self) -> None:
-        if self._embed_queue is not None:  # its worker embeds what the store lacks, in the background
-            if self._pending_embeddings:
-                self._pending_embeddings = False
-                self._embed_queue.start()
-            return
-        if self._pending_embeddings and self.embedder is not None:
-            try:
-                await self.backfill_embeddings()
-            except ProviderError as exc:
-                log.warning("memlane: embedding backfill failed again (%s); will retry later", exc)
+        return await self._embeddings.drain()
 
     @_opening
     async def backfill_embeddings(self, *, batch_size: int = 256) -> int:
@@ -769,20 +563,7 @@ class AsyncMemory:
         Returns:
             How many facts got vectors.
         """
-        batch_size = inputs.integer(batch_size, "batch_size", 1, 10_000)
-        if self.embedder is None:
-            return 0
-        done = 0
-        while True:
-            rows = await self.facts.missing_embeddings(limit=batch_size)
-            if not rows:
-                break
-            vectors = await self._embed([text for _, text in rows])
-            assert vectors is not None
-            await self.facts.set_embeddings([fid for fid, _ in rows], vectors)
-            done += len(rows)
-        self._pending_embeddings = False
-        return done
+        return await self._embeddings.backfill(batch_size)
 
     @_opening
     async def update(
@@ -807,10 +588,10 @@ class AsyncMemory:
                 "the new text"
             )
         try:
-            vectors = await self._embed([text])
+            vectors = await self._embeddings.embed([text])
         except EmbedderError:
             vectors = None
-            self._pending_embeddings = True
+            self._embeddings.pending = True
         updated = await self.facts.update_fact(
             fact_id, scope, text, vectors[0] if vectors is not None else None, actor="api"
         )
@@ -829,19 +610,8 @@ class AsyncMemory:
         ids = [fact_id]
         if fact is not None and fact.kind == "document":  # its fragments go with it, in one transaction
             room = fact.session_id if fact.scope == "room" else None
-            ids += await self._fragment_ids(fact, self._scope(user_id, agent_id, room))
+            ids += await documents.fragment_ids(self.facts, fact, self._scope(user_id, agent_id, room))
         return (await self.facts.invalidate_facts(ids, scope, actor="api"))[0]
-
-    async def _fragment_ids(self, document: Fact, scope: Scope) -> builtins.list[str]:
-        flt = FactFilter(kind="fragment", metadata=(("document_id", document.id),))
-        ids: builtins.list[str] = []
-        cursor: str | None = None
-        while True:
-            page = await self.facts.list_facts(scope, limit=1000, cursor=cursor, filter=flt)
-            ids += [f.id for f in page.items]
-            cursor = page.next_cursor
-            if cursor is None:
-                return ids
 
     @_opening
     async def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase", sessions: bool = True) -> int:
@@ -869,15 +639,10 @@ class AsyncMemory:
         user_id = inputs.identifier(user_id, "user_id")
         inputs.choice(shared, "shared", ("erase", "keep"))
         sessions = inputs.flag(sessions, "sessions")
-        removed = await self.jobs.purge_user(user_id, cursors=sessions)
-        if sessions:
-            removed += await self.sessions.delete_user_sessions(user_id)
-        if self.reflection_store is not self.facts:  # type: ignore[comparison-overlap]
-            removed += await self.reflection_store.purge_user(user_id, shared=shared)
-        # Cached contexts hold memory text (agent blobs included): all go, not only the user's.
-        removed += await self.contexts.drop_contexts()
-        # last: the fact store's purge ends by scrubbing the file (FTS merge, WAL truncate)
-        removed += await self.facts.purge_user(user_id, shared=shared)
+        removed = await privacy.forget(
+            user_id, shared=shared, sessions=sessions, facts=self.facts, reflections=self.reflection_store,
+            jobs=self.jobs, session_store=self.sessions, contexts=self.contexts,
+        )  # fmt: skip
         self._erasures += 1
         return removed
 
@@ -899,39 +664,9 @@ class AsyncMemory:
         that cannot export (a custom store without ``export_user``).
         """
         user_id = inputs.identifier(user_id, "user_id")
-        out: dict[str, Any] = {
-            "format": "memlane.user-export/1",
-            "user_id": user_id,
-            "exported_at": utcnow().isoformat(),
-            "facts": [],
-            "shared_changes": [],
-            "reflections": [],
-            "consolidated": [],
-            "shared": [],
-            "sessions": [],
-            "jobs": [],
-            "formation_cursors": [],
-        }
-        not_exported: builtins.list[str] = []
-        seen: set[int] = set()
-        stores = (("facts", self.facts), ("reflections", self.reflection_store), ("jobs", self.jobs),
-                  ("sessions", self.sessions))  # fmt: skip
-        for name, store in stores:
-            if id(store) in seen:
-                continue
-            seen.add(id(store))
-            if isinstance(store, UserExportable):
-                out.update(await store.export_user(user_id))
-            else:
-                not_exported.append(f"{name}: {type(store).__name__} has no export_user")
-        out["not_included"] = {
-            "embeddings": "derived: vectors computed from the exported texts",
-            "keyword_index": "derived: the full-text index of the exported facts",
-            "context_cache": "derived: cached <MemoryContext> assemblies of exported memory (5 minutes)",
-            "job_checkpoints_and_results": "derived: step outputs of formation jobs, which may quote other users",
-        }
-        out["not_exported"] = not_exported
-        return out
+        return await privacy.export_user(
+            user_id, facts=self.facts, reflections=self.reflection_store, jobs=self.jobs, session_store=self.sessions
+        )
 
     # ------------------------------------------------------------------ reads
     @_opening
@@ -940,12 +675,8 @@ class AsyncMemory:
     ) -> Fact:
         """One fact by id (NotFoundError if absent or outside the scope; ``session_id`` names
         the room of a room memory)."""
-        fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
-        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
-        fact = await self.facts.get_fact(fact_id, self._scope(user_id, agent_id, session_id))
-        if fact is None:
-            raise NotFoundError(f"no fact {fact_id!r} for this user/agent")
-        return redact_contributor(fact, user_id)
+        ids = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
+        return await documents.visible_fact(self.facts, fact_id, **ids)
 
     @_opening
     async def list(
@@ -1283,66 +1014,24 @@ class AsyncMemory:
     @_opening
     async def get_consolidation_status(
         self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, ConsolidationStatus]:
         """Eden's ``get_consolidation_status``: per scope, the buffer size, threshold, word limit
         and whether consolidation is due."""
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
-        cfg = self.formation_config
-        out: dict[str, dict[str, Any]] = {}
-        for scope in self._status_scopes(user_id, agent_id, session_id):
-            pending = await self.reflections(
-                scope, user_id=user_id, agent_id=agent_id, session_id=session_id, absorbed=False
-            )
-            blob = await self.consolidated(scope, user_id=user_id, agent_id=agent_id, session_id=session_id)
-            out[scope] = {  # Eden's keys, plus version and time
-                "buffer_size": len(pending),
-                "threshold": cfg.consolidation_threshold[scope],
-                "needs_consolidation": len(pending) >= cfg.consolidation_threshold[scope],
-                "word_limit": cfg.word_limit[scope],
-                "current_word_count": len(blob.consolidated_content.split()) if blob else 0,
-                "version": blob.version if blob else 0,
-                "last_consolidated_at": blob.last_consolidated_at if blob else None,
-            }
-        return out
+        ids = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
+        return await status.consolidation_status(self.reflection_store, self.formation_config, **ids)
 
     @_opening
     async def get_memory_stats(
         self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
-    ) -> dict[str, Any]:
+    ) -> MemoryStats:
         """Eden's ``get_memory_stats``: per scope, word counts of the blob, reflection counts and
         timestamps; plus fact counts, job counts and model usage so far."""
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
-        scopes: dict[str, Any] = {}
-        for scope in self._status_scopes(user_id, agent_id, session_id):
-            refl = await self.reflections(scope, user_id=user_id, agent_id=agent_id, session_id=session_id)
-            blob = await self.consolidated(scope, user_id=user_id, agent_id=agent_id, session_id=session_id)
-            scopes[scope] = {
-                "consolidated_words": len(blob.consolidated_content.split()) if blob else 0,
-                "version": blob.version if blob else 0,
-                "reflections": len(refl),
-                "unabsorbed": sum(1 for r in refl if not r.absorbed),
-                "last_reflection_at": refl[-1].formed_at if refl else None,
-                "last_consolidated_at": blob.last_consolidated_at if blob else None,
-            }
+        ids = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
+        scopes = await status.scope_stats(self.reflection_store, **ids)
         facts = await self.stats(user_id=user_id, agent_id=agent_id)
-        return {
-            "scopes": scopes,
-            "facts": facts.facts,
-            "valid_facts": facts.valid_facts,
-            "jobs": await self.jobs.counts(),
-            "usage": self.meter.snapshot(),
-        }
-
-    def _status_scopes(
-        self, user_id: str | None, agent_id: str | None, session_id: str | None
-    ) -> builtins.list[ReflectionScopeName]:
-        scopes: builtins.list[ReflectionScopeName] = []
-        if agent_id:
-            scopes.append("agent")
-        if user_id:
-            scopes.append("user")
-        if session_id:
-            scopes.append("session")
-        if not scopes:
-            raise ScopeError("give user_id, agent_id and/or session_id")
-        return scopes
+        return MemoryStats(
+            scopes=scopes, facts=facts.facts, valid_facts=facts.valid_facts, jobs=await self.jobs.counts(),
+            usage=self.meter.snapshot(),
+        )  # fmt: skip

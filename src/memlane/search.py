@@ -30,7 +30,7 @@ from memlane.models import (
 )
 from memlane.providers.embed.base import Matrix
 from memlane.retrieval.hybrid import RetrievalConfig, fuse
-from memlane.retrieval.text import parse_query
+from memlane.retrieval.text import mostly_non_latin, parse_query
 from memlane.stores.base import FactStore
 
 log = logging.getLogger("memlane")
@@ -107,17 +107,39 @@ def redact_contributor(fact: Fact, reader: str | None) -> Fact:
 
 
 class Searcher:
-    """Hybrid search over one :class:`FactStore` (the engine's ``search``)."""
+    """Hybrid search over one :class:`FactStore` (the engine's ``search``).
+
+    Args:
+        facts: the store searched.
+        config: fusion settings (the engine swaps it between searches).
+        embed_queries: embeds query texts; None without an embedder (keyword-only).
+        latin_only: the embedder reads Latin-script text only (the default local MiniLM,
+            ``Embedder.latin_only``). Its cosines between texts in other scripts are noise
+            that clears the default floor (MiniLM: 0.36-0.54 between unrelated Japanese or
+            Chinese sentences, "天気" -> "私の名前は太郎です" 0.42), so a query mostly in another
+            script takes no vector evidence under the default floor: it is searched by keywords
+            alone. An explicit ``match_threshold`` is the caller's own floor and still applies.
+    """
 
     def __init__(
         self,
         facts: FactStore,
         config: RetrievalConfig,
         embed_queries: Callable[[list[str]], Awaitable[Matrix | None]] | None,
+        *,
+        latin_only: bool = False,
     ) -> None:
         self.facts = facts
         self.config = config
         self.embed_queries = embed_queries
+        self.latin_only = latin_only
+
+    def vector_queries(self, queries: list[str], match_threshold: float | None) -> list[int]:
+        """Indexes of the queries the vector side searches: all of them, except, with a
+        Latin-only embedder under the default floor, those mostly in another script."""
+        if not self.latin_only or match_threshold is not None:
+            return list(range(len(queries)))
+        return [i for i, q in enumerate(queries) if not mostly_non_latin(q)]
 
     async def keyword(
         self, pf: PartitionFilter, query: str, authors: Sequence[str], *, limit: int, flt: FactFilter
@@ -166,8 +188,13 @@ class Searcher:
         t = time.perf_counter()
         authors = await self.facts.authors(pf)
         qvecs: Matrix | None = None
-        use_vectors = use_vectors and self.embed_queries is not None and cfg.vector_weight > 0
-        embed_task = asyncio.ensure_future(self.embed_queries(queries)) if use_vectors and self.embed_queries else None
+        readable = self.vector_queries(queries, match_threshold)
+        use_vectors = use_vectors and self.embed_queries is not None and cfg.vector_weight > 0 and bool(readable)
+        embed_task = (
+            asyncio.ensure_future(self.embed_queries([queries[i] for i in readable]))
+            if use_vectors and self.embed_queries
+            else None
+        )
         if mode == "vector":  # keywords left out
             kw_lists: list[list[Candidate]] = [[] for _ in queries]
         else:
@@ -184,11 +211,11 @@ class Searcher:
             timings["embed_ms"] = (time.perf_counter() - t) * 1000 - timings["keyword_ms"]
             if qvecs is not None:
                 t = time.perf_counter()
-                vec_lists = list(
-                    await asyncio.gather(
-                        *(self.facts.vector_search(pf, qvecs[i], limit=depth, filter=flt) for i in range(len(queries)))
-                    )
+                found_vec = await asyncio.gather(
+                    *(self.facts.vector_search(pf, qvecs[j], limit=depth, filter=flt) for j in range(len(readable)))
                 )
+                by_query = dict(zip(readable, found_vec, strict=True))
+                vec_lists = [by_query.get(i, []) for i in range(len(queries))]
                 timings["vector_ms"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         fused = fuse(kw_lists, vec_lists, cfg, top_k=top_k)

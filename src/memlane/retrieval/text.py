@@ -423,3 +423,18 @@ def date_words(when: datetime | None) -> str:
     if when is None:
         return ""
     return f"{when.day} {when.strftime('%B')} {when.year} {when.strftime('%A')}"
+
+
+def mostly_non_latin(text: str) -> bool:
+    """Whether more than half of ``text``'s letters are outside the Latin script (Chinese,
+    Japanese, Korean, Cyrillic, Greek, Arabic...). Accented Latin letters (``é``, ``ß``) are
+    Latin; a text without letters is not "non-Latin"."""
+    latin = other = 0
+    for c in text:
+        if not c.isalpha():
+            continue
+        if c.isascii() or unicodedata.name(c, "").startswith("LATIN"):
+            latin += 1
+        else:
+            other += 1
+    return other > latin

@@ -27,6 +27,11 @@ class Embedder(Protocol):
         name: a stable identifier such as ``"local:all-MiniLM-L6-v2"``; stored with the
             database so a later open with a different model is detected.
         dim: the dimension of every vector returned.
+
+    Optional capability flag (read with :func:`is_latin_only`, False when absent):
+        latin_only: the model reads Latin-script text only (English MiniLM): its cosines
+            between texts in other scripts (Chinese, Japanese, Korean, Cyrillic...) carry no
+            meaning, so search does not take them as evidence under the default floor.
     """
 
     name: str
@@ -54,6 +59,11 @@ class QueryEmbedder(Protocol):
     async def embed_queries(self, texts: list[str]) -> Matrix:
         """Embed search queries; float32 ``(len(texts), dim)``, rows L2-normalised."""
         ...
+
+
+def is_latin_only(embedder: object) -> bool:
+    """The embedder's optional ``latin_only`` flag (see :class:`Embedder`); False when absent."""
+    return getattr(embedder, "latin_only", False) is True
 
 
 async def embed_query_texts(embedder: Embedder, texts: list[str]) -> Matrix:

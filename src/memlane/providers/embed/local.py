@@ -248,6 +248,9 @@ class LocalEmbedder:
         backend: ``"onnx"`` or ``"numpy"``, the one in use.
         precision: ``"fp32"`` or ``"int8"``, the one in use.
         onnx_path: the cached ONNX file (onnx backend; built on the first embed), else None.
+        latin_only: True for the default all-MiniLM-L6-v2 (trained on English: cosines
+            between texts in other scripts are noise, "天気" -> "私の名前は太郎です" 0.42);
+            False for a custom folder (it may be multilingual).
 
     Raises:
         ConfigError: the package / folder / a file is missing, ``tokenizers`` is not
@@ -281,10 +284,12 @@ class LocalEmbedder:
             folder = default_model_dir()
             self.name = f"local:{DEFAULT_MODEL_NAME}"
             expected_sha = sha256 or DEFAULT_MODEL_SHA256
+            self.latin_only = True
         else:
             folder = Path(path).expanduser()
             self.name = f"local:{folder.resolve().name or folder}"
             expected_sha = sha256
+            self.latin_only = False
         if not folder.is_dir():
             raise ConfigError(
                 f"local embedder model folder {folder} does not exist"
