@@ -48,6 +48,7 @@ from memlane.adapters.adk import (
     MemlaneMemoryService,
     MemlaneSessionService,
     from_adk_event,
+    memlane_session_key,
     to_adk_event,
 )
 
@@ -187,7 +188,7 @@ async def test_runner_recalls_across_sessions_with_load_memory(db_path: Path) ->
         assert [e.author for e in s1.events] == ["user", "concierge"]
         assert s1.events[0].content == text(FACT)
         # s2: user message, the load_memory call, its response, the final answer
-        kinds = [e.type for e in await memory.sessions.get_events("s2", app=APP)]
+        kinds = [e.type for e in await memory.sessions.get_events(memlane_session_key("alice", "s2"), app=APP)]
         assert kinds == [EventType.USER_MESSAGE, EventType.TOOL_CALL, EventType.TOOL_RESULT, EventType.AGENT_RESPONSE]
 
 
@@ -493,15 +494,16 @@ async def test_create_session_splits_state_and_rejects_duplicates(
     )
     assert created.id == "s1" and created.app_name == APP and created.user_id == "alice" and created.events == []
     assert created.state == {"topic": "tea", "user:lang": "fr", "app:motd": "hi"}
-    stored = await memory.sessions.get_session("s1", app=APP)
+    assert await sessions.memlane_session_id(app_name=APP, user_id="alice", session_id="s1") == "alice/s1"
+    stored = await memory.sessions.get_session("alice/s1", app=APP)
     assert stored is not None and stored.user_ids == ["alice"] and stored.state == {"topic": "tea"}
-    # The id is taken in this app, for this user and for any other: both errors at once, nothing changed.
-    for user in ("alice", "bob"):
-        with pytest.raises(AdkSessionExistsError, match="already exists") as err:
-            await sessions.create_session(app_name=APP, user_id=user, session_id="s1", state={"user:lang": "de"})
-        assert isinstance(err.value, AlreadyExistsError) and isinstance(err.value, InvalidInputError)
+    # The id is taken for this user in this app: both errors at once, nothing changed.
+    with pytest.raises(AdkSessionExistsError, match="already exists") as err:
+        await sessions.create_session(app_name=APP, user_id="alice", session_id="s1", state={"user:lang": "de"})
+    assert isinstance(err.value, AlreadyExistsError) and isinstance(err.value, InvalidInputError)
     assert await sessions.get_user_state(app_name=APP, user_id="alice") == {"lang": "fr"}
-    assert await sessions.get_user_state(app_name=APP, user_id="bob") == {}
+    # Another user of the app may use the same id (ADK keys sessions by app, user and id).
+    assert (await sessions.create_session(app_name=APP, user_id="bob", session_id="s1")).id == "s1"
     # Another app is another namespace; a blank id is generated (ADK).
     assert (await sessions.create_session(app_name="other", user_id="bob", session_id="s1")).id == "s1"
     generated = await sessions.create_session(app_name=APP, user_id="bob", session_id="  ")
@@ -634,7 +636,7 @@ async def test_append_event_persists_types_and_round_trips(db_path: Path) -> Non
             assert await svc.append_event(session, e) is e
         assert session.state["temp:t"] == 9 and session.state["hotel"] == "Ribeira"
         assert "temp:t" not in events[3].actions.state_delta  # trimmed before storing (ADK semantics)
-        stored = await memory.sessions.get_events("s", app=APP)
+        stored = await memory.sessions.get_events(memlane_session_key("alice", "s"), app=APP)
         assert [e.type for e in stored] == [
             EventType.USER_MESSAGE,
             EventType.TOOL_CALL,
@@ -703,7 +705,7 @@ async def test_append_event_skips_partial_and_repeated_events(
     event = adk_event("user", "hello")
     await sessions.append_event(session, event)
     await sessions.append_event(session, event)  # a retried delivery
-    assert len(session.events) == 1 and len(await memory.sessions.get_events("s", app=APP)) == 1
+    assert len(session.events) == 1 and len(await memory.sessions.get_events("alice/s", app=APP)) == 1
 
 
 async def test_forget_erases_adk_sessions_and_user_state(sessions: MemlaneSessionService, memory: AsyncMemory) -> None:
@@ -796,9 +798,11 @@ async def test_session_service_form_true_runs_memlane_formation(db_path: Path) -
             await run_turn(runner, "alice", sid, "My sister Maya lives in Porto and I work as a nurse.")
         # Only the form=True session's events went through the engine's triggers: its formation
         # cursor counts them, the other session has none.
-        assert await memory.jobs.get_cursor(APP, "s-True") is not None
-        assert await memory.jobs.get_cursor(APP, "s-False") is None
-        await memory.form("s-True", app=APP)
+        key = await runner.session_service.memlane_session_id(app_name=APP, user_id="alice", session_id="s-True")
+        assert key == "alice/s-True"
+        assert await memory.jobs.get_cursor(APP, key) is not None
+        assert await memory.jobs.get_cursor(APP, "alice/s-False") is None
+        await memory.form(key, app=APP)
         hits = await MemlaneMemoryService(memory).search_memory(app_name=APP, user_id="bob", query="Maya Porto")
         assert hits.memories == []  # formed into alice's memory only
         found = await MemlaneMemoryService(memory).search_memory(app_name=APP, user_id="alice", query="Maya Porto")

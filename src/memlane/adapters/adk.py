@@ -37,6 +37,7 @@ import logging
 from collections.abc import Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from memlane import inputs
 from memlane._binding import Binding
@@ -45,7 +46,7 @@ from memlane.agent.config import CONFIGURED, Configured
 from memlane.agent.context import escape_memory_text
 from memlane.errors import InvalidInputError, NotFoundError, ScopeError
 from memlane.memory import AsyncMemory
-from memlane.models import Event, EventType, Fact, Hit, agent_namespace
+from memlane.models import Event, EventType, Fact, Hit, agent_namespace, new_id
 from memlane.models import Session as MemlaneSession
 from memlane.sessions import check_json
 from memlane.stores.base import SessionStore
@@ -71,6 +72,7 @@ __all__ = [
     "MemlaneMemoryService",
     "MemlaneSessionService",
     "from_adk_event",
+    "memlane_session_key",
     "to_adk_event",
 ]
 
@@ -85,6 +87,9 @@ RESERVED_PREFIX = "memlane-adk:"
 _APP_STATE_ID = f"{RESERVED_PREFIX}app-state"
 _STATE_DELTA_KEY = "adk_state_delta"
 _STATE_AUTHOR = "memlane-adk"
+#: ``Session.channel`` of the memlane sessions holding ADK sessions under
+#: :func:`memlane_session_key` (sessions of earlier versions have none and their plain id).
+ADK_CHANNEL = "adk"
 #: Most memories one search returns by default: the engine's ``recall_config.recall_limit``
 #: (Gaia's ``memory.recall_limit``, 5: ADK's ``load_memory`` routes to ``search_memory``).
 DEFAULT_TOP_K = CONFIGURED
@@ -136,6 +141,16 @@ def _session_id(value: object) -> str:
 
 def _user_state_id(user_id: str) -> str:
     return f"{RESERVED_PREFIX}user-state:{user_id}"
+
+
+def memlane_session_key(user_id: str, session_id: str) -> str:
+    """The memlane session id this adapter stores the ADK session ``(user_id, session_id)``
+    under: ``"<user_id>/<session_id>"``, the user id percent-encoded (``quote(user_id,
+    safe="")``: ``/``, ``:``, ``%`` and other reserved characters as ``%XX``), so two users'
+    ``"main"`` are two memlane sessions and no pair of ids maps to another pair's key.
+    Sessions created before this scheme keep their plain id (see
+    :meth:`MemlaneSessionService.memlane_session_id`)."""
+    return f"{quote(user_id, safe='')}/{session_id}"
 
 
 # --------------------------------------------------------------------------- event mapping
@@ -447,7 +462,13 @@ class MemlaneMemoryService(BaseMemoryService):
     async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
         """The ``(app_name, user_id)`` memories matching ``query``, best first (at most
         ``top_k``), as ADK ``MemoryEntry`` objects: text content, author, ISO-8601 UTC
-        timestamp, the memlane fact id as ``id``. A blank query finds nothing."""
+        timestamp, the memlane fact id as ``id``. A blank query finds nothing.
+
+        Ranked by memlane's relevance (keyword + meaning), not by the number of query words
+        matched as ADK's in-memory service; equal scores keep the order the memories were
+        added in. A memory can match through its neighbouring turns (memlane indexes each
+        message with its neighbours), so the turn beside the one holding the words is found
+        too, ranked below it."""
         app_name, user_id = _name(app_name, "app_name"), _name(user_id, "user_id")
         if not isinstance(query, str):
             raise InvalidInputError(f"query must be a string, got {inputs.show(query)}")
@@ -458,6 +479,9 @@ class MemlaneMemoryService(BaseMemoryService):
         top_k = limit if ns is not None else _WIDE_TOP_K
         result = await self._engine.run(self.memory.search(query, user_id=user_id, agent_id=ns, top_k=top_k))
         hits = result.hits if ns is not None else [h for h in result.hits if h.fact.agent_id is None]
+        # Equal scores: the memory added first comes first, as ADK's in-memory service keeps
+        # equal matches in insertion order (fusion alone breaks such ties by random fact id).
+        hits = sorted(hits, key=lambda h: (-h.score, h.fact.formed_at, h.fact.seq or 0))
         return SearchMemoryResponse(memories=[_entry(h, self.escape) for h in hits[:limit]])
 
     async def delete_memory(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
@@ -515,16 +539,19 @@ class MemlaneSessionService(BaseSessionService):
 
     By default (``form=False``) events are written to the store directly, so memlane's own
     formation triggers and idle timer do not run on ADK sessions: ingest with the memory
-    service's ``add_session_to_memory`` (ADK's explicit model), or call ``memory.form(session_id,
-    app=app_name)`` yourself. With ``form=True`` events go through ``memory.add_event``: after
-    an agent reply, 45 messages or 1500 weighted tokens queue a formation job, and a session
-    silent for 30 minutes is formed (then cleared, unless ``FormationConfig(clear_on_idle=False)``).
-    Formed facts land in the user's memory under the app (``agent_namespace(app_name)``), where
-    :class:`MemlaneMemoryService` searches.
+    service's ``add_session_to_memory`` (ADK's explicit model), or call ``memory.form(await
+    service.memlane_session_id(...), app=app_name)`` yourself. With ``form=True`` events go
+    through ``memory.add_event``: after an agent reply, 45 messages or 1500 weighted tokens
+    queue a formation job, and a session silent for 30 minutes is formed (then cleared, unless
+    ``FormationConfig(clear_on_idle=False)``). Formed facts land in the user's memory under the
+    app (``agent_namespace(app_name)``), where :class:`MemlaneMemoryService` searches.
 
-    A session belongs to one ``(app_name, user_id)``: another user's ``get_session`` of the same
-    id finds nothing and their ``delete_session`` deletes nothing. Session ids are unique per
-    app (memlane's store), so a second user cannot reuse an id another user holds in that app.
+    Sessions are keyed by ``(app_name, user_id, session_id)`` as in ADK: two users of one app
+    may each have a session ``"main"``. Each is the memlane session
+    :func:`memlane_session_key` ``(user_id, session_id)`` (``"alice/main"``, channel ``"adk"``)
+    of app ``app_name``; a session stored by an earlier version under its plain id is still
+    found under that id. Another user's ``get_session`` of the same id never finds it and
+    their ``delete_session`` deletes nothing.
     """
 
     def __init__(self, memory: AsyncMemory | Memory, *, form: bool = False) -> None:
@@ -540,10 +567,35 @@ class MemlaneSessionService(BaseSessionService):
         return await self._engine.run(coro)
 
     async def _owned(self, store: SessionStore, app_name: str, user_id: str, session_id: str) -> MemlaneSession | None:
+        """The memlane session holding ``(app_name, user_id, session_id)``: the one under
+        :func:`memlane_session_key`, else (stored by an earlier version) the user's own
+        session under the plain id."""
+        key = memlane_session_key(user_id, session_id)
+        if len(key) <= inputs.MAX_ID_CHARS:
+            found = await self._call(store.get_session(key, app=app_name))
+            if found is not None and found.user_ids == [user_id] and found.channel == ADK_CHANNEL:
+                return found
         found = await self._call(store.get_session(session_id, app=app_name))
-        if found is None or found.user_ids != [user_id]:
+        if found is None or found.user_ids != [user_id] or found.channel == ADK_CHANNEL:
             return None
         return found
+
+    async def memlane_session_id(self, *, app_name: str, user_id: str, session_id: str) -> str | None:
+        """The memlane session id holding this ADK session (for ``memory.form(id,
+        app=app_name)``, memlane's HTTP API or CLI), None when ``(app_name, user_id)`` has no
+        such session: :func:`memlane_session_key` for sessions this version created, the
+        plain ``session_id`` for sessions of earlier versions."""
+        app_name, user_id, session_id = _name(app_name, "app_name"), _name(user_id, "user_id"), _session_id(session_id)
+        found = await self._owned(await self._engine.sessions(), app_name, user_id, session_id)
+        return None if found is None else found.id
+
+    @staticmethod
+    def _adk_id(found: MemlaneSession, user_id: str) -> str:
+        """The ADK session id of a memlane session owned by ``user_id``."""
+        prefix = memlane_session_key(user_id, "")
+        if found.channel == ADK_CHANNEL and found.id.startswith(prefix):
+            return found.id.removeprefix(prefix)
+        return found.id
 
     # ---- state logs
     async def _state_log(self, store: SessionStore, app_name: str, log_id: str) -> dict[str, Any]:
@@ -585,14 +637,16 @@ class MemlaneSessionService(BaseSessionService):
         state = dict(found.state)
         for event in events:
             state.update(_split_state(_event_delta(event))[2])
+        # ADK's services: the last appended event's timestamp (exact: read from the stored ADK
+        # event), else the creation time; never the time the store wrote the row.
+        last = events[-1].timestamp if events else found.created_at.timestamp()
         if config is not None:
             if config.after_timestamp is not None:
                 events = [e for e in events if e.timestamp >= config.after_timestamp]
             if config.num_recent_events is not None:
                 events = events[-config.num_recent_events :] if config.num_recent_events else []
-        last = max([found.updated_at.timestamp(), *(e.timestamp for e in events[-1:])])
         return AdkSession(
-            id=found.id,
+            id=self._adk_id(found, user_id),
             app_name=app_name,
             user_id=user_id,
             state=_merge(state, app, user),
@@ -610,32 +664,44 @@ class MemlaneSessionService(BaseSessionService):
         session_id: str | None = None,
     ) -> AdkSession:
         """Create a session for ``(app_name, user_id)``; ``app:`` / ``user:`` keys of ``state``
-        update the app / user state, ``temp:`` keys are dropped.
+        update the app / user state, ``temp:`` keys are dropped. Another user of the app may
+        hold the same id (ADK's semantics).
 
         Raises:
-            AdkSessionExistsError: the id is already used in this app (also ADK's ``AlreadyExistsError``).
-            InvalidInputError: blank ids, a reserved id, state that is not a JSON dict.
+            AdkSessionExistsError: this user already has that id in this app (also ADK's
+                ``AlreadyExistsError``).
+            InvalidInputError: blank ids, a reserved id, state that is not a JSON dict, or a
+                ``session_id`` too long for memlane's key with this ``user_id``
+                (:func:`memlane_session_key` at most 256 characters).
         """
         app_name, user_id = _name(app_name, "app_name"), _name(user_id, "user_id")
         if isinstance(session_id, str):
             session_id = session_id.strip() or None  # ADK: a blank id means "generate one"
-        if session_id is not None:
-            session_id = _session_id(session_id)
+        session_id = new_id() if session_id is None else _session_id(session_id)
+        key = memlane_session_key(user_id, session_id)
+        if len(key) > inputs.MAX_ID_CHARS:
+            raise InvalidInputError(
+                f"session_id is too long for user {user_id!r}: memlane stores it as {key[:40]!r}..., "
+                f"{len(key)} characters, and the limit is {inputs.MAX_ID_CHARS}"
+            )
         if state is not None and not isinstance(state, dict):
             raise InvalidInputError(f"state must be a dict, got {inputs.show(state)}")
         app, user, own = _split_state(state or {})
         app, user = _json_state(app, "app state"), _json_state(user, "user state")
         own = _json_state(own, "session state")
         store = await self._engine.sessions()
+        exists = AdkSessionExistsError(
+            f"session {session_id!r} of user {user_id!r} already exists in app {app_name!r}; get_session resumes it"
+        )
+        if await self._owned(store, app_name, user_id, session_id) is not None:
+            raise exists
         try:
             created = await self._call(
-                store.create_session(app=app_name, user_ids=[user_id], session_id=session_id, state=own)
+                store.create_session(app=app_name, user_ids=[user_id], session_id=key, state=own, channel=ADK_CHANNEL)
             )
         except InvalidInputError:
-            if session_id is not None and await self._call(store.get_session(session_id, app=app_name)) is not None:
-                raise AdkSessionExistsError(
-                    f"session {session_id!r} already exists in app {app_name!r}; get_session resumes it"
-                ) from None
+            if await self._call(store.get_session(key, app=app_name)) is not None:
+                raise exists from None  # created meanwhile, or a memlane session of that id
             raise
         await self._write_state(store, app_name, user_id, app, user)
         app_state, user_state = await self._app_user_state(store, app_name, user_id)
@@ -651,7 +717,8 @@ class MemlaneSessionService(BaseSessionService):
     ) -> AdkSession | None:
         """The session with its events (``config``: ``num_recent_events`` keeps the newest N,
         ``after_timestamp`` those at or after a time) and its state merged with the app's and
-        the user's; None when ``(app_name, user_id)`` has no such session."""
+        the user's; None when ``(app_name, user_id)`` has no such session. ``last_update_time``
+        is the last appended event's timestamp (else the creation time), as in ADK."""
         app_name, user_id, session_id = _name(app_name, "app_name"), _name(user_id, "user_id"), _session_id(session_id)
         if config is not None and not isinstance(config, GetSessionConfig):
             raise InvalidInputError(f"config must be a google.adk GetSessionConfig, got {inputs.show(config)}")
@@ -663,10 +730,11 @@ class MemlaneSessionService(BaseSessionService):
         return self._to_adk(found, app_name, user_id, app_state, user_state, config)
 
     async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
-        """The app's sessions (of one user when ``user_id`` is given), oldest activity first,
-        without events, each with its merged state. Memlane group sessions (several users) are
-        not ADK sessions and are left out. Reads every listed session's events (its state is
-        built from them)."""
+        """The app's sessions (of one user when ``user_id`` is given), oldest
+        ``last_update_time`` first (then user, then id, as ADK's in-memory service), without
+        events, each with its merged state. Memlane group sessions (several users) are not ADK
+        sessions and are left out. Reads every listed session's events (its state is built
+        from them)."""
         app_name = _name(app_name, "app_name")
         if user_id is not None:
             user_id = _name(user_id, "user_id")
@@ -674,7 +742,7 @@ class MemlaneSessionService(BaseSessionService):
         app_state = await self._state_log(store, app_name, _APP_STATE_ID)
         user_states: dict[str, dict[str, Any]] = {}
         out: list[AdkSession] = []
-        for listed in reversed(await self._call(store.list_sessions(app=app_name, user_id=user_id))):
+        for listed in await self._call(store.list_sessions(app=app_name, user_id=user_id)):
             if listed.id.startswith(RESERVED_PREFIX) or len(listed.user_ids) != 1:
                 continue
             owner = listed.user_ids[0]
@@ -688,6 +756,7 @@ class MemlaneSessionService(BaseSessionService):
             session = self._to_adk(found, app_name, owner, app_state, user_states[owner])
             session.events = []
             out.append(session)
+        out.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=out)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
@@ -695,8 +764,9 @@ class MemlaneSessionService(BaseSessionService):
         happens, as in ADK). User and app state stay."""
         app_name, user_id, session_id = _name(app_name, "app_name"), _name(user_id, "user_id"), _session_id(session_id)
         store = await self._engine.sessions()
-        if await self._owned(store, app_name, user_id, session_id) is not None:
-            await self._call(store.delete_session(session_id, app=app_name))
+        found = await self._owned(store, app_name, user_id, session_id)
+        if found is not None:
+            await self._call(store.delete_session(found.id, app=app_name))
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's ``user:`` state in this app, keys without the prefix."""
@@ -707,8 +777,9 @@ class MemlaneSessionService(BaseSessionService):
     async def append_event(self, session: AdkSession, event: AdkEvent) -> AdkEvent:
         """Persist ``event`` and apply it to ``session`` (ADK's semantics: partial events are
         not stored, ``temp:`` state lives in the in-memory session only, ``app:`` / ``user:``
-        deltas update the app / user state). An event already appended (same id, equal) is
-        not stored twice.
+        deltas update the app / user state, ``session.last_update_time`` becomes the event's
+        timestamp, which ``get_session`` then returns too). An event already appended (same
+        id, equal) is not stored twice.
 
         Raises:
             AdkSessionNotFoundError: ``session`` does not exist for its app and user; nothing
@@ -726,7 +797,8 @@ class MemlaneSessionService(BaseSessionService):
         if any(e is event or (e.id == event.id and e == event) for e in session.events):
             return event
         store = await self._engine.sessions()
-        if await self._owned(store, app_name, user_id, session_id) is None:
+        found = await self._owned(store, app_name, user_id, session_id)
+        if found is None:
             raise AdkSessionNotFoundError(
                 f"no session {session_id!r} of user {user_id!r} in app {app_name!r}; create_session first"
             )
@@ -737,11 +809,11 @@ class MemlaneSessionService(BaseSessionService):
         app, user = _json_state(app, "app state delta"), _json_state(user, "user state delta")
         stored = from_adk_event(trimmed)
         if self.form:  # through the engine: formation triggers and the idle timer run
-            await self._call(self.memory.add_event(session_id, stored, app=app_name))
+            await self._call(self.memory.add_event(found.id, stored, app=app_name))
         else:
-            await self._call(store.add_event(session_id, stored, app=app_name))
+            await self._call(store.add_event(found.id, stored, app=app_name))
         await self._write_state(store, app_name, user_id, app, user)
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
-        session.last_update_time = max(session.last_update_time, event.timestamp)
+        session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
