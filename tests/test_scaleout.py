@@ -231,8 +231,8 @@ class Deployment:
 
 @pytest.fixture(scope="module")
 def deployment(pg_server: str, redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    from memlane.service.hub import tenant_schema
     from memlane.service.keys import KeyStore
+    from memlane.stores.postgres.tenants import tenant_schema
 
     tmp = tmp_path_factory.mktemp("scaleout")
     run = uuid.uuid4().hex[:12]

@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 
 from memlane.config import load_settings
 from memlane.errors import ConfigError
-from memlane.service.hub import DEFAULT_TENANT, MemoryHub, tenant_location, tenant_schema, tenant_store
+from memlane.service.hub import DEFAULT_TENANT, MemoryHub, tenant_location, tenant_store
+from memlane.stores.postgres.tenants import tenant_schema
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 PG = "postgresql://memlane:s3cret@db.example:5432/mem?sslmode=require&schema=prod&pool_max=4"

@@ -6,8 +6,9 @@ Embedders by ``provider[:arg]`` (``local``, ``local:/path/to/model``, ``hash:256
 chat models by ``provider:model`` (``openai:gpt-4o-mini``, ``ollama:llama3.1``,
 ``anthropic:claude-3-5-haiku-latest``, ``gemini:gemini-2.5-flash``, ...); session stores by
 name or URL (``sqlite``, ``local``, ``null``); long-term stores by URL (``sqlite:///path``,
-``:memory:``, a bare path; later ``postgresql://...``). A new backend is one folder under
-``stores/`` plus one row in :data:`STORES` (and :data:`SESSION_STORES`).
+``:memory:``, a bare path, ``postgresql://...``); job queues by URL (``redis://...``). A new
+storage backend is one folder under ``stores/`` plus one row in :data:`BACKENDS`; the other
+store tables are views of it.
 """
 
 from __future__ import annotations
@@ -50,32 +51,156 @@ LLMS: dict[str, tuple[str, str, str]] = {
     "gemini": ("memlane.providers.llm.gemini", "GeminiChat", "gemini"),
 }
 
-#: session store name -> (module, class or async ``open(location)``, extra to install)
-SESSION_STORES: dict[str, tuple[str, str, str]] = {
-    "local": ("memlane.stores.local", "LocalMemory", "core"),
-    "null": ("memlane.stores.null", "NullMemory", "core"),
-    "sqlite": ("memlane.stores.sqlite.sessions", "SqliteSessionStore", "core"),
-    "postgresql": ("memlane.stores.postgres.sessions", "PgSessionStore", "postgres"),
-    "redis": ("memlane.stores.redis.sessions", "RedisSessionStore", "redis"),
-    "rediss": ("memlane.stores.redis.sessions", "RedisSessionStore", "redis"),  # Redis over TLS
-    "unix": ("memlane.stores.redis.sessions", "RedisSessionStore", "redis"),  # Redis on a unix socket
+
+@dataclass(frozen=True)
+class Backend:
+    """One storage backend's row: everything the rest of memlane asks of it, by name.
+
+    Entries are ``"module:attribute"`` paths inside :attr:`package` (``"sessions:PgSessionStore"``
+    is ``memlane.stores.postgres.sessions.PgSessionStore``; a name without ``:`` is an attribute
+    of the package itself), imported on first use: the core install never imports a driver it
+    lacks, and a missing one fails with the extra to install. Outside ``memlane/stores/`` only
+    this module imports a backend package or a driver (``tests/test_backend_boundaries.py``).
+    """
+
+    name: str
+    """The backend's name (``sessions="local"`` for an in-process session store)."""
+    title: str
+    """How messages name it (``PostgreSQL``)."""
+    package: str
+    """The backend's folder as a package (``memlane.stores.postgres``)."""
+    extra: str = "core"
+    """The pip extra its drivers come with (``pip install 'memlane[postgres]'``)."""
+    schemes: tuple[str, ...] = ()
+    """URL schemes, the canonical one first (``postgresql``, then libpq's ``postgres``)."""
+    stores: str | None = None
+    """``async open_stores(location) -> Stores``: long-term memory on a location (facts,
+    reflections, jobs; the backend's own session store and context cache if it has them).
+    None: no long-term memory here (Redis)."""
+    sessions: str | None = None
+    """A session store class: ``await cls.open(location)`` for a URL, ``cls()`` when
+    :attr:`in_process`."""
+    jobs: str | None = None
+    """A job queue class for ``jobs=URL`` (``await cls.open(url)``); a long-term backend's own
+    job store comes with :attr:`stores`."""
+    tenant_location: str | None = None
+    """``(location, tenant) -> location``: a service tenant's own place on the same shared
+    server (a PostgreSQL schema, a Redis key prefix). None: a location is a file, and each
+    tenant gets a file of its own (``server.tenants_dir``)."""
+    transfer: str | None = None
+    """``async open_side(location, role) -> TransferSide``: this backend's side of
+    ``memlane migrate`` (:mod:`memlane.transfer`)."""
+    drivers: tuple[str, ...] = ()
+    """The top-level packages of its drivers (``psycopg``): only ``stores/`` and this module
+    import them (``tests/test_backend_boundaries.py`` reads this)."""
+    unavailable: frozenset[tuple[str, str]] = frozenset()
+    """The driver's "server unreachable" exceptions, as (top-level package, class name): the
+    service answers them 503 ``storage_unavailable`` (retry later), not 500. Names, so that
+    matching an error never imports a driver."""
+    in_process: bool = False
+    """A session store named without a URL (``sessions="local"``), living in this process."""
+
+    @property
+    def shared(self) -> bool:
+        """A server several processes and tenants share (vs a file per tenant)."""
+        return self.tenant_location is not None
+
+    def load(self, entry: str) -> Any:
+        """The object an entry of this row names (imported now)."""
+        module, sep, attr = entry.rpartition(":")
+        return _load(f"{self.package}.{module}" if sep else self.package, attr, self.extra)
+
+
+#: The one table of storage backends. A new backend is one folder under ``stores/`` plus one
+#: row here (docs/backends.md walks through it).
+BACKENDS: tuple[Backend, ...] = (
+    Backend(
+        name="sqlite",
+        title="SQLite",
+        package="memlane.stores.sqlite",
+        schemes=("sqlite",),
+        stores="open_stores",
+        sessions="sessions:SqliteSessionStore",
+        transfer="transfer:open_side",
+        drivers=("sqlite3",),
+    ),
+    Backend(
+        name="postgresql",
+        title="PostgreSQL",
+        package="memlane.stores.postgres",
+        extra="postgres",
+        schemes=("postgresql", "postgres"),
+        stores="open_stores",
+        sessions="sessions:PgSessionStore",
+        tenant_location="tenants:tenant_location",
+        transfer="transfer:open_side",
+        drivers=("psycopg", "psycopg_pool", "pgvector"),
+        unavailable=frozenset({("psycopg", "OperationalError")}),
+    ),
+    Backend(
+        name="redis",
+        title="Redis",
+        package="memlane.stores.redis",
+        extra="redis",
+        schemes=("redis", "rediss", "unix"),  # rediss: over TLS; unix: on a unix socket
+        sessions="sessions:RedisSessionStore",
+        jobs="jobs:RedisJobStore",
+        tenant_location="url:tenant_url",
+        drivers=("redis",),
+        unavailable=frozenset({("redis", "ConnectionError"), ("redis", "TimeoutError")}),
+    ),
+    # In-process session stores (single modules beside the backends' folders).
+    Backend(name="local", title="in-process", package="memlane.stores", sessions="local:LocalMemory", in_process=True),
+    Backend(name="null", title="no sessions", package="memlane.stores", sessions="null:NullMemory", in_process=True),
+)
+
+_BY_SCHEME: dict[str, Backend] = {scheme: b for b in BACKENDS for scheme in b.schemes}
+
+
+def backend_for_scheme(scheme: str) -> Backend | None:
+    """The row of a URL scheme (any spelling: ``postgres`` is PostgreSQL's), or None."""
+    return _BY_SCHEME.get(scheme.lower())
+
+
+def backend_of(location: str) -> Backend | None:
+    """The row of a URL's scheme; None for a bare path or an unknown scheme."""
+    scheme, sep, _ = location.partition("://")
+    return backend_for_scheme(scheme) if sep else None
+
+
+def unavailable_errors() -> frozenset[tuple[str, str]]:
+    """Every backend's "server unreachable" exceptions (:attr:`Backend.unavailable`)."""
+    return frozenset(pair for b in BACKENDS for pair in b.unavailable)
+
+
+def _view(kind: str, names: Callable[[Backend], tuple[str, ...]]) -> dict[str, tuple[str, str, str]]:
+    """``{name: (module, attribute, extra)}`` of the rows that have entry ``kind``."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for b in BACKENDS:
+        entry = getattr(b, kind)
+        if entry is not None:
+            module, sep, attr = entry.rpartition(":")
+            out.update(dict.fromkeys(names(b), (f"{b.package}.{module}" if sep else b.package, attr, b.extra)))
+    return out
+
+
+def _url_names(b: Backend) -> tuple[str, ...]:
+    # A long-term store's other spellings (postgres://) are normalised by parse_store_url first.
+    return b.schemes[:1] if b.stores is not None else b.schemes
+
+
+# Views of BACKENDS by the names users write, for lookups and messages.
+#: session store name or URL scheme -> (module, class, extra to install)
+SESSION_STORES: dict[str, tuple[str, str, str]] = {  # the in-process names first (messages list them)
+    **_view("sessions", lambda b: (b.name,) if b.in_process else ()),
+    **_view("sessions", lambda b: () if b.in_process else _url_names(b)),
 }
-
-_IN_PROCESS_SESSIONS = frozenset({"local", "null"})
-
 #: long-term store URL scheme -> (module, async ``open_stores(location)``, extra to install)
-STORES: dict[str, tuple[str, str, str]] = {
-    "sqlite": ("memlane.stores.sqlite", "open_stores", "core"),
-    "postgresql": ("memlane.stores.postgres", "open_stores", "postgres"),
-}
-
+STORES: dict[str, tuple[str, str, str]] = _view("stores", _url_names)
 #: job queue URL scheme -> (module, class with async ``open(location)``, extra to install). The
 #: long-term backend's own job store is used when ``jobs=`` is not given.
-JOB_STORES: dict[str, tuple[str, str, str]] = {
-    "redis": ("memlane.stores.redis.jobs", "RedisJobStore", "redis"),
-    "rediss": ("memlane.stores.redis.jobs", "RedisJobStore", "redis"),  # Redis over TLS
-    "unix": ("memlane.stores.redis.jobs", "RedisJobStore", "redis"),  # Redis on a unix socket
-}
+JOB_STORES: dict[str, tuple[str, str, str]] = _view("jobs", _url_names)
+_IN_PROCESS_SESSIONS = frozenset(b.name for b in BACKENDS if b.in_process)
 
 
 @dataclass
@@ -106,13 +231,17 @@ def parse_store_url(url: str | os.PathLike[str]) -> tuple[str, str]:
     if not sep or len(scheme) == 1:  # a bare path (a Windows drive letter is no scheme)
         return "sqlite", text
     scheme = scheme.lower()
-    if scheme == "postgres":  # libpq accepts both spellings
-        scheme = "postgresql"
-    if scheme == "redis" and scheme not in STORES:
-        raise ConfigError(
-            f"Redis holds sessions and the job queue, not long-term memory: use it as sessions= or jobs=, "
-            f"and a SQLite or PostgreSQL URL for the store (got {text!r})"
-        )
+    row = backend_for_scheme(scheme)
+    if row is not None:
+        scheme = row.schemes[0]  # postgres:// is postgresql:// (libpq accepts both spellings)
+        if row.stores is None:
+            holds = [what for what, has in (("sessions", row.sessions), ("the job queue", row.jobs)) if has]
+            uses = [arg for arg, has in (("sessions=", row.sessions), ("jobs=", row.jobs)) if has]
+            stores = [b.title for b in BACKENDS if b.stores is not None]
+            raise ConfigError(
+                f"{row.title} holds {' and '.join(holds)}, not long-term memory: use it as {' or '.join(uses)}, "
+                f"and a {' or '.join(stores)} URL for the store (got {text!r})"
+            )
     if scheme not in STORES:
         raise ConfigError(f"unknown store URL scheme {scheme!r} in {text!r}; supported: {', '.join(STORES)}")
     if scheme == "sqlite":
@@ -141,8 +270,9 @@ def store_location(db: object) -> str:
 async def open_stores(url: str | os.PathLike[str]) -> Stores:
     """Open the long-term stores (facts, reflections, jobs) a URL names, without blocking the loop."""
     scheme, location = parse_store_url(url)
-    module, attr, extra = STORES[scheme]
-    opener: Callable[[str], Awaitable[Stores]] = _load(module, attr, extra)
+    row = _BY_SCHEME[scheme]
+    assert row.stores is not None  # parse_store_url accepts long-term stores only
+    opener: Callable[[str], Awaitable[Stores]] = row.load(row.stores)
     return await opener(location)
 
 
@@ -171,7 +301,8 @@ async def open_session_store(spec: str | SessionStore, default: Stores) -> Sessi
         store: SessionStore = _load(module, cls_name, extra)()
         return store
     scheme = name.partition("://")[0].lower()
-    if scheme in STORES or scheme == "postgres":
+    row = backend_for_scheme(scheme)
+    if row is not None and row.stores is not None:  # a long-term store's URL form (sqlite:///s.db)
         scheme, location = parse_store_url(name)
     else:
         location = name

@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memlane.errors import MemlaneError
+from memlane.registry import unavailable_errors
 from memlane.service.auth import WWW_AUTHENTICATE
 
 __all__ = [
@@ -144,12 +145,11 @@ HTTP_CODES: dict[int, str] = {
 _EXTRA_ATTRS = ("job_id", "status", "expected", "got", "retryable", "status_code", "limit")
 
 
-#: Database drivers' "server unreachable" errors, as (top-level package, class name): a PostgreSQL
-#: or Redis server that goes away in the middle of a call is 503 ``storage_unavailable`` (retry
-#: later), like a StorageError, not a 500.
-DRIVER_UNAVAILABLE: frozenset[tuple[str, str]] = frozenset(
-    {("psycopg", "OperationalError"), ("redis", "ConnectionError"), ("redis", "TimeoutError")}
-)
+#: Database drivers' "server unreachable" errors, as (top-level package, class name), from each
+#: backend's row (:attr:`memlane.registry.Backend.unavailable`): a PostgreSQL or Redis server that
+#: goes away in the middle of a call is 503 ``storage_unavailable`` (retry later), like a
+#: StorageError, not a 500. Matched by name, so no driver is imported.
+DRIVER_UNAVAILABLE: frozenset[tuple[str, str]] = unavailable_errors()
 
 
 def status_and_code(exc: BaseException) -> tuple[int, str]:

@@ -4,9 +4,10 @@ A tenant (the app an API key is bound to) is a unit of hard isolation: each tena
 own store. The ``default`` tenant uses the configured store; another tenant ``t`` uses
 ``<tenants_dir>/<t>.db`` (the tenant name percent-encoded into a file name), so no query of
 one tenant can ever reach another's rows, and purging a tenant's user is the engine's own
-``forget``. On shared servers (:func:`tenant_location`) a tenant gets a PostgreSQL schema of
-its own (``?schema=``) and a Redis key prefix of its own (``?prefix=``) for its sessions and
-its formation job queue; the ``default`` tenant keeps the URLs as configured.
+``forget``. On shared servers (:func:`tenant_location`, asking the backend's row in
+:data:`memlane.registry.BACKENDS`) a tenant gets a PostgreSQL schema of its own (``?schema=``)
+and a Redis key prefix of its own (``?prefix=``) for its sessions and its formation job
+queue; the ``default`` tenant keeps the URLs as configured.
 
 Hot reload (Gaia #60): :meth:`MemoryHub.reload` builds a new *generation* of engines (new
 providers, new formation settings) that serves every request from then on, while requests
@@ -23,24 +24,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import os
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, unquote
 
 from memlane import inputs
 from memlane.memory import AsyncMemory
+from memlane.registry import BACKENDS, backend_of, parse_store_url
 
 if TYPE_CHECKING:
     from memlane.config import MemlaneSettings
     from memlane.stores.local import LocalMemory
 
-__all__ = ["DEFAULT_TENANT", "ConfigWatcher", "MemoryHub", "tenant_location", "tenant_schema", "tenant_store"]
+__all__ = ["DEFAULT_TENANT", "ConfigWatcher", "MemoryHub", "tenant_location", "tenant_store"]
 
 log = logging.getLogger("memlane.service")
 
@@ -51,44 +51,13 @@ DEFAULT_TENANT = "default"
 DRAIN_SECONDS = 30.0
 
 
-#: PostgreSQL's identifier limit (NAMEDATALEN - 1).
-_PG_MAX_IDENT = 63
-#: Hex digits of the tenant digest in a schema name (80 bits).
-_DIGEST_HEX = 20
-
-
-def tenant_schema(base: str | None, tenant: str) -> str:
-    """The PostgreSQL schema of a (non-default) ``tenant`` whose default tenant uses schema
-    ``base`` (None: the connection's default schema).
-
-    ``<base>_t_<readable>_<digest>`` (``t_<readable>_<digest>`` without a base): ``readable`` is
-    the tenant name lowercased with every run of other characters than ``a-z0-9`` made one
-    ``_`` (for people listing the schemas), cut so the whole name has at most 63 characters;
-    ``digest`` is 20 hex digits of SHA-256 over ``base`` and the whole tenant name, so two
-    tenants whose readable parts agree (``acme``, ``ACME``, ``acme|x`` vs ``acme_x``) still get
-    different schemas. A valid unquoted-style identifier: letters, digits and ``_``, starting
-    with a letter or ``_``.
-    """
-    digest = hashlib.sha256(f"{base or ''}\x1f{tenant}".encode()).hexdigest()[:_DIGEST_HEX]
-    readable = re.sub(r"[^a-z0-9]+", "_", tenant.lower()).strip("_")
-    head = f"{base}_t_{readable}" if base else f"t_{readable}"
-    head = head[: _PG_MAX_IDENT - _DIGEST_HEX - 1].rstrip("_") or "t"
-    return f"{head}_{digest}"
-
-
-def _with_param(url: str, name: str, value: str) -> str:
-    """``url`` with query parameter ``name`` set to ``value`` (added, or replacing the old)."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != name]
-    query.append((name, value))
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
 def tenant_location(location: str, tenant: str) -> str:
-    """A shared-server URL (store, session store or job queue) as ``tenant`` uses it.
+    """A shared-server URL (store, session store or job queue) as ``tenant`` uses it, by the
+    ``tenant_location`` entry of the URL's backend in :data:`memlane.registry.BACKENDS`:
 
-    * ``postgresql://...``: the same database, schema :func:`tenant_schema` (the ``schema=``
-      parameter added or replaced);
+    * ``postgresql://...``: the same database, schema
+      :func:`memlane.stores.postgres.tenants.tenant_schema` (the ``schema=`` parameter added or
+      replaced);
     * ``redis://...`` / ``rediss://...`` / ``unix://...``: the same server, key prefix
       ``<prefix>tenant:<percent-encoded tenant>:`` under the configured ``prefix=`` (or the
       stores' default ``memlane:``), :func:`memlane.stores.redis.url.tenant_url`: the encoding
@@ -104,29 +73,27 @@ def tenant_location(location: str, tenant: str) -> str:
     tenant = inputs.identifier(tenant, "tenant")
     if tenant == DEFAULT_TENANT:
         return location
-    scheme = location.partition("://")[0].lower() if "://" in location else ""
-    if scheme in ("postgresql", "postgres"):
-        base = dict(parse_qsl(urlsplit(location).query, keep_blank_values=True)).get("schema") or None
-        return _with_param(location, "schema", tenant_schema(base, tenant))
-    if scheme in ("redis", "rediss", "unix"):
-        from memlane.stores.redis.url import tenant_url
-
-        return tenant_url(location, tenant)
+    row = backend_of(location)
+    if row is not None and row.tenant_location is not None:
+        place: str = row.load(row.tenant_location)(location, tenant)
+        return place
     from memlane.config import redact_url
     from memlane.errors import ConfigError
 
     shown = redact_url(location.partition("?")[0])
-    raise ConfigError(f"no per-tenant location for {shown!r}: use a PostgreSQL or Redis URL")
+    shared = " or ".join(b.title for b in BACKENDS if b.shared)
+    raise ConfigError(f"no per-tenant location for {shown!r}: use a {shared} URL")
 
 
 def _is_shared_server(location: str) -> bool:
-    return location.partition("://")[0].lower() in ("postgresql", "postgres", "redis", "rediss", "unix")
+    row = backend_of(location)
+    return row is not None and row.shared
 
 
 def tenant_store(default_store: str, tenants_dir: str | Path, tenant: str) -> str:
     """The store location of ``tenant``: the default store for :data:`DEFAULT_TENANT`; on a
-    PostgreSQL server a schema of its own (:func:`tenant_location`); else a file of its own
-    in ``tenants_dir`` whose name is the percent-encoded tenant name."""
+    shared server (a PostgreSQL one) its place there (:func:`tenant_location`); else a file of
+    its own in ``tenants_dir`` whose name is the percent-encoded tenant name."""
     tenant = inputs.identifier(tenant, "tenant")
     if tenant == DEFAULT_TENANT:
         return default_store
@@ -344,14 +311,13 @@ class MemoryHub:
         return [unquote(name[: -len(".db")]) for name in names]
 
     def _has_store(self, tenant: str) -> bool:
-        """False for a tenant whose SQLite store file does not exist (nothing to recover)."""
-        from memlane.registry import parse_store_url
-
+        """False for a tenant whose store file does not exist (nothing to recover)."""
         try:
-            scheme, location = parse_store_url(tenant_store(self.default_store, self.tenants_dir, tenant))
+            location = tenant_store(self.default_store, self.tenants_dir, tenant)
+            _, path = parse_store_url(location)
         except Exception:  # a bad name or location: opening it says why, on a request
             return False
-        return scheme != "sqlite" or location == ":memory:" or Path(location).exists()
+        return _is_shared_server(location) or path == ":memory:" or Path(path).exists()
 
     async def _open_known(self, tenants: list[str]) -> list[str]:
         opened: list[str] = []
