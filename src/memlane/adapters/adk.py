@@ -479,9 +479,11 @@ class MemlaneMemoryService(BaseMemoryService):
         top_k = limit if ns is not None else _WIDE_TOP_K
         result = await self._engine.run(self.memory.search(query, user_id=user_id, agent_id=ns, top_k=top_k))
         hits = result.hits if ns is not None else [h for h in result.hits if h.fact.agent_id is None]
-        # Equal scores: the memory added first comes first, as ADK's in-memory service keeps
-        # equal matches in insertion order (fusion alone breaks such ties by random fact id).
-        hits = sorted(hits, key=lambda h: (-h.score, h.fact.formed_at, h.fact.seq or 0))
+        # Equal scores (to 6 decimals: cosines are float32, so one similarity can differ in
+        # its 7th digit between two texts): the memory added first comes first, as ADK's
+        # in-memory service keeps equal matches in insertion order (fusion breaks such ties
+        # by list rank, arbitrary among equal cosines, then by random fact id).
+        hits = sorted(hits, key=lambda h: (-round(h.score, 6), h.fact.formed_at, h.fact.seq or 0))
         return SearchMemoryResponse(memories=[_entry(h, self.escape) for h in hits[:limit]])
 
     async def delete_memory(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
