@@ -19,7 +19,9 @@ Mapping (see docs/adapters.md):
   ``(app_name, user_id)`` are never visible under another user or another app.
 * Each ADK event with text becomes one verbatim memory (``kind="message"``) keeping its author
   and timestamp; a session with several users, or none, goes to the app's shared memory.
-* ADK sessions are memlane sessions (``app=app_name``, ``user_ids=[user_id]``); every ADK event
+* ADK sessions are memlane sessions (``app=app_name``, ``user_ids=[user_id]``), keyed by
+  ``(app_name, user_id, session_id)`` as in ADK: the memlane id is :func:`memlane_session_key`
+  (``"USER/ID"``, the user id percent-encoded); every ADK event
   is stored as a memlane :class:`~memlane.models.Event` of the matching type (user text ->
   ``user_message``, model text -> ``agent_response``, function call -> ``tool_call``, function
   response -> ``tool_result``) carrying the full ADK event JSON in ``metadata["adk_event"]``,
