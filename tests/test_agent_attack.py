@@ -254,7 +254,7 @@ async def test_close_while_a_batch_is_at_the_embedder_loses_nothing(tmp_path: Pa
     m = await AsyncMemory(tmp_path / "q.db", embedder=emb, sessions="null").open()
     await m.add([{"role": "user", "content": f"queued note {i}"} for i in range(10)], user_id="u", embed="normal")
     await asyncio.wait_for(emb.started.wait(), 10)
-    queue = m._embed_queue
+    queue = m._embeddings.queue
     assert queue is not None and queue._task is not None
     task = queue._task
     await m.close()

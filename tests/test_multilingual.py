@@ -238,7 +238,7 @@ def test_e5_thread_count_is_set_per_call() -> None:
 @needs_e5
 async def test_search_embeds_queries_with_the_query_prefix(tmp_path: Path) -> None:
     async with AsyncMemory(tmp_path / "q.db", embedder="e5", sessions="local") as mem:
-        vec = await mem._embed_queries(["wo wohnt meine Schwester"])
+        vec = await mem._embeddings.embed_queries(["wo wohnt meine Schwester"])
         assert mem.embedder is not None
         want = mem.embedder.embed_sync(["wo wohnt meine Schwester"], query=True)  # type: ignore[attr-defined]
         passage = mem.embedder.embed_sync(["wo wohnt meine Schwester"])  # type: ignore[attr-defined]

@@ -14,44 +14,46 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import functools
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Literal, overload
 
 from memlane import inputs
 from memlane._env import default_db_path, redact_url
 from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
 from memlane.bulk import AddBatch
-from memlane.documents import document_rows
-from memlane.engine import documents, privacy, status
+from memlane.engine import documents
+from memlane.engine.base import MAX_TIER as MAX_TIER  # re-exported
+from memlane.engine.base import opening
 from memlane.engine.context import (
     FACTS_FIFO_LIMIT,
     ContextQuery,
-    LocalContextCache,
     WindowQuery,
     build_context,
     read_window,
 )
+from memlane.engine.documents import DocumentMethods
 from memlane.engine.embeddings import QUERY_CACHE_SIZE as QUERY_CACHE_SIZE  # re-exported
-from memlane.engine.embeddings import EmbeddingLifecycle
-from memlane.engine.status import ConsolidationStatus, EmbeddingProgress, MemoryStats
-from memlane.engine.writes import Writer, write_scope
+from memlane.engine.embeddings import EmbeddingLifecycle, EmbeddingMethods
+from memlane.engine.formation import FormationMethods
+from memlane.engine.opening import open_parts
+from memlane.engine.privacy import PrivacyMethods
+from memlane.engine.status import StatusMethods
+from memlane.engine.writes import Writer
 from memlane.errors import (
     ConfigError,
     EmbedderError,
     InvalidInputError,
-    NotFoundError,
     UsageError,
 )
-from memlane.formation.config import FormationConfig, ReflectionScopeName
+from memlane.formation.config import FormationConfig
 from memlane.formation.model import FormationModel
-from memlane.formation.pipeline import Pipeline, Target, scope_key
-from memlane.formation.runner import FormationResult, FormationRunner
+from memlane.formation.pipeline import Pipeline
+from memlane.formation.runner import FormationRunner
 from memlane.inputs import MAX_TEXT_CHARS as MAX_TEXT_CHARS  # re-exported
 from memlane.inputs import clean_text as _clean_text
 from memlane.messages import MAX_BATCH as MAX_BATCH  # re-exported
@@ -59,7 +61,6 @@ from memlane.messages import Message as Message  # re-exported
 from memlane.models import (
     FACT_KINDS,
     CheckReport,
-    ConsolidatedMemory,
     EmbedPriority,
     Event,
     Fact,
@@ -67,21 +68,13 @@ from memlane.models import (
     HistoryEntry,
     Job,
     Page,
-    Reflection,
-    Scope,
     ScopeName,
     SearchResult,
 )
 from memlane.providers.embed.base import Embedder, is_latin_only
 from memlane.providers.llm.base import LLM, UsageMeter
 from memlane.registry import (
-    Stores,
     check_embedder_spec,
-    make_embedder,
-    make_formation_model,
-    open_job_store,
-    open_session_store,
-    open_stores,
     store_location,
 )
 from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig
@@ -100,9 +93,6 @@ from memlane.stores.base import (
 
 log = logging.getLogger("memlane")
 
-#: Highest user tier accepted (``profile(tier=...)``, ``add_event(tier=...)``).
-MAX_TIER = 1_000_000
-
 
 #: Attributes :meth:`AsyncMemory.open` sets.
 _OPENED_ATTRS = frozenset(
@@ -120,34 +110,8 @@ _OPENED_ATTRS = frozenset(
     }
 )
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
-
-def _opening(
-    method: Callable[Concatenate[AsyncMemory, P], Coroutine[Any, Any, R]],
-) -> Callable[Concatenate[AsyncMemory, P], Coroutine[Any, Any, R]]:
-    """Open the memory (stores, embedder, models) on first use of a public method."""
-
-    @functools.wraps(method)
-    async def wrapper(self: AsyncMemory, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        if not self._opened:
-            await self.open()
-        return await method(self, *args, **kwargs)
-
-    return wrapper
-
-
-async def _close_stores(stores: Stores) -> None:
-    await stores.jobs.close()
-    if stores.sessions is not None:
-        await stores.sessions.close()
-    if stores.reflections is not stores.facts:  # type: ignore[comparison-overlap]
-        await stores.reflections.close()
-    await stores.facts.close()
-
-
-class AsyncMemory:
+class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMethods, StatusMethods):
     """memlane's memory engine (async). Use :class:`memlane.Memory` from sync code.
 
     Args:
@@ -249,59 +213,30 @@ class AsyncMemory:
         return self
 
     async def _open(self) -> None:
-        embedder_spec, sessions_spec, llm, strong_llm = self._specs
+        embedder, sessions, llm, strong_llm = self._specs
         cfg = self.formation_config
-        stores = await open_stores(self.db_path)
-        opened: list[SessionStore | JobStore] = []  # closed again if opening fails
-        try:
-            sessions = await open_session_store(sessions_spec, stores)
-            if isinstance(sessions_spec, str):
-                opened.append(sessions)
-            jobs = await open_job_store(self._jobs_spec, stores)
-            if isinstance(self._jobs_spec, str):
-                opened.append(jobs)
-            embedder = await asyncio.to_thread(make_embedder, embedder_spec)  # may read model files
-            # An embedder that learns its dimension from its first call (an OpenAI-compatible
-            # server with an unknown model reports dim 0) is bound on that first call instead.
-            if embedder is not None and embedder.dim > 0:
-                await stores.facts.bind_embedder(embedder.name, embedder.dim)
-            fast = make_formation_model(
-                llm if llm is not None else cfg.model, meter=UsageMeter(), max_tokens=cfg.max_tokens
-            )
-            strong_spec = strong_llm if strong_llm is not None else cfg.strong_model
-            strong = (
-                make_formation_model(strong_spec, meter=fast.meter, max_tokens=cfg.max_tokens)
-                if strong_spec is not None
-                else None
-            )
-        except BaseException:
-            for own in opened:
-                if own is not stores.sessions and own is not stores.jobs:
-                    await own.close()
-            await _close_stores(stores)
-            raise
-        if stores.sessions is not None and stores.sessions is not sessions:
-            await stores.sessions.close()  # the backend's own session store is not the one used
-        if jobs is not stores.jobs:
-            await stores.jobs.close()  # nor its own job table
-        self.facts: FactStore = stores.facts
-        self.reflection_store: ReflectionStore = stores.reflections
-        self.jobs: JobStore = jobs
-        self.sessions: SessionStore = sessions
-        self.contexts: ContextCache = stores.contexts if stores.contexts is not None else LocalContextCache()
-        self.embedder: Embedder | None = embedder
-        self.meter: UsageMeter = fast.meter
-        self._embeddings = EmbeddingLifecycle(self.facts, embedder, self._query_cache)
+        parts = await open_parts(
+            self.db_path, embedder=embedder, sessions=sessions, jobs=self._jobs_spec, formation=cfg, llm=llm,
+            strong_llm=strong_llm,
+        )  # fmt: skip
+        self.facts: FactStore = parts.facts
+        self.reflection_store: ReflectionStore = parts.reflections
+        self.jobs: JobStore = parts.jobs
+        self.sessions: SessionStore = parts.sessions
+        self.contexts: ContextCache = parts.contexts
+        self.embedder: Embedder | None = parts.embedder
+        self.meter: UsageMeter = parts.fast.meter
+        self._embeddings = EmbeddingLifecycle(self.facts, parts.embedder, self._query_cache)
         self.pipeline = Pipeline(
-            facts=self.facts, reflections=self.reflection_store, embed=self._embeddings.embed, config=cfg, fast=fast,
-            strong=strong,
+            facts=self.facts, reflections=self.reflection_store, embed=self._embeddings.embed, config=cfg,
+            fast=parts.fast, strong=parts.strong,
         )  # fmt: skip
         self.formation = FormationRunner(
             pipeline=self.pipeline, jobs=self.jobs, sessions=self.sessions, config=cfg, meter=self.meter
         )
         self._writer = Writer(self.facts, self._embeddings, self.formation)
         self.search_engine = Searcher(
-            self.facts, self.retrieval, self._embeddings.embed_queries, latin_only=is_latin_only(embedder)
+            self.facts, self.retrieval, self._embeddings.embed_queries, latin_only=is_latin_only(parts.embedder)
         )
         self._opened = True
 
@@ -343,13 +278,10 @@ class AsyncMemory:
         await self.close()
 
     # ------------------------------------------------------------------ helpers
-    @staticmethod
-    def _scope(user_id: str | None, agent_id: str | None, session_id: str | None = None) -> Scope:
-        return Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
 
     # ------------------------------------------------------------------ writes
     @overload
-    @_opening
+    @opening
     async def add(
         self,
         messages: str | Sequence[Message],
@@ -367,7 +299,7 @@ class AsyncMemory:
     ) -> list[Fact]: ...
 
     @overload
-    @_opening
+    @opening
     async def add(
         self,
         messages: str | Sequence[Message],
@@ -384,7 +316,7 @@ class AsyncMemory:
         embed: EmbedPriority = "now",
     ) -> Job: ...
 
-    @_opening
+    @opening
     async def add(
         self,
         messages: str | Sequence[Message],
@@ -444,7 +376,7 @@ class AsyncMemory:
             scope=scope, timestamp=timestamp, wait=wait, kind=kind, embed=embed,
         )  # fmt: skip
 
-    @_opening
+    @opening
     async def add_many(
         self, batches: Iterable[AddBatch | Mapping[str, Any]], *, embed: EmbedPriority = "now"
     ) -> builtins.list[builtins.list[Fact]]:
@@ -470,102 +402,7 @@ class AsyncMemory:
         """
         return await self._writer.add_many(batches, embed=embed)
 
-    @_opening
-    async def add_document(
-        self,
-        text: str,
-        *,
-        title: str | None = None,
-        source: str | None = None,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-        scope: ScopeName = "user",
-        metadata: Mapping[str, Any] | None = None,
-        timestamp: datetime | None = None,
-        embed: EmbedPriority = "now",
-    ) -> Fact:
-        """Store a document (elizaOS ``DOCUMENT``) whatever its length: the ``document`` row
-        keeps the whole text and is not searched itself; its ``fragment`` rows (~1,000 tokens,
-        cut at headings and paragraphs first; a short document has one) are embedded and
-        searched, each with ``metadata["document_id"]`` (see :meth:`fragments`). Deleting the
-        document deletes its fragments. Adding the same text again returns the stored document.
-
-        Args:
-            text: the document (Markdown, code or prose), up to 5,000,000 characters.
-            title: stored as ``metadata["title"]``.
-            source: where it came from (``"filesystem"``, ``"discord"``, a URL...), stored as
-                ``metadata["source"]`` (filter with ``filters={"source": ...}``).
-            scope: as :meth:`add`: ``"user"``/``"private"``, ``"agent"``/``"shared"``
-                (a knowledge base for all the agent's users), ``"room"``.
-            metadata: stored on the document and on every fragment.
-            embed: as :meth:`add`: ``"now"``, or queue the fragments at ``"high"`` /
-                ``"normal"`` / ``"low"`` priority.
-
-        Returns:
-            The document fact (``metadata["fragments"]``: how many fragments it has).
-        """
-        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
-        fact_scope = write_scope(scope, user_id, agent_id, session_id, "add_document()")
-        doc = documents.document_fact(
-            text, title=title, source=source, scope=fact_scope, user_id=user_id, agent_id=agent_id,
-            session_id=session_id, metadata=metadata, timestamp=timestamp,
-        )  # fmt: skip
-        embed = inputs.embed_priority(embed)
-        return (await self._writer.store_rows(document_rows(doc), embed))[0]
-
-    @_opening
-    async def fragments(
-        self,
-        document_id: str,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-    ) -> builtins.list[Fact]:
-        """A document's fragments in reading order (NotFoundError when the document is not
-        visible from this scope; ``session_id`` names the room of a room document)."""
-        ids = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
-        return await documents.read_fragments(self.facts, document_id, **ids)
-
-    @_opening
-    async def parent_document(
-        self,
-        fragment_id: str,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-    ) -> Fact:
-        """The document a fragment belongs to (a search hit's source)."""
-        ids = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
-        return await documents.read_parent(self.facts, fragment_id, **ids)
-
-    @_opening
-    async def embedding_progress(self) -> EmbeddingProgress:
-        """The background embedding queue's counts: ``high`` / ``normal`` / ``low`` and
-        ``queued`` (facts waiting), ``done`` (embedded since open), ``failed`` (facts of
-        batches that failed; they stay queued and are retried), ``last_error``, ``idle``."""
-        return self._embeddings.progress()
-
-    @_opening
-    async def drain_embeddings(self) -> EmbeddingProgress:
-        """Wait until every queued fact, and every fact stored without a vector (from before
-        a restart, or a failed embedding), has its vector. Raises the embedder's error when
-        a batch fails meanwhile (the facts stay keyword-searchable and queued; the worker
-        retries them). Returns :meth:`embedding_progress`."""
-        return await self._embeddings.drain()
-
-    @_opening
-    async def backfill_embeddings(self, *, batch_size: int = 256) -> int:
-        """Embed facts stored without vectors (e.g. while the embedder was failing).
-
-        Returns:
-            How many facts got vectors.
-        """
-        return await self._embeddings.backfill(batch_size)
-
-    @_opening
+    @opening
     async def update(
         self,
         fact_id: str,
@@ -597,7 +434,7 @@ class AsyncMemory:
         )
         return redact_contributor(updated, user_id)
 
-    @_opening
+    @opening
     async def delete(
         self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
     ) -> Fact:
@@ -613,63 +450,8 @@ class AsyncMemory:
             ids += await documents.fragment_ids(self.facts, fact, self._scope(user_id, agent_id, room))
         return (await self.facts.invalidate_facts(ids, scope, actor="api"))[0]
 
-    @_opening
-    async def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase", sessions: bool = True) -> int:
-        """Hard purge everything of ``user_id``: facts, history, reflections, blobs, pending
-        formation jobs, the sessions the user took part in alone, and the user's own events in
-        group sessions (``author`` or ``metadata["user_id"]`` is the user id). None of the user's text stays
-        in the database file (the keyword index is merged, deleted pages zeroed, the WAL truncated).
-
-        Args:
-            shared: what happens to the agent's shared memories formed from the user's words
-                (agent facts, agent reflections, the consolidated agent blob). ``"erase"``
-                (default, privacy first): they are erased too; a blob that absorbed them is
-                dropped and rebuilt from the remaining reflections at the next consolidation.
-                ``"keep"``: the agent keeps them for its other users, unlinked from the user.
-            sessions: ``False`` erases the long-term memory only (Gaia's ``/forget``): the
-                user's sessions, their events and their formation cursors stay (short-term
-                memory is untouched; turns not formed yet are still formed later, turns already
-                formed are not formed again). Everything formed from them (facts, reflections of
-                every scope, blobs) and the formation jobs, which hold formed text, are erased,
-                and the file is scrubbed as with the default.
-
-        Returns:
-            The number of rows removed.
-        """
-        user_id = inputs.identifier(user_id, "user_id")
-        inputs.choice(shared, "shared", ("erase", "keep"))
-        sessions = inputs.flag(sessions, "sessions")
-        removed = await privacy.forget(
-            user_id, shared=shared, sessions=sessions, facts=self.facts, reflections=self.reflection_store,
-            jobs=self.jobs, session_store=self.sessions, contexts=self.contexts,
-        )  # fmt: skip
-        self._erasures += 1
-        return removed
-
-    @_opening
-    async def export_user(self, user_id: str) -> dict[str, Any]:
-        """Everything memlane holds about ``user_id``, as JSON data (a data-subject export):
-        what :meth:`forget` erases, plus references to the agent's shared memories formed from
-        the user's words.
-
-        Sections: ``facts`` (every fact holding the user's id, in every partition, valid and
-        invalid, each with its ``history``), ``shared_changes`` (the user's changes to facts that
-        are not theirs: what they said, not what was there), ``reflections`` and
-        ``consolidated`` (keyed by the user), ``shared`` (``{kind, id, scope, agent_id}``
-        references to agent memories formed from the user's words; their text holds other
-        users' words too), ``sessions`` (the sessions the user takes part in, with events; a
-        group session with the user's own events only), ``jobs`` (their formation jobs: input
-        and status) and ``formation_cursors``. ``not_included`` says what is left out and why
-        (caches and indexes derived from the exported rows); ``not_exported`` names a store
-        that cannot export (a custom store without ``export_user``).
-        """
-        user_id = inputs.identifier(user_id, "user_id")
-        return await privacy.export_user(
-            user_id, facts=self.facts, reflections=self.reflection_store, jobs=self.jobs, session_store=self.sessions
-        )
-
     # ------------------------------------------------------------------ reads
-    @_opening
+    @opening
     async def get(
         self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
     ) -> Fact:
@@ -678,7 +460,7 @@ class AsyncMemory:
         ids = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
         return await documents.visible_fact(self.facts, fact_id, **ids)
 
-    @_opening
+    @opening
     async def list(
         self,
         *,
@@ -720,7 +502,7 @@ class AsyncMemory:
         page.items = [redact_contributor(f, user_id) for f in page.items]
         return page
 
-    @_opening
+    @opening
     async def history(
         self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
     ) -> builtins.list[HistoryEntry]:
@@ -743,7 +525,7 @@ class AsyncMemory:
             problems += [p for p in await store.check() if p not in problems]  # stores may share one file
         return CheckReport(ok=not problems, problems=problems, location=redact_url(self.db_path))
 
-    @_opening
+    @opening
     async def stats(self, *, user_id: str | None = None, agent_id: str | None = None) -> StoreStats:
         """Counts for one scope, or for the whole database when no id is given."""
         user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
@@ -758,7 +540,7 @@ class AsyncMemory:
             st.sessions, st.events = len(sessions), sum(len(s.get("events", [])) for s in sessions)
         return st
 
-    @_opening
+    @opening
     async def search(
         self,
         query: str | Sequence[str],
@@ -814,7 +596,7 @@ class AsyncMemory:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ context
-    @_opening
+    @opening
     async def context(
         self,
         *,
@@ -840,7 +622,7 @@ class AsyncMemory:
     async def _profile_of(self, user_id: str, agent_id: str | None) -> str | None:
         return await self.profile(user_id, agent_id=agent_id)
 
-    @_opening
+    @opening
     async def window(
         self,
         session_id: str,
@@ -856,182 +638,3 @@ class AsyncMemory:
         lifts a bound."""
         q = WindowQuery.checked(self.recall_config, session_id, app=app, user_turns=user_turns, last_n=last_n)
         return await read_window(self.sessions, q)
-
-    # ------------------------------------------------------------------ formation
-    @_opening
-    async def add_event(self, session_id: str, event: Event, *, app: str = "default", tier: int | None = None) -> Event:
-        """Append an event to a session and run the formation triggers: after an agent
-        response, once 45 messages or 1500 weighted tokens have accumulated since the last
-        formation (never fewer than 4 messages), a formation job is queued; every event
-        re-arms the session's idle timer (30 min: form, then clear).
-
-        Args:
-            tier: the user's tier (``>= formation.premium_tier`` selects the strong model);
-                remembered for the session.
-        """
-        session_id, app = inputs.identifier(session_id, "session_id"), inputs.identifier(app, "app")
-        tier = inputs.optional_integer(tier, "tier", 0, MAX_TIER)
-        if not isinstance(event, Event):
-            raise InvalidInputError(f"event must be an Event, got {inputs.show(event)}")
-        stored = await self.sessions.add_event(session_id, event, app=app)
-        self.formation.start()
-        await self.formation.on_event(app, session_id, stored, tier=tier)
-        return stored
-
-    async def _form_session(
-        self, session_id: str, app: str, reason: str, *, clear: bool, final: bool, wait: bool
-    ) -> FormationResult | Job:
-        session_id, app = inputs.identifier(session_id, "session_id"), inputs.identifier(app, "app")
-        wait = inputs.flag(wait, "wait")
-        if await self.sessions.get_session(session_id, app=app) is None:
-            raise NotFoundError(f"no session {session_id!r} in app {app!r}")
-        job = await self.formation.enqueue_session(app, session_id, reason=reason, clear=clear, final=final)
-        if not wait:
-            self.formation.start()
-            return job
-        return await self.formation.wait_for(job)
-
-    @_opening
-    async def form(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
-        """Form the session's not-yet-formed messages into memory now (extraction, dedup,
-        reflections, consolidation when a buffer reaches its threshold)."""
-        return await self._form_session(session_id, app, "manual", clear=False, final=False, wait=wait)
-
-    @_opening
-    async def end_session(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
-        """Session end (Eden ``on_session_end``): a final formation, then every scope with
-        pending reflections is consolidated. The session is kept."""
-        return await self._form_session(session_id, app, "end", clear=False, final=True, wait=wait)
-
-    @_opening
-    async def reset_session(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
-        """``/reset`` (Gaia): form the conversation into memory, then delete the session."""
-        return await self._form_session(session_id, app, "reset", clear=True, final=True, wait=wait)
-
-    @_opening
-    async def sweep_idle(self) -> builtins.list[Job]:
-        """Queue idle formation for sessions silent longer than ``idle_minutes`` (the startup
-        sweep; also a cold-session job to run from cron). Returns the queued jobs."""
-        jobs = await self.formation.sweep_idle()
-        if jobs:
-            self.formation.start()
-        return jobs
-
-    @_opening
-    async def run_jobs(self, *, max_jobs: int | None = None) -> int:
-        """Run due formation jobs now, in this task (tests, cron, or ``background=False``).
-        A failing job is rescheduled with backoff, not raised. Returns how many ran."""
-        max_jobs = inputs.optional_integer(max_jobs, "max_jobs", 0, inputs.MAX_INT)
-        n = 0
-        while max_jobs is None or n < max_jobs:
-            try:
-                ran = await self.formation.run_pending(max_jobs=1)
-            except Exception as exc:  # recorded on the job; keep draining
-                log.info("memlane: a formation job failed and was rescheduled: %s", exc)
-                ran = 1
-            if not ran:
-                break
-            n += ran
-        return n
-
-    @_opening
-    async def get_job(self, job_id: str) -> Job:
-        """A formation job's status, attempts, last error and result."""
-        job_id = inputs.identifier(job_id, "job_id", error=InvalidInputError)
-        job = await self.jobs.get(job_id)
-        if job is None:
-            raise NotFoundError(f"no formation job {job_id!r}")
-        return job
-
-    @_opening
-    async def list_jobs(self, *, status: str | None = None, limit: int = 50) -> builtins.list[Job]:
-        """Formation jobs, newest first (``status``: queued, running, done, failed)."""
-        inputs.optional_choice(status, "status", ("queued", "running", "done", "failed"))
-        limit = inputs.integer(limit, "limit", 1, 10_000)
-        return await self.jobs.list(status=status, limit=limit)
-
-    @_opening
-    async def retry_job(self, job_id: str) -> Job:
-        """Queue a failed job again with a fresh set of attempts."""
-        job_id = inputs.identifier(job_id, "job_id", error=InvalidInputError)
-        job = await self.jobs.retry(job_id)
-        self.formation.kick()
-        return job
-
-    @_opening
-    async def profile(
-        self,
-        user_id: str,
-        *,
-        agent_id: str | None = None,
-        items: Sequence[str] = (),
-        tier: int = 0,
-    ) -> str | None:
-        """Gaia's session-start profile: the user's facts (plus recent ``items`` such as tasks
-        or projects) distilled by one model call into <= ``preload_limit`` importance-ranked
-        bullets. None when memory is off or the user has nothing; the raw fact list if the
-        call fails."""
-        user_id = inputs.identifier(user_id, "user_id")
-        agent_id = inputs.optional_id(agent_id, "agent_id")
-        items, tier = inputs.texts(items, "items", MAX_BATCH), inputs.integer(tier, "tier", 0, MAX_TIER)
-        scope = self._scope(user_id, agent_id)
-        assert scope.user_id is not None
-        return await self.pipeline.profile(scope.user_id, agent_id, items=list(items), tier=tier)
-
-    def _reflection_target(self, user_id: str | None, agent_id: str | None, session_id: str | None) -> Target:
-        return Target(session_id=session_id, user_id=user_id, agent_ns=agent_id)
-
-    @_opening
-    async def reflections(
-        self,
-        scope: ReflectionScopeName,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-        absorbed: bool | None = None,
-    ) -> builtins.list[Reflection]:
-        """A scope's reflections, oldest first (``absorbed=False``: the pending buffer)."""
-        inputs.reflection_scope(scope, user_id, agent_id, session_id)
-        absorbed = inputs.optional_flag(absorbed, "absorbed")
-        key = scope_key(self._reflection_target(user_id, agent_id, session_id), scope)
-        return await self.reflection_store.list_reflections(scope=scope, absorbed=absorbed, **key)
-
-    @_opening
-    async def consolidated(
-        self,
-        scope: ReflectionScopeName,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-    ) -> ConsolidatedMemory | None:
-        """A scope's consolidated blob (``VERSION: n`` ...), or None before its first consolidation."""
-        inputs.reflection_scope(scope, user_id, agent_id, session_id)
-        key = scope_key(self._reflection_target(user_id, agent_id, session_id), scope)
-        return await self.reflection_store.get_consolidated(scope=scope, **key)
-
-    @_opening
-    async def get_consolidation_status(
-        self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
-    ) -> dict[str, ConsolidationStatus]:
-        """Eden's ``get_consolidation_status``: per scope, the buffer size, threshold, word limit
-        and whether consolidation is due."""
-        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
-        ids = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
-        return await status.consolidation_status(self.reflection_store, self.formation_config, **ids)
-
-    @_opening
-    async def get_memory_stats(
-        self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
-    ) -> MemoryStats:
-        """Eden's ``get_memory_stats``: per scope, word counts of the blob, reflection counts and
-        timestamps; plus fact counts, job counts and model usage so far."""
-        user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
-        ids = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
-        scopes = await status.scope_stats(self.reflection_store, **ids)
-        facts = await self.stats(user_id=user_id, agent_id=agent_id)
-        return MemoryStats(
-            scopes=scopes, facts=facts.facts, valid_facts=facts.valid_facts, jobs=await self.jobs.counts(),
-            usage=self.meter.snapshot(),
-        )  # fmt: skip

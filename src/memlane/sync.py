@@ -17,6 +17,7 @@ from memlane._portal import LoopThread
 from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
 from memlane.bulk import AddBatch
 from memlane.engine.context import FACTS_FIFO_LIMIT
+from memlane.engine.status import ConsolidationStatus, EmbeddingProgress, MemoryStats
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.model import FormationModel
 from memlane.formation.runner import FormationResult
@@ -283,11 +284,11 @@ class Memory:
             self._async.parent_document(fragment_id, user_id=user_id, agent_id=agent_id, session_id=session_id)
         )
 
-    def embedding_progress(self) -> dict[str, Any]:
+    def embedding_progress(self) -> EmbeddingProgress:
         """See :meth:`AsyncMemory.embedding_progress`."""
         return self._portal.call(self._async.embedding_progress())
 
-    def drain_embeddings(self) -> dict[str, Any]:
+    def drain_embeddings(self) -> EmbeddingProgress:
         """See :meth:`AsyncMemory.drain_embeddings`."""
         return self._portal.call(self._async.drain_embeddings())
 
@@ -463,7 +464,7 @@ class Memory:
 
     def get_consolidation_status(
         self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, ConsolidationStatus]:
         """See :meth:`AsyncMemory.get_consolidation_status`."""
         return self._portal.call(
             self._async.get_consolidation_status(user_id=user_id, agent_id=agent_id, session_id=session_id)
@@ -471,7 +472,7 @@ class Memory:
 
     def get_memory_stats(
         self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
-    ) -> dict[str, Any]:
+    ) -> MemoryStats:
         """See :meth:`AsyncMemory.get_memory_stats`."""
         return self._portal.call(
             self._async.get_memory_stats(user_id=user_id, agent_id=agent_id, session_id=session_id)

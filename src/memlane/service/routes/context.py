@@ -87,4 +87,4 @@ async def stats(memory: Engine, caller: Caller, user_id: str | None = None, agen
 async def consolidation_status(memory: Engine, caller: Caller, scope: Scoped) -> ConsolidationStatus:
     """Per scope (agent / user / session): the reflection buffer, its threshold, the blob's size."""
     status = await memory.get_consolidation_status(**await scope.ids(memory, caller, write=False))
-    return ConsolidationStatus(scopes={k: ScopeStatus.model_validate(v) for k, v in status.items()})
+    return ConsolidationStatus(scopes={k: ScopeStatus.model_validate(v.model_dump()) for k, v in status.items()})

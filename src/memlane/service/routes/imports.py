@@ -108,5 +108,4 @@ async def import_turns(body: ImportRequest, memory: Engine, caller: Caller, resp
 async def embedding_progress(memory: Engine, caller: Caller) -> dict[str, Any]:
     """The background embedding queue: counts per priority, done, failed, the last error."""
     authorize(caller, user_id=None, write=False)
-    progress: dict[str, Any] = await memory.embedding_progress()
-    return progress
+    return (await memory.embedding_progress()).model_dump()

@@ -1,0 +1,170 @@
+"""The embedding lifecycle: embed for storage and for queries, defer on failure, backfill,
+the background queue (:mod:`memlane.embedding_queue`), its progress and drain.
+
+A failing embedder never loses an ``add``: the rows are stored keyword-only and
+:attr:`EmbeddingLifecycle.pending` is set, so the next successful write (or the background
+queue, once one runs) embeds what the store lacks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from memlane import inputs
+from memlane.embedding_queue import EmbeddingQueue, Priority
+from memlane.engine.base import EngineState, opening
+from memlane.engine.status import EmbeddingProgress
+from memlane.errors import ProviderError
+from memlane.providers.embed.base import Embedder, Matrix, check_matrix, embed_query_texts
+from memlane.stores.base import FactStore
+
+__all__ = ["QUERY_CACHE_SIZE", "EmbeddingLifecycle", "EmbeddingMethods"]
+
+log = logging.getLogger("memlane")
+
+#: Query embeddings kept in memory (LRU).
+QUERY_CACHE_SIZE = 1024
+
+
+class EmbeddingLifecycle:
+    """The engine's vectors over one fact store.
+
+    Args:
+        facts: the store vectors are written to (and its embedder bound to on first use).
+        embedder: None for a keyword-only memory.
+        query_cache: the LRU of query embeddings (the engine's ``_query_cache``, which
+            benchmarks clear to time real query embeddings).
+    """
+
+    def __init__(self, facts: FactStore, embedder: Embedder | None, query_cache: OrderedDict[str, Any]) -> None:
+        self.facts = facts
+        self.embedder = embedder
+        self.query_cache = query_cache
+        #: Facts may lack vectors (checked once after open; set again when an embedding fails).
+        self.pending = True
+        #: The background queue (``add(embed="high"|"normal"|"low")``), made on first use.
+        self.queue: EmbeddingQueue | None = None
+
+    async def embed(self, texts: list[str], query: bool = False) -> Matrix | None:
+        """The embedder's checked vectors for ``texts`` (None without an embedder or texts)."""
+        if self.embedder is None or not texts:
+            return None
+        out = await (embed_query_texts(self.embedder, texts) if query else self.embedder.embed_batch(texts))
+        out = check_matrix(out, len(texts), self.embedder.dim, self.embedder.name)
+        if self.facts.dim is None:
+            await self.facts.bind_embedder(self.embedder.name, int(out.shape[1]))
+        return out
+
+    async def embed_queries(self, queries: list[str]) -> Matrix | None:
+        """Embed queries through a small LRU cache: agents repeat queries (preload per turn)."""
+        assert self.embedder is not None
+        missing = [q for q in dict.fromkeys(queries) if q not in self.query_cache]
+        if missing:
+            vecs = await self.embed(missing, query=True)
+            assert vecs is not None
+            for q, v in zip(missing, vecs, strict=True):
+                self.query_cache[q] = v
+        for q in queries:
+            self.query_cache.move_to_end(q)
+        while len(self.query_cache) > QUERY_CACHE_SIZE:
+            self.query_cache.popitem(last=False)
+        return np.stack([self.query_cache[q] for q in queries])
+
+    async def embed_or_defer(self, texts: list[str]) -> Matrix | None:
+        """Embed for storage; on provider failure store without vectors (backfilled later)."""
+        try:
+            return await self.embed(texts)
+        except ProviderError as exc:
+            log.warning("memlane: embedding failed (%s); stored keyword-only, will backfill later", exc)
+            self.pending = True
+            return None
+
+    def background(self) -> EmbeddingQueue:
+        """The background queue, started on first use."""
+        if self.queue is None:
+            self.queue = EmbeddingQueue(self.facts, self.embed)
+            self.pending = False  # the queue's worker embeds what the store lacks
+        return self.queue
+
+    def put(self, ids: list[str], priority: Priority) -> None:
+        """Queue stored facts' ids for the background worker."""
+        self.background().put(ids, priority)
+
+    async def catch_up(self) -> None:
+        """After a write with vectors: embed what an earlier failure left without them."""
+        if self.queue is not None:  # its worker embeds what the store lacks, in the background
+            if self.pending:
+                self.pending = False
+                self.queue.start()
+            return
+        if self.pending and self.embedder is not None:
+            try:
+                await self.backfill()
+            except ProviderError as exc:
+                log.warning("memlane: embedding backfill failed again (%s); will retry later", exc)
+
+    async def backfill(self, batch_size: int = 256) -> int:
+        """Embed facts stored without vectors; returns how many got vectors."""
+        batch_size = inputs.integer(batch_size, "batch_size", 1, 10_000)
+        if self.embedder is None:
+            return 0
+        done = 0
+        while True:
+            rows = await self.facts.missing_embeddings(limit=batch_size)
+            if not rows:
+                break
+            vectors = await self.embed([text for _, text in rows])
+            assert vectors is not None
+            await self.facts.set_embeddings([fid for fid, _ in rows], vectors)
+            done += len(rows)
+        self.pending = False
+        return done
+
+    def progress(self) -> EmbeddingProgress:
+        """The background queue's counts (all zero, idle, before it was first used)."""
+        return EmbeddingProgress() if self.queue is None else EmbeddingProgress(**self.queue.progress())
+
+    async def drain(self) -> EmbeddingProgress:
+        """Wait until every queued fact, and every fact stored without a vector, has its
+        vector (raises the embedder's error when a batch fails meanwhile)."""
+        if self.embedder is not None:
+            await self.background().drain()
+        return self.progress()
+
+    async def close(self) -> None:
+        """Stop the background worker (what it had not embedded is embedded after the next open)."""
+        if self.queue is not None:
+            await self.queue.close()
+
+
+class EmbeddingMethods(EngineState):
+    """The engine's methods for the embedding lifecycle: ``embedding_progress``,
+    ``drain_embeddings``, ``backfill_embeddings``."""
+
+    @opening
+    async def embedding_progress(self) -> EmbeddingProgress:
+        """The background embedding queue's counts: ``high`` / ``normal`` / ``low`` and
+        ``queued`` (facts waiting), ``done`` (embedded since open), ``failed`` (facts of
+        batches that failed; they stay queued and are retried), ``last_error``, ``idle``."""
+        return self._embeddings.progress()
+
+    @opening
+    async def drain_embeddings(self) -> EmbeddingProgress:
+        """Wait until every queued fact, and every fact stored without a vector (from before
+        a restart, or a failed embedding), has its vector. Raises the embedder's error when
+        a batch fails meanwhile (the facts stay keyword-searchable and queued; the worker
+        retries them). Returns :meth:`embedding_progress`."""
+        return await self._embeddings.drain()
+
+    @opening
+    async def backfill_embeddings(self, *, batch_size: int = 256) -> int:
+        """Embed facts stored without vectors (e.g. while the embedder was failing).
+
+        Returns:
+            How many facts got vectors.
+        """
+        return await self._embeddings.backfill(batch_size)
