@@ -32,7 +32,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
 
-from memlane import AsyncMemory
+from memlane import AsyncMemory, NotFoundError
 from memlane.adapters.adk import MemlaneMemoryService, MemlaneSessionService, memlane_session_key
 
 APP = "travel"
@@ -526,3 +526,28 @@ async def test_added_events_append_without_duplicates(recall: MemlaneMemoryServi
     await recall.add_session_to_memory(TOOLKIT)
     found = texts(await recall.search_memory(app_name=APP, user_id="mia", query="ADK toolkit new fact deployment"))
     assert sorted(found) == sorted([*(e.content.parts[0].text for e in TOOLKIT.events), extra.content.parts[0].text])  # type: ignore[union-attr,index]
+
+
+async def test_deleted_memory_stays_deleted_when_the_session_is_added_again(memory: AsyncMemory) -> None:
+    """memory: ``delete_memory`` as google-adk 2.13's InMemoryMemoryService implements it (the
+    deleted id leaves search and is never re-ingested by a later ``add_session_to_memory`` /
+    ``add_events_to_memory``; the stored test file has no delete test). Only the owner deletes."""
+    service = MemlaneMemoryService(memory)
+    session = conversation("trip", ("user", "My passport number is X123"), ("user", "I prefer aisle seats"))
+    await service.add_session_to_memory(session)
+    found = await service.search_memory(app_name=APP, user_id="mia", query="passport")
+    entry = found.memories[0]
+    assert texts(found)[0] == "My passport number is X123"
+    with pytest.raises(NotFoundError):
+        await service.delete_memory(app_name=APP, user_id="ravi", memory_id=entry.id)
+    await service.delete_memory(app_name=APP, user_id="mia", memory_id=entry.id)
+
+    async def everything() -> list[str]:
+        return texts(await service.search_memory(app_name=APP, user_id="mia", query="passport aisle seats photo"))
+
+    assert sorted(await everything()) == ["I prefer aisle seats"]
+    # The Runner's pattern: the whole session added again after the next turn.
+    session.events.append(said("user", "Add a passport photo reminder", event_id="trip-9", ts=2000.0))
+    await service.add_session_to_memory(session)
+    await service.add_events_to_memory(app_name=APP, user_id="mia", session_id="trip", events=session.events[:1])
+    assert sorted(await everything()) == ["Add a passport photo reminder", "I prefer aisle seats"]

@@ -449,9 +449,12 @@ class MemlaneMemoryService(BaseMemoryService):
                     "metadata": {"adk_role": role},
                 }
             )
+        ns = agent_namespace(app_name)
+        if user_id is not None and messages:
+            deleted = await self._deleted_event_ids(user_id, ns, session_id)
+            messages = [m for m in messages if m["id"] is None or m["id"] not in deleted]
         if not messages:
             return
-        ns = agent_namespace(app_name)
         if user_id is None:
             if ns is None:
                 raise ScopeError("a session without a user needs an app name to be stored as the app's shared memory")
@@ -459,6 +462,28 @@ class MemlaneMemoryService(BaseMemoryService):
         else:
             coro = self.memory.add(messages, user_id=user_id, agent_id=ns, session_id=session_id, metadata=metadata)
         await self._engine.run(coro)
+
+    async def _deleted_event_ids(self, user_id: str, ns: str | None, session_id: str | None) -> set[str]:
+        """Ids of the ADK events whose memories the user deleted (in this session when given):
+        adding them again stores nothing, as ADK's in-memory service never re-ingests a
+        deleted memory. Reads the user's message memories of the session, deleted ones
+        included."""
+        filters = {"session_id": session_id} if session_id is not None else None
+        ids: set[str] = set()
+        cursor: str | None = None
+        while True:
+            page = await self._engine.run(
+                self.memory.list(
+                    user_id=user_id, agent_id=ns, kind="message", filters=filters, include_invalid=True,
+                    limit=1000, cursor=cursor,
+                )
+            )  # fmt: skip
+            for fact in page.items:
+                if fact.invalid_at is not None and fact.scope == "user" and fact.agent_id == ns:
+                    ids.update(fact.source_event_ids)
+            cursor = page.next_cursor
+            if cursor is None:
+                return ids
 
     # ---- reads
     async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
@@ -491,6 +516,8 @@ class MemlaneMemoryService(BaseMemoryService):
     async def delete_memory(self, *, app_name: str, user_id: str, memory_id: str | None = None) -> None:
         """Delete one of the user's own memories under this app by the ``MemoryEntry.id``
         :meth:`search_memory` returned (soft delete: it leaves search, history keeps it).
+        Adding the same ADK event again (``add_session_to_memory`` of the whole session after
+        the next turn) does not bring it back, as in ADK's in-memory service.
 
         Raises:
             InvalidInputError: no ``memory_id``.
