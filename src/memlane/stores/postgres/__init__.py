@@ -1,8 +1,12 @@
 """PostgreSQL + pgvector backend: facts, documents, history, reflections, sessions, jobs and
 the context cache in one database (or one schema of it), for several replicas and workers.
 
-:func:`open_stores` is this backend's entry in :data:`memlane.registry.STORES`
-(``postgresql://user@host:5432/db?schema=NAME``; see :mod:`memlane.stores.postgres.db`).
+Its row in :data:`memlane.registry.BACKENDS` (``postgresql``, extra ``postgres``) names
+:func:`open_stores` (here: ``postgresql://user@host:5432/db?schema=NAME``, see
+:mod:`memlane.stores.postgres.db`), ``sessions.PgSessionStore``, ``tenants.tenant_location`` (a
+schema per service tenant), ``transfer.open_side`` (``memlane migrate``), its drivers (psycopg,
+psycopg_pool, pgvector) and psycopg's ``OperationalError`` as "server unreachable". Nothing here
+imports a driver until a store is opened.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """SQLite backends: one WAL database file for sessions and long-term memory.
 
-:func:`open_stores` is this backend's entry in :data:`memlane.registry.STORES`.
+Its row in :data:`memlane.registry.BACKENDS` (``sqlite``) names :func:`open_stores` (here),
+``sessions.SqliteSessionStore`` (``sessions="sqlite:///other.db"``) and ``transfer.open_side``
+(``memlane migrate``); the driver is the standard library's ``sqlite3``. Each service tenant
+gets a file of its own (no ``tenant_location``).
 """
 
 from __future__ import annotations
