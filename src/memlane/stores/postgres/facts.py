@@ -15,7 +15,6 @@ reflections in :mod:`memlane.stores.postgres.reflections` (mixins of :class:`PgF
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -42,11 +41,9 @@ from memlane.models import (
     Reflection,
     Scope,
     content_hash,
-    new_id,
     utcnow,
 )
-from memlane.policy import merge_provenance, resolve_change
-from memlane.retrieval.text import date_words, keyword_text
+from memlane.retrieval.text import date_words
 from memlane.stores.base import (
     AppliedChange,
     FactChange,
@@ -57,23 +54,22 @@ from memlane.stores.base import (
 )
 from memlane.stores.embedding import check_binding, check_vectors
 from memlane.stores.postgres.db import PgDatabase
+from memlane.stores.postgres.dialect import PgDialect, lock_key, run
 from memlane.stores.postgres.reflections import PgReflectionMixin
 from memlane.stores.postgres.rows import (
     FACT_COLS,
     Conn,
-    add_contributors,
     dec,
     dec_json,
-    digest,
     enc,
     enc_json,
-    filter_sql,
-    insert_reflection,
-    parse_cursor,
-    resolve_partitions,
     row_to_fact,
 )
 from memlane.stores.postgres.search import PgSearchMixin
+from memlane.stores.sql import facts as core
+from memlane.stores.sql import reads
+from memlane.stores.sql.facts import history, search_text
+from memlane.stores.sql.stmt import Program, Row, Stmt, one, run_all
 
 __all__ = ["HNSW_MAX_DIM", "PgFactStore"]
 
@@ -88,30 +84,6 @@ VECTOR_MAX_DIM = 16_000
 
 #: How long the keyword-index rebuild after a purge waits for older transactions.
 SCRUB_LOCK_TIMEOUT_S = 60
-
-Row = tuple[Any, ...]
-
-
-def _encode_applied(changes: list[AppliedChange]) -> Jsonb:
-    return Jsonb(
-        enc_json([{"event": a.event, "fact": a.fact.model_dump(mode="json"), "previous": a.previous} for a in changes])
-    )
-
-
-def _decode_applied(data: Any) -> list[AppliedChange]:
-    return [AppliedChange(d["event"], Fact.model_validate(d["fact"]), d["previous"]) for d in dec_json(data)]
-
-
-def _search_text(kind: str, content: str) -> str:
-    """What keyword search reads of a fact: a document's fragments are searched, not it; CJK
-    runs as characters and pairs (:func:`memlane.retrieval.text.keyword_text`, as SQLite)."""
-    return "" if kind == "document" else keyword_text(content)
-
-
-def _lock_key(schema: str | None, partition: str) -> int:
-    """A signed 64-bit advisory-lock key for one partition of one schema."""
-    raw = hashlib.blake2b(f"memlane-part:{schema or ''}|{partition}".encode(), digest_size=8).digest()
-    return int.from_bytes(raw, "big", signed=True)
 
 
 def _iso(value: Any) -> Any:
@@ -158,6 +130,7 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         self.dim: int | None = None
         self.embedder_name: str | None = None
         self._closed = False
+        self._d = PgDialect(db.schema)
 
     @classmethod
     async def open(cls, db: PgDatabase | str, **kwargs: Any) -> PgFactStore:
@@ -218,16 +191,15 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
 
     async def _lock(self, conn: Conn, partitions: Iterable[str]) -> None:
         """Hold the write lock of each partition until the transaction ends (sorted: no deadlock)."""
-        for key in sorted({_lock_key(self.db.schema, p) for p in partitions}):
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+        await run(conn, run_all(self._d.lock_partitions(sorted(set(partitions)))))
 
     @staticmethod
-    async def _one(conn: Conn, query: str, args: Sequence[Any] = ()) -> Row | None:
+    async def _one(conn: Conn, query: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         row = await (await conn.execute(query, args)).fetchone()
         return tuple(row) if row is not None else None
 
     @staticmethod
-    async def _all(conn: Conn, query: str, args: Sequence[Any] = ()) -> list[Row]:
+    async def _all(conn: Conn, query: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in await (await conn.execute(query, args)).fetchall()]
 
     async def _load_meta(self) -> None:
@@ -291,12 +263,11 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
             return []
         async with self._tx() as conn:
             await self._lock(conn, parts)
-            return await self._insert_facts(conn, facts, vectors, actor)
+            return await run(conn, self._insert_facts(facts, vectors, actor))
 
-    async def _insert_facts(
-        self, conn: Conn, facts: list[Fact], vectors: Vector | None, actor: str
-    ) -> list[tuple[Fact, bool]]:
+    def _insert_facts(self, facts: list[Fact], vectors: Vector | None, actor: str) -> Program[list[tuple[Fact, bool]]]:
         """Insert inside the caller's transaction (which holds the partitions' locks)."""
+        d = self._d
         out: list[tuple[Fact, bool]] = []
         touched: dict[tuple[str, str], list[int | None]] = {}
         appended: set[str] = set()
@@ -304,84 +275,55 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         for i, f in enumerate(facts):
             part = f.partition
             h = f.hash or content_hash(f.content)
-            row = await self._one(
-                conn,
-                f"SELECT {FACT_COLS} FROM facts WHERE partition=%s AND hash=%s AND invalid_at IS NULL",
-                (part, h),
+            row = yield from one(
+                f"SELECT {FACT_COLS} FROM facts WHERE partition=? AND hash=? AND invalid_at IS NULL", (part, h)
             )
             if row is not None:
                 out.append((row_to_fact(row), False))
                 continue
             seq = f.seq
             if seq is None and f.kind == "message" and f.session_id:
-                nxt = await self._one(
-                    conn,
-                    "SELECT COALESCE(MAX(seq), -1) + 1 FROM facts WHERE partition=%s AND session_id=%s",
+                nxt = yield from one(
+                    "SELECT COALESCE(MAX(seq), -1) + 1 FROM facts WHERE partition=? AND session_id=?",
                     (part, enc(f.session_id)),
                 )
                 seq = int(nxt[0]) if nxt is not None else 0
             stored = f.model_copy(update={"hash": h, "seq": seq, "embedding": None})
             emb = vectors[i].astype(np.float32) if vectors is not None else None
-            await conn.execute(
+            yield Stmt(
                 "INSERT INTO facts (id, partition, content, hash, scope, agent_id, user_id, session_id,"
                 " kind, author, seq, occurred_at, formed_at, updated_at, access_count, version,"
                 " source_event_ids, valid_from, invalid_at, metadata, embedding, search_text, ctx, date_words)"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,'',%s)",
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'',?)",
                 (
                     enc(stored.id), part, enc(stored.content), h, stored.scope, enc(stored.agent_id),
                     enc(stored.user_id), enc(stored.session_id), stored.kind, enc(stored.author), seq,
                     stored.occurred_at, stored.formed_at, stored.updated_at, stored.access_count, stored.version,
                     Jsonb(enc_json(stored.source_event_ids)), stored.valid_from, stored.invalid_at,
-                    Jsonb(enc_json(stored.metadata)), emb, enc(_search_text(stored.kind, stored.content)),
+                    Jsonb(enc_json(stored.metadata)), emb, enc(search_text(stored.kind, stored.content)),
                     date_words(stored.occurred_at),
                 ),
             )  # fmt: skip
-            await conn.execute("INSERT INTO partitions (partition) VALUES (%s) ON CONFLICT DO NOTHING", (part,))
+            yield Stmt("INSERT INTO partitions (partition) VALUES (?) ON CONFLICT DO NOTHING", (part,))
             if stored.author:
-                await conn.execute(
-                    "INSERT INTO authors (partition, author) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                yield Stmt(
+                    "INSERT INTO authors (partition, author) VALUES (?, ?) ON CONFLICT DO NOTHING",
                     (part, enc(stored.author)),
                 )
-            await self._history(conn, stored.id, stored.user_id, "ADD", None, stored.content, actor, now)
+            yield history(d, stored.id, stored.user_id, "ADD", None, stored.content, actor, now)
             if seq is not None and stored.session_id:
                 touched.setdefault((part, stored.session_id), []).append(seq)
             appended.add(part)
             out.append((stored, True))
         for (part, session_id), seqs in touched.items():
-            await self._refresh_context(conn, part, session_id, seqs)
+            yield from core.refresh_context(d, part, session_id, seqs)
         for part in sorted(appended):
-            await conn.execute("UPDATE partitions SET appends = appends + 1 WHERE partition=%s", (part,))
+            yield Stmt("UPDATE partitions SET appends = appends + 1 WHERE partition=?", (part,))
         return out
 
-    @staticmethod
-    async def _history(
-        conn: Conn,
-        fact_id: str,
-        user_id: str | None,
-        event: str,
-        old: str | None,
-        new: str | None,
-        actor: str,
-        at: datetime,
-    ) -> None:
-        await conn.execute(
-            "INSERT INTO history (id, fact_id, user_id, event, old_content, new_content, actor, at)"
-            " VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
-            (new_id(), enc(fact_id), enc(user_id), event, enc(old), enc(new), enc(actor), at),
-        )
-
-    async def _visible_row(self, conn: Conn, fact_id: str, scope: Scope, *, lock: bool = False) -> Row:
-        """The fact's row if ``scope`` sees it (valid or not), else :class:`NotFoundError`. With
-        ``lock``: also take its partition's write lock and re-read the row under it."""
-        parts = await resolve_partitions(conn, scope.partition_filter())
-        query = f"SELECT {FACT_COLS} FROM facts WHERE id=%s AND partition = ANY(%s)"
-        row = await self._one(conn, query, (enc(fact_id), parts))
-        if row is not None and lock:
-            await self._lock(conn, [row[2]])
-            row = await self._one(conn, query + " FOR UPDATE", (enc(fact_id), parts))
-        if row is None:
-            raise NotFoundError(f"no fact {fact_id!r} in this scope")
-        return row
+    async def _visible_row(self, conn: Conn, fact_id: str, scope: Scope) -> Row:
+        """The fact's row if ``scope`` sees it (valid or not), else :class:`NotFoundError`."""
+        return await run(conn, core.visible_row(self._d, fact_id, scope))
 
     async def update_fact(
         self, fact_id: str, scope: Scope, content: str, vector: Vector | None, *, actor: str = "api"
@@ -390,62 +332,7 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         if vector is not None:
             self._check_vectors(vector.reshape(1, -1), 1)
         async with self._tx() as conn:
-            row = await self._visible_row(conn, fact_id, scope, lock=True)
-            return await self._update_row(conn, row, content, vector, actor, contributor=scope.user_id)
-
-    async def _update_row(
-        self,
-        conn: Conn,
-        row: Row,
-        content: str,
-        vector: Vector | None,
-        actor: str,
-        contributor: str | None = None,
-    ) -> Fact:
-        """Change one fact's content inside the caller's transaction. ``contributor``: the user
-        whose words the new content is (recorded when it is not the fact's own user)."""
-        old = row_to_fact(row)
-        fact_id = old.id
-        if old.invalid_at is not None:
-            raise InvalidInputError(f"fact {fact_id!r} was deleted; add a new fact instead")
-        h = content_hash(content)
-        clash = await self._one(
-            conn,
-            "SELECT id FROM facts WHERE partition=%s AND hash=%s AND invalid_at IS NULL AND rowid<>%s",
-            (row[2], h, row[0]),
-        )
-        if clash:
-            raise InvalidInputError(f"an identical fact already exists: {dec(clash[0])}")
-        now = utcnow()
-        sets = "content=%s, hash=%s, version=version+1, updated_at=%s, search_text=%s"
-        args: list[Any] = [enc(content), h, now, enc(_search_text(old.kind, content))]
-        if vector is not None:
-            sets += ", embedding=%s"
-            args.append(vector.reshape(-1).astype(np.float32))
-        await conn.execute(f"UPDATE facts SET {sets} WHERE rowid=%s", (*args, row[0]))
-        await conn.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=%s", (row[2],))
-        if contributor is not None and contributor != old.user_id:
-            await add_contributors(conn, "fact", fact_id, [contributor])
-        if old.session_id and old.seq is not None:  # neighbours' context held the old words
-            await self._refresh_context(conn, row[2], old.session_id, [old.seq])
-        await self._history(conn, fact_id, old.user_id, "UPDATE", old.content, content, actor, now)
-        return old.model_copy(update={"content": content, "hash": h, "version": old.version + 1, "updated_at": now})
-
-    async def _invalidate_row(self, conn: Conn, row: Row, actor: str) -> Fact:
-        """Soft-delete one fact inside the caller's transaction (no-op when already invalid).
-        Its searchable text is cleared, as SQLite drops its keyword-index row."""
-        fact = row_to_fact(row)
-        if fact.invalid_at is not None:
-            return fact
-        now = utcnow()
-        await conn.execute(
-            "UPDATE facts SET invalid_at=%s, search_text='', ctx='', date_words='' WHERE rowid=%s", (now, row[0])
-        )
-        await conn.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=%s", (row[2],))
-        if fact.session_id and fact.seq is not None:  # neighbours' context held its words
-            await self._refresh_context(conn, row[2], fact.session_id, [fact.seq])
-        await self._history(conn, fact.id, fact.user_id, "DELETE", fact.content, None, actor, now)
-        return fact.model_copy(update={"invalid_at": now})
+            return await run(conn, core.update_fact(self._d, fact_id, scope, content, vector, actor))
 
     async def invalidate_fact(self, fact_id: str, scope: Scope, *, actor: str = "api") -> Fact:
         """Soft delete: set ``invalid_at``, drop from search, keep in history."""
@@ -453,17 +340,8 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
 
     async def invalidate_facts(self, fact_ids: Sequence[str], scope: Scope, *, actor: str = "api") -> list[Fact]:
         """Soft delete several facts in one transaction: all visible, or nothing changes."""
-        ids = list(dict.fromkeys(fact_ids))
         async with self._tx() as conn:
-            rows = [await self._visible_row(conn, fid, scope) for fid in ids]
-            await self._lock(conn, {r[2] for r in rows})
-            out: dict[int, Fact] = {}
-            for row in sorted(rows, key=lambda r: int(r[0])):  # row locks in rowid order
-                fresh = await self._one(conn, f"SELECT {FACT_COLS} FROM facts WHERE rowid=%s FOR UPDATE", (row[0],))
-                if fresh is None:  # purged meanwhile
-                    raise NotFoundError(f"no fact {dec(row[1])!r} in this scope")
-                out[row[0]] = await self._invalidate_row(conn, fresh, actor)
-            return [out[row[0]] for row in rows]
+            return await run(conn, core.invalidate_facts(self._d, fact_ids, scope, actor))
 
     async def record_access(self, fact_ids: Sequence[str]) -> None:
         """Increment ``access_count`` of retrieved facts (ids from scoped searches)."""
@@ -500,114 +378,20 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         the first commits (then returns its result) or rolls back (then applies it itself).
         """
         changes = list(changes)
-        parts: set[str] = set()
         for ch in changes:
-            parts.add(ch.partition)
             if ch.fact is not None:
-                parts.add(ch.fact.partition)
+                _ = ch.fact.partition  # validates scope fields before anything is written
             if ch.vector is not None:
                 self._check_vectors(ch.vector.reshape(1, -1), 1)
+
+        def insert(fact: Fact, vector: Vector | None) -> Program[Fact]:
+            vectors = vector.reshape(1, -1) if vector is not None else None
+            return (yield from self._insert_facts([fact], vectors, actor))[0][0]
+
         async with self._tx() as conn:
-            claimed = await self._one(
-                conn,
-                "INSERT INTO applied_batches (key, user_id, at, result) VALUES (%s, NULL, %s, '[]')"
-                " ON CONFLICT (key) DO NOTHING RETURNING key",
-                (enc(key), utcnow()),
+            return await run(
+                conn, core.apply_changes(self._d, changes, reflections, key=key, actor=actor, insert=insert)
             )
-            if claimed is None:
-                done = await self._one(conn, "SELECT result FROM applied_batches WHERE key=%s", (enc(key),))
-                if done is None:  # purged between the two statements: nothing to replay
-                    raise ConflictError(f"batch {key!r} was removed while being replayed; retry")
-                return _decode_applied(done[0])
-            await self._lock(conn, parts)
-            out = [await self._apply_one(conn, ch, actor) for ch in changes]
-            for r in reflections:
-                await insert_reflection(conn, r)
-            # the batch belongs to whoever's words it holds: the changes' own facts first
-            # (an UPDATE's stored fact may carry the earlier contributor)
-            owner = next((ch.fact.user_id for ch in changes if ch.fact is not None and ch.fact.user_id), None)
-            owner = owner or next((a.fact.user_id for a in out if a.fact.user_id), None)
-            owner = owner or next((r.user_id for r in reflections if r.user_id), None)
-            owner = owner or next((u for r in reflections for u in r.source_user_ids), None)
-            await conn.execute(
-                "UPDATE applied_batches SET user_id=%s, result=%s WHERE key=%s",
-                (enc(owner), _encode_applied(out), enc(key)),
-            )
-            return out
-
-    async def _target_row(self, conn: Conn, ch: FactChange) -> Row | None:
-        """The change's target, only if it is a valid fact in the same partition as the change."""
-        if ch.target_id is None:
-            return None
-        row = await self._one(
-            conn,
-            f"SELECT {FACT_COLS} FROM facts WHERE id=%s AND partition=%s FOR UPDATE",
-            (enc(ch.target_id), ch.partition),
-        )
-        if row is None or row[19] is not None:
-            return None
-        return row
-
-    async def _apply_one(self, conn: Conn, ch: FactChange, actor: str) -> AppliedChange:
-        """Resolve one change with core policy (:func:`memlane.policy.resolve_change`) against
-        the state read in this transaction, then do it."""
-        target_row = await self._target_row(conn, ch)
-        target = row_to_fact(target_row) if target_row is not None else None
-        new_fact = ch.fact
-        # resolve_change looks up at most these hashes: read them here (its lookup is synchronous)
-        hashes: set[str] = set()
-        if new_fact is not None:
-            hashes.add(new_fact.hash or content_hash(new_fact.content))
-        text = ch.text or (new_fact.content if new_fact is not None else None)
-        if ch.event == "UPDATE" and text:
-            hashes.add(content_hash(text))
-        found: dict[str, Fact] = {}
-        if hashes:
-            for r in await self._all(
-                conn,
-                f"SELECT {FACT_COLS} FROM facts WHERE partition=%s AND hash = ANY(%s) AND invalid_at IS NULL",
-                (ch.partition, sorted(hashes)),
-            ):
-                found[r[4]] = row_to_fact(r)
-        res = resolve_change(ch, target, found.get)
-        if res.action == "none":
-            assert res.existing is not None
-            existing = res.existing
-            await self._history(
-                conn, existing.id, existing.user_id, "NONE", existing.content,
-                new_fact.content if new_fact else None, actor, utcnow(),
-            )  # fmt: skip
-            return AppliedChange("NONE", existing, existing.content)
-        if res.action == "retire":  # the new fact is stored already; the value it replaces goes
-            assert res.existing is not None and res.retired is not None
-            assert target_row is not None
-            retired = (await self._invalidate_row(conn, target_row, actor)).content
-            existing = res.existing
-            await self._history(
-                conn, existing.id, existing.user_id, "NONE", existing.content,
-                new_fact.content if new_fact else None, actor, utcnow(),
-            )  # fmt: skip
-            return AppliedChange("DELETE", existing, retired)
-        if res.action == "update":
-            assert target_row is not None and target is not None and res.text is not None
-            contributor = new_fact.user_id if new_fact is not None else None
-            updated = await self._update_row(conn, target_row, res.text, ch.vector, actor, contributor=contributor)
-            if new_fact is not None:
-                sources, when = merge_provenance(updated, new_fact)
-                await conn.execute(
-                    "UPDATE facts SET source_event_ids=%s, occurred_at=%s, date_words=%s WHERE rowid=%s",
-                    (Jsonb(enc_json(sources)), when, date_words(when), target_row[0]),
-                )
-                updated = updated.model_copy(update={"source_event_ids": sources, "occurred_at": when})
-            return AppliedChange("UPDATE", updated, target.content)
-        assert new_fact is not None
-        previous = None
-        if res.action == "delete":
-            assert target_row is not None
-            previous = (await self._invalidate_row(conn, target_row, actor)).content
-        vectors = ch.vector.reshape(1, -1) if ch.vector is not None else None
-        stored, _ = (await self._insert_facts(conn, [new_fact], vectors, actor))[0]
-        return AppliedChange("DELETE" if previous is not None else "ADD", stored, previous)
 
     # ------------------------------------------------------------------ erasure
     async def purge_user(self, user_id: str, *, shared: str = "erase") -> int:
@@ -684,7 +468,7 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
                 if session_id and seq is not None:
                     sessions.setdefault((part, dec(session_id) or ""), []).append(seq)
             for (part, session_id), seqs in sessions.items():
-                await self._refresh_context(conn, part, session_id, seqs)
+                await run(conn, core.refresh_context(self._d, part, session_id, seqs))
             for part in sorted({v[2] for v in victims}):
                 left = await self._one(conn, "SELECT 1 FROM facts WHERE partition=%s LIMIT 1", (part,))
                 if left is None:
@@ -728,7 +512,7 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         a scrub that started before this purge committed may not have seen its deletions), and
         every wait is bounded, so ``forget`` cannot hang behind a long transaction.
         """
-        key = _lock_key(self.db.schema, "\x00scrub")  # partition keys are percent-encoded: no clash
+        key = lock_key(self.db.schema, "\x00scrub")  # partition keys are percent-encoded: no clash
         try:
             async with self.db.connection() as conn:
                 await conn.execute(f"SET lock_timeout = '{SCRUB_LOCK_TIMEOUT_S}s'")
@@ -783,18 +567,10 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
 
     async def get_facts(self, fact_ids: Sequence[str], scope: Scope) -> dict[str, Fact]:
         """Facts by id, only those visible from ``scope``."""
-        ids = [enc(i) for i in dict.fromkeys(fact_ids)]
-        if not ids:
+        if not fact_ids:
             return {}
         async with self._read() as conn:
-            parts = await resolve_partitions(conn, scope.partition_filter())
-            if not parts:
-                return {}
-            rows = await self._all(
-                conn, f"SELECT {FACT_COLS} FROM facts WHERE id = ANY(%s) AND partition = ANY(%s)", (ids, parts)
-            )
-        facts = [row_to_fact(r) for r in rows]
-        return {f.id: f for f in facts}
+            return await run(conn, reads.get_facts(self._d, fact_ids, scope))
 
     async def list_facts(
         self,
@@ -807,115 +583,32 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         only: FactScope | None = None,
     ) -> Page:
         """Facts newest first, paginated by an opaque cursor; ``filter`` applied in the query."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or limit > 10_000:
-            raise InvalidInputError("limit must be between 1 and 10000")
-        before = parse_cursor(cursor)
-        pf = scope.partition_filter(only)
-        flt = (filter or FactFilter()).in_session(scope.session_id)
-        async with self._read() as conn:
-            parts = await resolve_partitions(conn, pf)
-            if not parts or flt is None:  # no partition, or filters naming another session
-                return Page(items=[], next_cursor=None, total=0)
-            where = "partition = ANY(%s)"
-            args: list[Any] = [parts]
-            if not include_invalid:
-                where += " AND invalid_at IS NULL"
-            fsql, fargs = filter_sql(flt, "facts")
-            where += fsql
-            args += fargs
-            total_row = await self._one(conn, f"SELECT COUNT(*) FROM facts WHERE {where}", args)
-            q = f"SELECT {FACT_COLS} FROM facts WHERE {where}"
-            qargs = list(args)
-            if before is not None:
-                q += " AND rowid < %s"
-                qargs.append(before)
-            rows = await self._all(conn, q + " ORDER BY rowid DESC LIMIT %s", (*qargs, limit + 1))
-        more = len(rows) > limit
-        rows = rows[:limit]
-        return Page(
-            items=[row_to_fact(r) for r in rows],
-            next_cursor=str(rows[-1][0]) if more and rows else None,
-            total=int(total_row[0]) if total_row else 0,
+        program = reads.list_facts(
+            self._d, scope, limit=limit, cursor=cursor, include_invalid=include_invalid, filter=filter, only=only
         )
+        async with self._read() as conn:
+            return await run(conn, program)
 
     async def history(self, fact_id: str, scope: Scope) -> list[HistoryEntry]:
         """All changes to a fact visible from ``scope``, oldest first."""
         async with self._read() as conn:
-            await self._visible_row(conn, fact_id, scope)
-            rows = await self._all(
-                conn,
-                "SELECT id, fact_id, event, old_content, new_content, actor, at FROM history"
-                " WHERE fact_id=%s ORDER BY at, rowid",
-                (enc(fact_id),),
-            )
-        return [
-            HistoryEntry(
-                id=r[0], fact_id=dec(r[1]) or "", event=r[2], old_content=dec(r[3]), new_content=dec(r[4]),
-                actor=dec(r[5]) or "", at=r[6],
-            )
-            for r in rows
-        ]  # fmt: skip
+            return await run(conn, reads.history(self._d, fact_id, scope))
 
     async def authors(self, partitions: PartitionFilter) -> list[str]:
         """Distinct authors of verbatim memories in these partitions."""
         async with self._read() as conn:
-            parts = await resolve_partitions(conn, partitions)
-            if not parts:
-                return []
-            rows = await self._all(conn, "SELECT DISTINCT author FROM authors WHERE partition = ANY(%s)", (parts,))
-        return [dec(r[0]) or "" for r in rows]
+            return await run(conn, reads.authors(self._d, partitions))
 
     async def memory_stamp(self, partitions: PartitionFilter) -> str:
         """A token that changes whenever a fact in these partitions is added, changed or
         removed (by any replica), and after a purge; reads counters only."""
         async with self._read() as conn:
-            parts = sorted(await resolve_partitions(conn, partitions))
-            generation = await self._one(conn, "SELECT value FROM meta WHERE key='generation'")
-            rows: list[Row] = []
-            if parts:
-                rows = await self._all(
-                    conn,
-                    "SELECT partition, appends, changes FROM partitions WHERE partition = ANY(%s)"
-                    ' ORDER BY partition COLLATE "C"',
-                    (parts,),
-                )
-        return digest([generation[0] if generation else "", *map(list, rows)])
+            return await run(conn, reads.memory_stamp(self._d, partitions))
 
     async def stats(self, scope: Scope | None = None) -> StoreStats:
         """Fact counts (the whole store when ``scope`` is None: for operators, no content)."""
         async with self._read() as conn:
-            if scope is None:
-                where, args = "TRUE", []
-            else:
-                parts = await resolve_partitions(conn, scope.partition_filter())
-                where, args = "partition = ANY(%s)", [parts]
-            row = await self._one(
-                conn,
-                "SELECT COUNT(*), COUNT(*) FILTER (WHERE invalid_at IS NULL), COUNT(DISTINCT partition)"
-                f" FROM facts WHERE {where}",
-                args,
-            )
-            facts, valid, nparts = (int(v) for v in row) if row else (0, 0, 0)
-            st = StoreStats(facts=facts, valid_facts=valid, partitions=nparts, embedder=self.embedder_name,
-                            dim=self.dim)  # fmt: skip
-            if scope is None:
-                st.reflections = int((await self._one(conn, "SELECT COUNT(*) FROM reflections") or (0,))[0])
-                st.consolidated = int((await self._one(conn, "SELECT COUNT(*) FROM consolidated") or (0,))[0])
-            else:
-                n = await self._one(
-                    conn,
-                    "SELECT COUNT(*) FROM reflections"
-                    " WHERE user_id IS NOT DISTINCT FROM %s AND agent_id IS NOT DISTINCT FROM %s",
-                    (enc(scope.user_id), enc(scope.agent_id)),
-                )
-                st.reflections = int(n[0]) if n else 0
-                n = await self._one(  # blobs keep '' for "no id"
-                    conn,
-                    "SELECT COUNT(*) FROM consolidated WHERE user_id = %s AND agent_id = %s",
-                    (enc(scope.user_id or ""), enc(scope.agent_id or "")),
-                )
-                st.consolidated = int(n[0]) if n else 0
-        return st
+            return await run(conn, reads.stats(self._d, scope, embedder=self.embedder_name, dim=self.dim))
 
     # ------------------------------------------------------------------ health and export
     async def check(self) -> list[str]:

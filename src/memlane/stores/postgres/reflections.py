@@ -23,7 +23,10 @@ from psycopg.types.json import Jsonb
 from memlane.errors import ConflictError
 from memlane.models import ConsolidatedMemory, Reflection
 from memlane.stores.base import ReflectionKey
-from memlane.stores.postgres.rows import Conn, dec, dec_json, digest, enc, enc_json, insert_reflection
+from memlane.stores.postgres.dialect import PgDialect, run
+from memlane.stores.postgres.rows import Conn, dec, dec_json, digest, enc, enc_json
+from memlane.stores.sql.facts import insert_reflection
+from memlane.stores.sql.stmt import run_all
 
 if TYPE_CHECKING:
     from memlane.stores.postgres.db import PgDatabase
@@ -92,7 +95,7 @@ class PgReflectionMixin:
     async def put_reflection(self, reflection: Reflection) -> Reflection:
         """Store a reflection in its scope's buffer (a known id changes nothing)."""
         async with self.db.transaction() as conn:
-            await insert_reflection(conn, reflection)
+            await run(conn, run_all(insert_reflection(PgDialect(self.db.schema), reflection)))
         return reflection
 
     async def list_reflections(

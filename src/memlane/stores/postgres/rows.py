@@ -12,7 +12,7 @@
   with dots are paths into nested ``jsonb``).
 * :func:`resolve_partitions`: the stored partitions a :class:`PartitionFilter` names (every
   read names its partitions; there is no unscoped read).
-* :func:`digest`, :func:`add_contributors`, :func:`insert_reflection`, :func:`parse_cursor`.
+* :func:`digest`, :func:`parse_cursor`.
 """
 
 from __future__ import annotations
@@ -27,19 +27,17 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from memlane.inputs import check_cursor
-from memlane.models import Fact, FactFilter, PartitionFilter, Reflection, metadata_path, utcnow
+from memlane.models import Fact, FactFilter, PartitionFilter, metadata_path, utcnow
 
 __all__ = [
     "FACT_COLS",
     "Conn",
-    "add_contributors",
     "dec",
     "dec_json",
     "digest",
     "enc",
     "enc_json",
     "filter_sql",
-    "insert_reflection",
     "parse_cursor",
     "resolve_partitions",
     "row_to_fact",
@@ -173,24 +171,3 @@ async def resolve_partitions(conn: Conn, pf: PartitionFilter) -> list[str]:
         )
         parts.extend(r[0] for r in await cur.fetchall() if r[0] not in parts)
     return parts
-
-
-async def add_contributors(conn: Conn, kind: str, item_id: str, user_ids: Sequence[str | None]) -> None:
-    """Record that ``item_id`` holds words of ``user_ids`` (for ``forget``; never read back)."""
-    for uid in dict.fromkeys(u for u in user_ids if u):
-        await conn.execute(
-            "INSERT INTO contributors (user_id, kind, item_id) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-            (enc(uid), kind, item_id),
-        )
-
-
-async def insert_reflection(conn: Conn, r: Reflection) -> None:
-    """Store one reflection inside the caller's transaction (a known id changes nothing);
-    record its contributors when it is not keyed by a user (``forget`` finds it by them)."""
-    await conn.execute(
-        "INSERT INTO reflections (id, content, scope, agent_id, user_id, session_id, absorbed, formed_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-        (r.id, enc(r.content), r.scope, enc(r.agent_id), enc(r.user_id), enc(r.session_id), r.absorbed, r.formed_at),
-    )
-    if r.user_id is None:  # user-keyed reflections are found by user_id; the rest need this
-        await add_contributors(conn, "reflection", r.id, r.source_user_ids)

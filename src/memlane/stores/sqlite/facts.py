@@ -24,7 +24,6 @@ from memlane.errors import (
     NotFoundError,
     ScopeError,
 )
-from memlane.inputs import check_cursor
 from memlane.models import (
     ConsolidatedMemory,
     Fact,
@@ -33,15 +32,12 @@ from memlane.models import (
     Page,
     Reflection,
     Scope,
-    as_utc,
     content_hash,
-    metadata_path,
     new_id,
     utcnow,
 )
-from memlane.policy import merge_provenance, resolve_change
 from memlane.providers._blas import default_blas_threads, limit_blas_threads
-from memlane.retrieval.context import CONTEXT_RADIUS, affected_range, neighbour_context
+from memlane.retrieval.context import CONTEXT_RADIUS, neighbour_context
 from memlane.retrieval.text import date_words, keyword_text
 from memlane.stores.base import (
     AppliedChange,
@@ -54,8 +50,18 @@ from memlane.stores.base import (
     Vector,
 )
 from memlane.stores.embedding import check_binding, check_vectors
+from memlane.stores.sql import facts as core
+from memlane.stores.sql import reads
+from memlane.stores.sql.dialect import FACT_COLS as _FACT_COLS
+from memlane.stores.sql.stmt import Program, Row, run_all
 from memlane.stores.sqlite import export as export_
 from memlane.stores.sqlite.db import BUSY_TIMEOUT_MS, Database
+from memlane.stores.sqlite.dialect import DIALECT as _D
+from memlane.stores.sqlite.dialect import _dt
+from memlane.stores.sqlite.dialect import filter_sql as _filter_sql
+from memlane.stores.sqlite.dialect import iso as _iso
+from memlane.stores.sqlite.dialect import row_to_fact as _row_to_fact
+from memlane.stores.sqlite.dialect import run as _run
 from memlane.stores.sqlite.fts import partition_token
 from memlane.stores.sqlite.keyword import KeywordIndex
 from memlane.stores.sqlite.vector import VectorIndex
@@ -67,50 +73,10 @@ log = logging.getLogger("memlane")
 #: How long the WAL truncation after a purge waits for other connections' readers.
 CHECKPOINT_WAIT_MS = 5_000
 
-_FACT_COLS = (
-    "rowid, id, partition, content, hash, scope, agent_id, user_id, session_id, kind, author, seq, "
-    "occurred_at, formed_at, updated_at, access_count, version, source_event_ids, valid_from, "
-    "invalid_at, metadata, embedding"
-)
-
-
-def _iso(dt: datetime | None) -> str | None:
-    return dt.isoformat() if dt is not None else None
-
 
 def _digest(parts: list[Any]) -> str:
     """A short stable token of JSON-able ``parts`` (for memory stamps)."""
     return hashlib.blake2b(json.dumps(parts, default=str).encode(), digest_size=12).hexdigest()
-
-
-def _dt(value: str | None) -> datetime | None:
-    return as_utc(datetime.fromisoformat(value)) if value else None
-
-
-def _row_to_fact(r: sqlite3.Row | tuple[Any, ...], *, with_embedding: bool = False) -> Fact:
-    emb = r[21]
-    return Fact(
-        id=r[1],
-        content=r[3],
-        hash=r[4],
-        scope=r[5],
-        agent_id=r[6],
-        user_id=r[7],
-        session_id=r[8],
-        kind=r[9],
-        author=r[10],
-        seq=r[11],
-        occurred_at=_dt(r[12]),
-        formed_at=_dt(r[13]) or utcnow(),
-        updated_at=_dt(r[14]) or utcnow(),
-        access_count=r[15],
-        version=r[16],
-        source_event_ids=json.loads(r[17]),
-        valid_from=_dt(r[18]) or utcnow(),
-        invalid_at=_dt(r[19]),
-        metadata=json.loads(r[20]),
-        embedding=(np.frombuffer(emb, dtype=np.float32).tolist() if with_embedding and emb else None),
-    )
 
 
 def _partition_keys(facts: Sequence[Fact]) -> list[str]:
@@ -124,52 +90,6 @@ def _partition_keys(facts: Sequence[Fact]) -> list[str]:
             part = seen[key] = f.partition
         out.append(part)
     return out
-
-
-def _encode_applied(changes: list[AppliedChange]) -> str:
-    return json.dumps(
-        [{"event": a.event, "fact": a.fact.model_dump(mode="json"), "previous": a.previous} for a in changes]
-    )
-
-
-def _decode_applied(text: str) -> list[AppliedChange]:
-    return [AppliedChange(d["event"], Fact.model_validate(d["fact"]), d["previous"]) for d in json.loads(text)]
-
-
-def _add_contributors(c: sqlite3.Connection, kind: str, item_id: str, user_ids: Sequence[str | None]) -> None:
-    """Record that ``item_id`` holds words of ``user_ids`` (for ``forget``; never read back)."""
-    for uid in dict.fromkeys(u for u in user_ids if u):
-        c.execute("INSERT OR IGNORE INTO contributors (user_id, kind, item_id) VALUES (?, ?, ?)", (uid, kind, item_id))
-
-
-def _filter_sql(flt: FactFilter | None, table: str) -> tuple[str, list[Any]]:
-    """`` AND ...`` conditions on ``table``'s columns for a pushed-down filter."""
-    if flt is None or flt.empty:
-        return "", []
-    sql: list[str] = []
-    args: list[Any] = []
-    for col in ("kind", "author", "session_id"):
-        value = getattr(flt, col)
-        if value is not None:
-            sql.append(f"{table}.{col} = ?")
-            args.append(value)
-    for key, value in flt.metadata:
-        path = "$." + ".".join(json.dumps(part) for part in metadata_path(key))  # "sender.id": nested
-        if value is None:
-            sql.append(f"json_type({table}.metadata, ?) = 'null'")
-            args.append(path)
-        elif isinstance(value, bool):
-            sql.append(f"json_type({table}.metadata, ?) = ?")
-            args += [path, "true" if value else "false"]
-        elif isinstance(value, int | float):
-            sql.append(
-                f"json_type({table}.metadata, ?) IN ('integer', 'real') AND json_extract({table}.metadata, ?) = ?"
-            )
-            args += [path, path, value]
-        else:
-            sql.append(f"json_type({table}.metadata, ?) = 'text' AND json_extract({table}.metadata, ?) = ?")
-            args += [path, path, str(value)]
-    return "".join(f" AND {s}" for s in sql), args
 
 
 class SqliteFactStore:
@@ -470,64 +390,11 @@ class SqliteFactStore:
             )
         return out
 
-    def _refresh_context(self, c: sqlite3.Connection, part: str, session_id: str, seqs: list[int | None]) -> None:
-        """Rewrite the ``ctx`` column of new turns and their neighbours in one session."""
-        span = affected_range(s for s in seqs if s is not None)
-        if span is None:
-            return
-        lo, hi = span
-        rows = c.execute(
-            "SELECT rowid, seq, content FROM facts WHERE partition=? AND session_id=? AND seq BETWEEN ? AND ?"
-            " AND invalid_at IS NULL ORDER BY seq",
-            (part, session_id, lo - CONTEXT_RADIUS, hi + CONTEXT_RADIUS),
-        ).fetchall()
-        by_seq = {r[1]: r[2] for r in rows}
-        for rowid, seq, _ in rows:
-            if not lo <= seq <= hi:
-                continue
-            ctx = keyword_text(neighbour_context(by_seq, seq))
-            c.execute("UPDATE facts_fts SET ctx=? WHERE rowid=?", (ctx, rowid))
-
-    @staticmethod
-    def _history(
-        c: sqlite3.Connection,
-        fact_id: str,
-        user_id: str | None,
-        event: str,
-        old: str | None,
-        new: str | None,
-        actor: str,
-        at: datetime,
-    ) -> None:
-        c.execute(
-            "INSERT INTO history VALUES (?,?,?,?,?,?,?,?)",
-            (new_id(), fact_id, user_id, event, old, new, actor, at.isoformat()),
-        )
-
     def _partitions(self, c: sqlite3.Connection, pf: PartitionFilter) -> list[str]:
-        """The concrete partitions a filter names: exact keys plus, for each prefix, the stored
-        partitions in the key range ``[prefix, prefix + "\U0010ffff")`` (an index range scan)."""
-        parts = list(pf.exact)
-        for prefix in pf.prefixes:
-            parts.extend(
-                r[0]
-                for r in c.execute(
-                    "SELECT partition FROM partitions WHERE partition >= ? AND partition < ?",
-                    (prefix, prefix + "\U0010ffff"),
-                )
-                if r[0] not in parts
-            )
-        return parts
+        return _run(c, core.partitions(_D, pf))
 
-    def _visible_row(self, c: sqlite3.Connection, fact_id: str, scope: Scope) -> tuple[Any, ...]:
-        parts = self._partitions(c, scope.partition_filter()) or [""]
-        row = c.execute(
-            f"SELECT {_FACT_COLS} FROM facts WHERE id=? AND partition IN ({','.join('?' * len(parts))})",
-            (fact_id, *parts),
-        ).fetchone()
-        if row is None:
-            raise NotFoundError(f"no fact {fact_id!r} in this scope")
-        return tuple(row)
+    def _visible_row(self, c: sqlite3.Connection, fact_id: str, scope: Scope) -> Row:
+        return _run(c, core.visible_row(_D, fact_id, scope))
 
     async def update_fact(
         self, fact_id: str, scope: Scope, content: str, vector: Vector | None, *, actor: str = "api"
@@ -537,63 +404,9 @@ class SqliteFactStore:
 
         def op(c: sqlite3.Connection) -> Fact:
             with self._db.write(c):
-                return self._update_row(
-                    c, self._visible_row(c, fact_id, scope), content, vector, actor, contributor=scope.user_id
-                )
+                return _run(c, core.update_fact(_D, fact_id, scope, content, vector, actor))
 
         return await self._db.run(op)
-
-    def _update_row(
-        self,
-        c: sqlite3.Connection,
-        row: tuple[Any, ...],
-        content: str,
-        vector: Vector | None,
-        actor: str,
-        contributor: str | None = None,
-    ) -> Fact:
-        """Change one fact's content inside the caller's transaction. ``contributor``: the user
-        whose words the new content is (recorded when it is not the fact's own user)."""
-        old = _row_to_fact(row)
-        fact_id = old.id
-        if old.invalid_at is not None:
-            raise InvalidInputError(f"fact {fact_id!r} was deleted; add a new fact instead")
-        h = content_hash(content)
-        clash = c.execute(
-            "SELECT id FROM facts WHERE partition=? AND hash=? AND invalid_at IS NULL AND id<>?",
-            (row[2], h, fact_id),
-        ).fetchone()
-        if clash:
-            raise InvalidInputError(f"an identical fact already exists: {clash[0]}")
-        now = utcnow()
-        emb = vector.astype(np.float32).tobytes() if vector is not None else row[21]
-        c.execute(
-            "UPDATE facts SET content=?, hash=?, version=version+1, updated_at=?, embedding=? WHERE id=?",
-            (content, h, now.isoformat(), emb, fact_id),
-        )
-        text = "" if old.kind == "document" else keyword_text(content)
-        c.execute("UPDATE facts_fts SET text=? WHERE rowid=?", (text, row[0]))
-        c.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
-        if contributor is not None and contributor != old.user_id:
-            _add_contributors(c, "fact", fact_id, [contributor])
-        if old.session_id and old.seq is not None:  # neighbours' context held the old words
-            self._refresh_context(c, row[2], old.session_id, [old.seq])
-        self._history(c, fact_id, old.user_id, "UPDATE", old.content, content, actor, now)
-        return old.model_copy(update={"content": content, "hash": h, "version": old.version + 1, "updated_at": now})
-
-    def _invalidate_row(self, c: sqlite3.Connection, row: tuple[Any, ...], actor: str) -> Fact:
-        """Soft-delete one fact inside the caller's transaction (no-op when already invalid)."""
-        fact = _row_to_fact(row)
-        if fact.invalid_at is not None:
-            return fact
-        now = utcnow()
-        c.execute("UPDATE facts SET invalid_at=? WHERE id=?", (now.isoformat(), fact.id))
-        c.execute("DELETE FROM facts_fts WHERE rowid=?", (row[0],))
-        c.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
-        if fact.session_id and fact.seq is not None:  # neighbours' context held its words
-            self._refresh_context(c, row[2], fact.session_id, [fact.seq])
-        self._history(c, fact.id, fact.user_id, "DELETE", fact.content, None, actor, now)
-        return fact.model_copy(update={"invalid_at": now})
 
     async def invalidate_fact(self, fact_id: str, scope: Scope, *, actor: str = "api") -> Fact:
         return (await self.invalidate_facts([fact_id], scope, actor=actor))[0]
@@ -603,8 +416,7 @@ class SqliteFactStore:
 
         def op(c: sqlite3.Connection) -> list[Fact]:
             with self._db.write(c):
-                rows = [self._visible_row(c, fid, scope) for fid in ids]  # all visible, or nothing changes
-                return [self._invalidate_row(c, row, actor) for row in rows]
+                return _run(c, core.invalidate_facts(_D, ids, scope, actor))
 
         return await self._db.run(op)
 
@@ -624,89 +436,15 @@ class SqliteFactStore:
                 self._check_vectors(ch.vector.reshape(1, -1), 1)
 
         def op(c: sqlite3.Connection) -> list[AppliedChange]:
+            def insert(fact: Fact, vector: Vector | None) -> Program[Fact]:
+                vectors = vector.reshape(1, -1) if vector is not None else None
+                return self._insert_facts(c, [fact], vectors, actor)[0][0]
+                yield  # a program that writes on this thread's connection itself
+
             with self._db.write(c):
-                done = c.execute("SELECT result FROM applied_batches WHERE key=?", (key,)).fetchone()
-                if done is not None:
-                    return _decode_applied(done[0])
-                out = [self._apply_one(c, ch, actor) for ch in changes]
-                for r in reflections:
-                    self._insert_reflection(c, r)
-                # the batch belongs to whoever's words it holds: the changes' own facts first
-                # (an UPDATE's stored fact may carry the earlier contributor)
-                owner = next((ch.fact.user_id for ch in changes if ch.fact is not None and ch.fact.user_id), None)
-                owner = owner or next((a.fact.user_id for a in out if a.fact.user_id), None)
-                owner = owner or next((r.user_id for r in reflections if r.user_id), None)
-                owner = owner or next((u for r in reflections for u in r.source_user_ids), None)
-                c.execute(
-                    "INSERT INTO applied_batches VALUES (?,?,?,?)",
-                    (key, owner, utcnow().isoformat(), _encode_applied(out)),
-                )
-                return out
+                return _run(c, core.apply_changes(_D, changes, reflections, key=key, actor=actor, insert=insert))
 
         return await self._db.run(op)
-
-    def _target_row(self, c: sqlite3.Connection, ch: FactChange) -> tuple[Any, ...] | None:
-        """The change's target, only if it is a valid fact in the same partition as the change."""
-        if ch.target_id is None:
-            return None
-        row = c.execute(f"SELECT {_FACT_COLS} FROM facts WHERE id=?", (ch.target_id,)).fetchone()
-        if row is None or row[19] is not None or row[2] != ch.partition:
-            return None
-        return tuple(row)
-
-    def _apply_one(self, c: sqlite3.Connection, ch: FactChange, actor: str) -> AppliedChange:
-        """Resolve one change with core policy (:func:`memlane.policy.resolve_change`), then do it."""
-        target_row = self._target_row(c, ch)
-        target = _row_to_fact(target_row) if target_row is not None else None
-
-        def lookup(h: str) -> Fact | None:
-            row = c.execute(
-                f"SELECT {_FACT_COLS} FROM facts WHERE partition=? AND hash=? AND invalid_at IS NULL",
-                (ch.partition, h),
-            ).fetchone()
-            return _row_to_fact(row) if row is not None else None
-
-        res = resolve_change(ch, target, lookup)
-        new_fact = ch.fact
-        if res.action == "none":
-            assert res.existing is not None
-            existing = res.existing
-            self._history(
-                c, existing.id, existing.user_id, "NONE", existing.content, new_fact.content if new_fact else None,
-                actor, utcnow(),
-            )  # fmt: skip
-            return AppliedChange("NONE", existing, existing.content)
-        if res.action == "retire":  # the new fact is stored already; the value it replaces goes
-            assert res.existing is not None and res.retired is not None
-            assert target_row is not None
-            retired = self._invalidate_row(c, target_row, actor).content
-            existing = res.existing
-            self._history(
-                c, existing.id, existing.user_id, "NONE", existing.content,
-                new_fact.content if new_fact else None, actor, utcnow(),
-            )  # fmt: skip
-            return AppliedChange("DELETE", existing, retired)
-        if res.action == "update":
-            assert target_row is not None and target is not None and res.text is not None
-            contributor = new_fact.user_id if new_fact is not None else None
-            updated = self._update_row(c, target_row, res.text, ch.vector, actor, contributor=contributor)
-            if new_fact is not None:
-                sources, when = merge_provenance(updated, new_fact)
-                c.execute(
-                    "UPDATE facts SET source_event_ids=?, occurred_at=? WHERE id=?",
-                    (json.dumps(sources), _iso(when), updated.id),
-                )
-                c.execute("UPDATE facts_fts SET date=? WHERE rowid=?", (date_words(when), target_row[0]))
-                updated = updated.model_copy(update={"source_event_ids": sources, "occurred_at": when})
-            return AppliedChange("UPDATE", updated, target.content)
-        assert new_fact is not None
-        previous = None
-        if res.action == "delete":
-            assert target_row is not None
-            previous = self._invalidate_row(c, target_row, actor).content
-        vectors = ch.vector.reshape(1, -1) if ch.vector is not None else None
-        stored, _ = self._insert_facts(c, [new_fact], vectors, actor)[0]
-        return AppliedChange("DELETE" if previous is not None else "ADD", stored, previous)
 
     async def purge_user(self, user_id: str, *, shared: str = "erase") -> int:
         """Hard delete everything of ``user_id`` and leave none of their text in the file.
@@ -772,7 +510,7 @@ class SqliteFactStore:
                     if session_id and seq is not None:
                         sessions.setdefault((part, session_id), []).append(seq)
                 for (part, session_id), seqs in sessions.items():
-                    self._refresh_context(c, part, session_id, seqs)
+                    _run(c, core.refresh_context(_D, part, session_id, seqs))
                 parts = sorted({v[2] for v in victims})
                 for part in parts:
                     left = c.execute("SELECT 1 FROM facts WHERE partition=? LIMIT 1", (part,)).fetchone()
@@ -841,30 +579,9 @@ class SqliteFactStore:
         return await self._db.run(op)
 
     async def get_facts(self, fact_ids: Sequence[str], scope: Scope) -> dict[str, Fact]:
-        ids = list(dict.fromkeys(fact_ids))
-        if not ids:
+        if not fact_ids:
             return {}
-        pf = scope.partition_filter()
-
-        def op(c: sqlite3.Connection) -> dict[str, Fact]:
-            out: dict[str, Fact] = {}
-            parts = self._partitions(c, pf)
-            if not parts:
-                return out
-            for i in range(0, len(ids), 500):
-                chunk = ids[i : i + 500]
-                rows = c.execute(
-                    f"SELECT {_FACT_COLS} FROM facts WHERE id IN ({','.join('?' * len(chunk))})"
-                    # `+partition`: keep the planner on the id index (without ANALYZE statistics it
-                    # picked the partition index and scanned the whole partition: 131 ms at 100k rows).
-                    f" AND +partition IN ({','.join('?' * len(parts))})",
-                    (*chunk, *parts),
-                ).fetchall()
-                for r in rows:
-                    out[r[1]] = _row_to_fact(r)
-            return out
-
-        return await self._db.run(op)
+        return await self._db.run(lambda c: _run(c, reads.get_facts(_D, fact_ids, scope)))
 
     async def list_facts(
         self,
@@ -876,67 +593,16 @@ class SqliteFactStore:
         filter: FactFilter | None = None,
         only: FactScope | None = None,
     ) -> Page:
-        if limit < 1 or limit > 10_000:
-            raise InvalidInputError("limit must be between 1 and 10000")
-        before = check_cursor(cursor)
-        pf = scope.partition_filter(only)
-        flt = (filter or FactFilter()).in_session(scope.session_id)
-
-        def op(c: sqlite3.Connection) -> Page:
-            parts = self._partitions(c, pf)
-            if not parts or flt is None:  # no partition, or filters naming another session
-                return Page(items=[], next_cursor=None, total=0)
-            where = f"partition IN ({','.join('?' * len(parts))})"
-            args: list[Any] = list(parts)
-            if not include_invalid:
-                where += " AND invalid_at IS NULL"
-            fsql, fargs = _filter_sql(flt, "facts")
-            where += fsql
-            args += fargs
-            total = c.execute(f"SELECT COUNT(*) FROM facts WHERE {where}", args).fetchone()[0]
-            q = f"SELECT {_FACT_COLS} FROM facts WHERE {where}"
-            qargs = list(args)
-            if before is not None:
-                q += " AND rowid < ?"
-                qargs.append(before)
-            rows = c.execute(q + " ORDER BY rowid DESC LIMIT ?", (*qargs, limit + 1)).fetchall()
-            more = len(rows) > limit
-            rows = rows[:limit]
-            return Page(
-                items=[_row_to_fact(r) for r in rows],
-                next_cursor=str(rows[-1][0]) if more and rows else None,
-                total=total,
-            )
-
-        return await self._db.run(op)
+        program = reads.list_facts(
+            _D, scope, limit=limit, cursor=cursor, include_invalid=include_invalid, filter=filter, only=only
+        )
+        return await self._db.run(lambda c: _run(c, program))
 
     async def history(self, fact_id: str, scope: Scope) -> list[HistoryEntry]:
-        def op(c: sqlite3.Connection) -> list[HistoryEntry]:
-            self._visible_row(c, fact_id, scope)
-            rows = c.execute(
-                "SELECT id, fact_id, event, old_content, new_content, actor, at FROM history"
-                " WHERE fact_id=? ORDER BY at, rowid",
-                (fact_id,),
-            ).fetchall()
-            return [
-                HistoryEntry(
-                    id=r[0], fact_id=r[1], event=r[2], old_content=r[3], new_content=r[4], actor=r[5],
-                    at=datetime.fromisoformat(r[6]),
-                )
-                for r in rows
-            ]  # fmt: skip
-
-        return await self._db.run(op)
+        return await self._db.run(lambda c: _run(c, reads.history(_D, fact_id, scope)))
 
     async def authors(self, partitions: PartitionFilter) -> list[str]:
-        def op(c: sqlite3.Connection) -> list[str]:
-            parts = self._partitions(c, partitions)
-            if not parts:
-                return []
-            marks = ",".join("?" * len(parts))
-            return [r[0] for r in c.execute(f"SELECT DISTINCT author FROM authors WHERE partition IN ({marks})", parts)]
-
-        return await self._db.run(op)
+        return await self._db.run(lambda c: _run(c, reads.authors(_D, partitions)))
 
     async def keyword_search(
         self,
@@ -1206,20 +872,7 @@ class SqliteFactStore:
         await self._db.run(op)
 
     async def memory_stamp(self, partitions: PartitionFilter) -> str:
-        def op(c: sqlite3.Connection) -> str:
-            parts = sorted(self._partitions(c, partitions))
-            generation = c.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
-            rows: list[Any] = []
-            if parts:
-                marks = ",".join("?" * len(parts))
-                rows = c.execute(
-                    f"SELECT partition, appends, changes FROM partitions WHERE partition IN ({marks})"
-                    " ORDER BY partition",
-                    parts,
-                ).fetchall()
-            return _digest([generation[0] if generation else "", *map(list, rows)])
-
-        return await self._db.run(op)
+        return await self._db.run(lambda c: _run(c, reads.memory_stamp(_D, partitions)))
 
     # ------------------------------------------------------------------ reflections
     async def reflection_stamp(self, keys: Sequence[ReflectionKey]) -> str:
@@ -1260,12 +913,7 @@ class SqliteFactStore:
 
     @staticmethod
     def _insert_reflection(c: sqlite3.Connection, r: Reflection) -> None:
-        c.execute(
-            "INSERT OR IGNORE INTO reflections VALUES (?,?,?,?,?,?,?,?)",
-            (r.id, r.content, r.scope, r.agent_id, r.user_id, r.session_id, int(r.absorbed), r.formed_at.isoformat()),
-        )
-        if r.user_id is None:  # user-keyed reflections are found by user_id; the rest need this
-            _add_contributors(c, "reflection", r.id, r.source_user_ids)
+        _run(c, run_all(core.insert_reflection(_D, r)))
 
     async def list_reflections(
         self,
@@ -1395,33 +1043,8 @@ class SqliteFactStore:
     # ------------------------------------------------------------------ stats
     async def stats(self, scope: Scope | None = None) -> StoreStats:
         await self._ready()
-
-        def op(c: sqlite3.Connection) -> StoreStats:
-            if scope is None:
-                where, args = "1", []
-            else:
-                parts = self._partitions(c, scope.partition_filter()) or [""]
-                where, args = f"partition IN ({','.join('?' * len(parts))})", parts
-            facts = c.execute(f"SELECT COUNT(*) FROM facts WHERE {where}", args).fetchone()[0]
-            valid = c.execute(f"SELECT COUNT(*) FROM facts WHERE {where} AND invalid_at IS NULL", args).fetchone()[0]
-            nparts = c.execute(f"SELECT COUNT(DISTINCT partition) FROM facts WHERE {where}", args).fetchone()[0]
-            st = StoreStats(facts=facts, valid_facts=valid, partitions=nparts, embedder=self.embedder_name,
-                            dim=self.dim)  # fmt: skip
-            if scope is None:
-                st.reflections = c.execute("SELECT COUNT(*) FROM reflections").fetchone()[0]
-                st.consolidated = c.execute("SELECT COUNT(*) FROM consolidated").fetchone()[0]
-            else:
-                st.reflections = c.execute(
-                    "SELECT COUNT(*) FROM reflections WHERE user_id IS ? AND agent_id IS ?",
-                    (scope.user_id, scope.agent_id),
-                ).fetchone()[0]
-                st.consolidated = c.execute(  # blobs keep '' for "no id"
-                    "SELECT COUNT(*) FROM consolidated WHERE user_id = ? AND agent_id = ?",
-                    (scope.user_id or "", scope.agent_id or ""),
-                ).fetchone()[0]
-            return st
-
-        return await self._db.run(op)
+        program = reads.stats(_D, scope, embedder=self.embedder_name, dim=self.dim)
+        return await self._db.run(lambda c: _run(c, program))
 
     async def export_user(self, user_id: str) -> dict[str, Any]:
         """The user's facts (with history), reflections and blobs, and references to the shared
