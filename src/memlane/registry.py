@@ -189,7 +189,14 @@ def _url_names(b: Backend) -> tuple[str, ...]:
     return b.schemes[:1] if b.stores is not None else b.schemes
 
 
-# Views of BACKENDS by the names users write, for lookups and messages.
+def _session_rows() -> dict[str, Backend]:
+    """What ``sessions=`` accepts (in-process names first, then URL schemes) -> its row."""
+    rows = {b.name: b for b in BACKENDS if b.in_process and b.sessions is not None}
+    rows.update({s: b for b in BACKENDS if not b.in_process and b.sessions is not None for s in _url_names(b)})
+    return rows
+
+
+# Views of BACKENDS by the names users write (the functions below read the rows themselves).
 #: session store name or URL scheme -> (module, class, extra to install)
 SESSION_STORES: dict[str, tuple[str, str, str]] = {  # the in-process names first (messages list them)
     **_view("sessions", lambda b: (b.name,) if b.in_process else ()),
@@ -200,7 +207,6 @@ STORES: dict[str, tuple[str, str, str]] = _view("stores", _url_names)
 #: job queue URL scheme -> (module, class with async ``open(location)``, extra to install). The
 #: long-term backend's own job store is used when ``jobs=`` is not given.
 JOB_STORES: dict[str, tuple[str, str, str]] = _view("jobs", _url_names)
-_IN_PROCESS_SESSIONS = frozenset(b.name for b in BACKENDS if b.in_process)
 
 
 @dataclass
@@ -230,20 +236,19 @@ def parse_store_url(url: str | os.PathLike[str]) -> tuple[str, str]:
     scheme, sep, rest = text.partition("://")
     if not sep or len(scheme) == 1:  # a bare path (a Windows drive letter is no scheme)
         return "sqlite", text
-    scheme = scheme.lower()
     row = backend_for_scheme(scheme)
-    if row is not None:
-        scheme = row.schemes[0]  # postgres:// is postgresql:// (libpq accepts both spellings)
-        if row.stores is None:
-            holds = [what for what, has in (("sessions", row.sessions), ("the job queue", row.jobs)) if has]
-            uses = [arg for arg, has in (("sessions=", row.sessions), ("jobs=", row.jobs)) if has]
-            stores = [b.title for b in BACKENDS if b.stores is not None]
-            raise ConfigError(
-                f"{row.title} holds {' and '.join(holds)}, not long-term memory: use it as {' or '.join(uses)}, "
-                f"and a {' or '.join(stores)} URL for the store (got {text!r})"
-            )
-    if scheme not in STORES:
-        raise ConfigError(f"unknown store URL scheme {scheme!r} in {text!r}; supported: {', '.join(STORES)}")
+    if row is None:
+        supported = ", ".join(b.schemes[0] for b in BACKENDS if b.stores is not None)
+        raise ConfigError(f"unknown store URL scheme {scheme.lower()!r} in {text!r}; supported: {supported}")
+    scheme = row.schemes[0]  # postgres:// is postgresql:// (libpq accepts both spellings)
+    if row.stores is None:
+        holds = [what for what, has in (("sessions", row.sessions), ("the job queue", row.jobs)) if has]
+        uses = [arg for arg, has in (("sessions=", row.sessions), ("jobs=", row.jobs)) if has]
+        stores = [b.title for b in BACKENDS if b.stores is not None]
+        raise ConfigError(
+            f"{row.title} holds {' and '.join(holds)}, not long-term memory: use it as {' or '.join(uses)}, "
+            f"and a {' or '.join(stores)} URL for the store (got {text!r})"
+        )
     if scheme == "sqlite":
         if rest in ("", ":memory:", "/:memory:"):
             return "sqlite", ":memory:"
@@ -270,7 +275,8 @@ def store_location(db: object) -> str:
 async def open_stores(url: str | os.PathLike[str]) -> Stores:
     """Open the long-term stores (facts, reflections, jobs) a URL names, without blocking the loop."""
     scheme, location = parse_store_url(url)
-    row = _BY_SCHEME[scheme]
+    row = backend_for_scheme(scheme)
+    assert row is not None
     assert row.stores is not None  # parse_store_url accepts long-term stores only
     opener: Callable[[str], Awaitable[Stores]] = row.load(row.stores)
     return await opener(location)
@@ -288,17 +294,18 @@ async def open_session_store(spec: str | SessionStore, default: Stores) -> Sessi
             return spec
         raise ConfigError(f"sessions= takes a name, a URL or a SessionStore, got {type(spec).__name__}")
     name = spec.strip()
+    rows = _session_rows()
     if "://" not in name:
-        if name not in SESSION_STORES:
-            raise ConfigError(f"unknown session store {spec!r}; choose one of: {', '.join(SESSION_STORES)}, or a URL")
+        if name not in rows:
+            raise ConfigError(f"unknown session store {spec!r}; choose one of: {', '.join(rows)}, or a URL")
         if name == "sqlite" or (default.sessions is not None and name == parse_store_url(default.location)[0]):
             if default.sessions is None:
                 raise ConfigError(f"the long-term store at {default.location!r} has no {name!r} session store")
             return default.sessions
-        if name not in _IN_PROCESS_SESSIONS:
+        named = rows[name]
+        if not named.in_process or named.sessions is None:
             raise ConfigError(f"{name!r} sessions need a URL, e.g. sessions='{name}://127.0.0.1/...'")
-        module, cls_name, extra = SESSION_STORES[name]
-        store: SessionStore = _load(module, cls_name, extra)()
+        store: SessionStore = named.load(named.sessions)()
         return store
     scheme = name.partition("://")[0].lower()
     row = backend_for_scheme(scheme)
@@ -306,10 +313,10 @@ async def open_session_store(spec: str | SessionStore, default: Stores) -> Sessi
         scheme, location = parse_store_url(name)
     else:
         location = name
-    if scheme not in SESSION_STORES:
-        raise ConfigError(f"no session store for {scheme!r} URLs; choose one of: {', '.join(SESSION_STORES)}")
-    module, cls_name, extra = SESSION_STORES[scheme]
-    opened: SessionStore = await _load(module, cls_name, extra).open(location)
+    found = rows.get(scheme)
+    if found is None or found.sessions is None:
+        raise ConfigError(f"no session store for {scheme!r} URLs; choose one of: {', '.join(rows)}")
+    opened: SessionStore = await found.load(found.sessions).open(location)
     return opened
 
 
@@ -326,10 +333,11 @@ async def open_job_store(spec: str | JobStore | None, default: Stores) -> JobSto
             return spec
         raise ConfigError(f"jobs= takes a queue URL or a JobStore, got {type(spec).__name__}")
     scheme = spec.strip().partition("://")[0].lower()
-    if scheme not in JOB_STORES:
-        raise ConfigError(f"no job queue for {spec!r}; jobs= takes one of: {', '.join(JOB_STORES)} URLs")
-    module, cls_name, extra = JOB_STORES[scheme]
-    opened: JobStore = await _load(module, cls_name, extra).open(spec.strip())
+    row = backend_for_scheme(scheme)
+    if row is None or row.jobs is None:
+        queues = ", ".join(s for b in BACKENDS if b.jobs is not None for s in _url_names(b))
+        raise ConfigError(f"no job queue for {spec!r}; jobs= takes one of: {queues} URLs")
+    opened: JobStore = await row.load(row.jobs).open(spec.strip())
     return opened
 
 

@@ -146,19 +146,20 @@ _EXTRA_ATTRS = ("job_id", "status", "expected", "got", "retryable", "status_code
 
 
 #: Database drivers' "server unreachable" errors, as (top-level package, class name), from each
-#: backend's row (:attr:`memlane.registry.Backend.unavailable`): a PostgreSQL or Redis server that
-#: goes away in the middle of a call is 503 ``storage_unavailable`` (retry later), like a
-#: StorageError, not a 500. Matched by name, so no driver is imported.
+#: backend's row (:attr:`memlane.registry.Backend.unavailable`, read again on each error): a
+#: PostgreSQL or Redis server that goes away in the middle of a call is 503 ``storage_unavailable``
+#: (retry later), like a StorageError, not a 500. Matched by name, so no driver is imported.
 DRIVER_UNAVAILABLE: frozenset[tuple[str, str]] = unavailable_errors()
 
 
 def status_and_code(exc: BaseException) -> tuple[int, str]:
     """The HTTP status and stable code of a memlane error (500 ``internal_error`` otherwise)."""
+    unavailable = unavailable_errors()
     for cls in type(exc).__mro__:
         hit = ERROR_TABLE.get(cls.__name__)
         if hit is not None and issubclass(cls, MemlaneError):
             return hit
-        if (cls.__module__.partition(".")[0], cls.__name__) in DRIVER_UNAVAILABLE:
+        if (cls.__module__.partition(".")[0], cls.__name__) in unavailable:
             return 503, "storage_unavailable"
     return 500, "internal_error"
 
