@@ -128,3 +128,20 @@ def test_an_import_never_joins_another_users_session(keyed: ServiceServer, keys:
     own = jsonl({"user_id": "alice", "session_id": "A1", "role": "user", "content": "I moved to Porto"})
     assert keyed.client.post("/v1/import", json={"content": own, "form": True}, headers=alice).status_code == 202
     assert keyed.client.get("/v1/sessions/A1", headers=alice).json()["user_ids"] == ["alice"]
+
+
+def test_a_group_session_is_imported_as_the_cli_imports_it(keyed: ServiceServer, keys: KeyStore) -> None:
+    """One workflow (memlane.importers) for the CLI and the API (issue 19): turns of two users
+    sharing a session id become one group session with both users and one formation job, as
+    ``memlane import --form`` makes it. The API's own copy made the session for the first user
+    only and then refused the second user's turns with 409, after storing them."""
+    h = {"Authorization": f"Bearer {keys.create('acme').secret}"}
+    group = jsonl(
+        {"user_id": "ann", "session_id": "g1", "role": "user", "content": "Ann booked the boat for Saturday"},
+        {"user_id": "bob", "session_id": "g1", "role": "user", "content": "Bob brings the fishing rods"},
+    )
+    r = keyed.client.post("/v1/import", json={"content": group, "form": True}, headers=h)
+    assert r.status_code == 202, r.text
+    assert r.json()["sessions"] == 2 and len(r.json()["jobs"]) == 1
+    session = keyed.client.get("/v1/sessions/g1", headers=h).json()
+    assert sorted(session["user_ids"]) == ["ann", "bob"] and len(session["events"]) == 2

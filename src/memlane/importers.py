@@ -1,9 +1,22 @@
-"""Readers for ``memlane import`` and ``POST /v1/import``: LoCoMo-format JSON and a JSONL of turns.
+"""The import workflow of ``memlane import`` and ``POST /v1/import`` (one, shared): LoCoMo-format
+JSON and a JSONL of turns.
 
-``memlane import`` is all-or-nothing: :func:`read` parses and checks the whole file, naming
-the line (or LoCoMo turn) of the first bad one, and :func:`check_with_engine` runs every batch
-through the real ``add`` on a private in-memory database, so whatever the engine would refuse
-is found before the first row is written to the user's database.
+Both faces run the same steps, in order:
+
+1. :func:`prepare`: :func:`read` parses and checks the whole file, naming the line (or LoCoMo
+   turn) of the first bad one; :func:`check_with_engine` runs every batch through the real
+   ``add_many`` on a private in-memory database, so whatever the engine would refuse is found
+   before the first row is written (all or nothing);
+2. :func:`store_turns`: every session the turns will join is checked to be their user's own
+   (409 otherwise, before anything is written), then the turns are stored in bulk
+   (``add_many``, ~2,048 turns a transaction), embedded now or by the background queue;
+3. :func:`keep_sessions`: the turns are kept as session events (a session id several users'
+   turns share is one group session), so formation sees them;
+4. :func:`form_sessions` / :func:`queue_formation`: each imported session is formed, now
+   (the CLI) or as queued jobs (the HTTP API, which answers 202 with their ids).
+
+The CLI adds progress bars and waits for the background embeddings between steps 2 and 3;
+the HTTP API keeps sessions only with ``form: true``.
 """
 
 from __future__ import annotations
@@ -17,10 +30,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memlane.bulk import CHUNK_ROWS, AddBatch
 from memlane.errors import ConflictError, InvalidInputError
 from memlane.evaluation import locomo
 from memlane.formation.config import FormationConfig
-from memlane.models import Event, EventType, Session, message_role
+from memlane.formation.runner import FormationResult
+from memlane.memory import AsyncMemory
+from memlane.models import EmbedPriority, Event, EventType, Job, Session, message_role, utcnow
 
 #: Turns per ``add`` call when importing.
 BATCH = 256
@@ -169,7 +185,6 @@ def check_with_engine(batches: list[Batch], progress: Callable[[int], None] | No
     """Run every batch through the real ``add_many`` on a private in-memory database (no
     embedder), so anything the engine refuses is reported, with its line, before the real
     import writes."""
-    from memlane.bulk import CHUNK_ROWS, AddBatch
     from memlane.sync import Memory
 
     quiet = FormationConfig(background=False, idle_minutes=None)
@@ -236,3 +251,127 @@ def session_events(batches: list[Batch]) -> dict[tuple[str, str], list[Event]]:
             except ValueError as exc:  # pydantic's ValidationError is a ValueError
                 raise InvalidInputError(f"{where}: {exc}") from exc
     return sessions
+
+
+# ---------------------------------------------------------------------------- the workflow
+@dataclass
+class ImportPlan:
+    """A checked import: the file's format, its batches of turns, and the session events
+    they become (per (user, session))."""
+
+    format: str
+    batches: list[Batch]
+    sessions: dict[tuple[str, str], list[Event]]
+
+    @property
+    def turns(self) -> int:
+        return sum(len(b.messages) for b in self.batches)
+
+    @property
+    def session_ids(self) -> list[str]:
+        """The imported sessions' ids, each once (a group session once), in file order."""
+        return list(dict.fromkeys(sid for _, sid in self.sessions))
+
+
+def read_plan(path: Path, fmt: str | None = None, user_prefix: str = "") -> ImportPlan:
+    """The file parsed and checked line by line (``fmt`` None or ``"auto"``: detected), not yet
+    tried on the engine (:func:`prepare` does both).
+
+    Raises:
+        InvalidInputError: a bad line or turn, named.
+    """
+    kind = detect(path) if fmt in (None, "auto") else str(fmt)
+    batches = read(path, kind, user_prefix)
+    return ImportPlan(kind, batches, session_events(batches))
+
+
+def prepare(
+    path: Path, fmt: str | None = None, user_prefix: str = "", progress: Callable[[int], None] | None = None
+) -> ImportPlan:
+    """Step 1: the file parsed and every batch tried on a scratch engine (:func:`read_plan`,
+    then :func:`check_with_engine`).
+
+    Raises:
+        InvalidInputError: a bad line or turn, named (nothing has been written anywhere).
+    """
+    plan = read_plan(path, fmt, user_prefix)
+    check_with_engine(plan.batches, progress)
+    return plan
+
+
+async def store_turns(
+    memory: AsyncMemory,
+    plan: ImportPlan,
+    *,
+    embed: EmbedPriority,
+    keep_sessions: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Step 2: store the turns in bulk; returns how many were new (a turn stored before comes
+    back as it was). With ``keep_sessions``, first checks that every session the turns will
+    join is their user's own.
+
+    Raises:
+        ConflictError: a session exists and the user does not take part in it (nothing written).
+    """
+    if keep_sessions:
+        for user_id, sid in plan.sessions:  # an existing session takes only its own user's turns
+            check_session_owner(user_id, sid, await memory.sessions.get_session(sid))
+    started, new = utcnow(), 0
+    for run in chunks(plan.batches, CHUNK_ROWS):  # bulk: one transaction per ~2,048 turns
+        stored = await memory.add_many(
+            [AddBatch(b.messages, user_id=b.user_id, session_id=b.session_id) for b in run], embed=embed
+        )
+        new += sum(1 for facts in stored for f in facts if f.formed_at >= started)
+        if progress is not None:
+            progress(sum(len(b.messages) for b in run))
+    return new
+
+
+async def keep_sessions(memory: AsyncMemory, plan: ImportPlan, progress: Callable[[int], None] | None = None) -> int:
+    """Step 3: keep the imported turns as sessions, so formation sees them (``memlane form
+    SESSION`` later, or :func:`form_sessions`); returns how many events were new. Events
+    already stored (an earlier import of the same turns) are not added again.
+
+    Raises:
+        ConflictError: another writer created one of the sessions for another user meanwhile.
+    """
+    added = 0
+    members: dict[str, list[str]] = {}  # a session id several users' turns share: a group session
+    for user_id, sid in plan.sessions:
+        members.setdefault(sid, []).append(user_id)
+    for (user_id, sid), events in plan.sessions.items():
+        session = await memory.sessions.get_or_create_session(user_ids=members[sid], session_id=sid)
+        check_session_owner(user_id, sid, session)
+        stored = {e.id for e in await memory.sessions.get_events(sid)}
+        for event in events:
+            if event.id not in stored:  # through the engine: the formation cursor sees it
+                await memory.add_event(sid, event)
+                added += 1
+        if progress is not None:
+            progress(1)
+    return added
+
+
+async def form_sessions(
+    memory: AsyncMemory, plan: ImportPlan, progress: Callable[[int], None] | None = None
+) -> list[FormationResult]:
+    """Step 4, now: form each imported session (session end: facts, reflections, consolidation)."""
+    out: list[FormationResult] = []
+    for sid in plan.session_ids:
+        result = await memory.end_session(sid)
+        assert isinstance(result, FormationResult)
+        out.append(result)
+        if progress is not None:
+            progress(1)
+    return out
+
+
+async def queue_formation(memory: AsyncMemory, plan: ImportPlan) -> list[Job]:
+    """Step 4, in the background: queue each imported session's formation (session end)."""
+    out: list[Job] = []
+    for sid in plan.session_ids:
+        job = await memory.end_session(sid, wait=False)
+        assert isinstance(job, Job)
+        out.append(job)
+    return out

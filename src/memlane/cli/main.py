@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memlane import __version__, importers
-from memlane.bulk import CHUNK_ROWS, AddBatch
 from memlane.cli.config_cmd import add_parser as add_config_parser
 from memlane.cli.config_cmd import config_argument
 from memlane.cli.keys_cmd import add_parser as add_keys_parser
@@ -33,7 +32,7 @@ from memlane.config import MemlaneSettings, formation_config, load_settings, red
 from memlane.errors import CorruptDatabaseError, InvalidInputError, MemlaneError, NotFoundError, UsageError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.runner import FormationResult
-from memlane.models import CheckReport, Event, Fact, Job, utcnow
+from memlane.models import CheckReport, Fact, Job, utcnow
 from memlane.registry import parse_store_url
 from memlane.sync import Memory
 
@@ -316,29 +315,19 @@ def cmd_import(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if not path.is_file():
         raise InvalidInputError(f"{path} is not a file" if path.exists() else f"no such file: {path}")
-    fmt = args.format or importers.detect(path)
-    # All or nothing: parse and check every line, then try every batch on a scratch database,
-    # before the first row is written; a bad line names itself and changes nothing.
-    batches = importers.read(path, fmt, args.user_prefix)
-    events = importers.session_events(batches)  # kept as sessions: `memlane form SESSION` forms one later
-    total = sum(len(b.messages) for b in batches)
+    # The importers workflow, as POST /v1/import runs it. All or nothing: parse and check every
+    # line, then try every batch on a scratch database, before the first row is written; a bad
+    # line names itself and changes nothing.
+    plan = importers.read_plan(path, args.format, args.user_prefix)
+    fmt, total = plan.format, plan.turns
     with Progress(total, f"check {path.name}", unit="turn", enabled=not args.quiet) as bar:
-        importers.check_with_engine(batches, bar.update)
+        importers.check_with_engine(plan.batches, bar.update)
     with _open(args) as m:
-        for user_id, sid in events:  # an existing session takes only its own user's turns
-            importers.check_session_owner(user_id, sid, m.sessions.get_session(sid))
         # Bulk: ~2,048 turns per transaction, across sessions, embedded in one call per chunk
         # (--embed now) or after everything is stored, in big batches (--embed deferred).
         embed: Literal["now", "low"] = "now" if args.embed == "now" else "low"
-        started, new = utcnow(), 0
         with Progress(total, f"import {path.name}", unit="turn", enabled=not args.quiet) as bar:
-            for chunk in importers.chunks(batches, CHUNK_ROWS):
-                stored = m.add_many(
-                    [AddBatch(b.messages, user_id=b.user_id, session_id=b.session_id) for b in chunk], embed=embed
-                )
-                # A turn stored before comes back as it was (formed before this import began).
-                new += sum(1 for facts in stored for f in facts if f.formed_at >= started)
-                bar.update(sum(len(b.messages) for b in chunk))
+            new = m.run(importers.store_turns(m.engine, plan, embed=embed, progress=bar.update))
         where = redact_url(str(args.db))
         if new == total:
             print(f"imported {total} turns ({fmt}) into {where}")
@@ -348,11 +337,13 @@ def cmd_import(args: argparse.Namespace) -> int:
             print(f"imported {new} new turns ({fmt}) into {where}; {total - new} were already there")
         if embed != "now" and m.engine.embedder is not None:
             _drain_embeddings(m, quiet=args.quiet)
-        added = _record_sessions(m, events, quiet=args.quiet)
+        # kept as sessions: `memlane form SESSION` forms one later
+        with Progress(len(plan.sessions), "sessions", unit="session", enabled=not args.quiet) as bar:
+            added = m.run(importers.keep_sessions(m.engine, plan, bar.update))
         if args.form:
-            _form_sessions(m, events, quiet=args.quiet)
+            _form_sessions(m, plan, quiet=args.quiet)
         elif added:
-            names = sorted({sid for _, sid in events})
+            names = sorted(plan.session_ids)
             print(f"kept {added} turns as {len(names)} session(s) ({', '.join(names[:5])}"
                   f"{', ...' if len(names) > 5 else ''}): form one with memlane form SESSION_ID, "
                   "or all of them with memlane import --form")  # fmt: skip
@@ -375,39 +366,14 @@ def _drain_embeddings(m: Memory, *, quiet: bool) -> None:
     print(f"embedded {done['done']} turns")
 
 
-def _record_sessions(m: Memory, sessions: dict[tuple[str, str], list[Event]], *, quiet: bool) -> int:
-    """Keep the imported turns as sessions, so ``memlane form SESSION`` forms one later (and
-    ``import --form`` forms them now); returns how many events were new. Events already
-    stored (an earlier import of the same turns) are not added again."""
-    added = 0
-    members: dict[str, list[str]] = {}  # a session id several users' turns share: a group session
-    for user_id, sid in sessions:
-        members.setdefault(sid, []).append(user_id)
-    with Progress(len(sessions), "sessions", unit="session", enabled=not quiet) as bar:
-        for (user_id, sid), events in sessions.items():
-            session = m.sessions.get_or_create_session(user_ids=members[sid], session_id=sid)
-            importers.check_session_owner(user_id, sid, session)
-            stored = {e.id for e in m.sessions.get_events(sid)}
-            for event in events:
-                if event.id not in stored:  # through the engine: the formation cursor sees it
-                    m.add_event(sid, event)
-                    added += 1
-            bar.update(1)
-    return added
-
-
-def _form_sessions(m: Memory, sessions: dict[tuple[str, str], list[Event]], *, quiet: bool) -> None:
+def _form_sessions(m: Memory, plan: importers.ImportPlan, *, quiet: bool) -> None:
     """Form memory from each imported session (facts, reflections, blobs)."""
-    changes = reflections = blobs = 0
-    ids = list(dict.fromkeys(sid for _, sid in sessions))  # a group session once
+    ids = plan.session_ids
     with Progress(len(ids), "form memory", unit="session", enabled=not quiet) as bar:
-        for sid in ids:
-            res = m.end_session(sid)
-            assert isinstance(res, FormationResult)
-            changes += sum(1 for c in res.changes if c.event != "NONE")
-            reflections += len(res.reflections)
-            blobs += len(res.consolidated)
-            bar.update(1)
+        results = m.run(importers.form_sessions(m.engine, plan, bar.update))
+    changes = sum(1 for res in results for c in res.changes if c.event != "NONE")
+    reflections = sum(len(res.reflections) for res in results)
+    blobs = sum(len(res.consolidated) for res in results)
     print(f"formed {changes} fact changes, {reflections} reflections, {blobs} consolidations "
           f"from {len(ids)} sessions (model {m.engine.pipeline.fast.name})")  # fmt: skip
 

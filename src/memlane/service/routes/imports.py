@@ -27,7 +27,6 @@ from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from memlane import importers
-from memlane.bulk import CHUNK_ROWS, AddBatch
 from memlane.errors import InvalidInputError
 from memlane.service.deps import Caller, Engine, authorize
 
@@ -55,51 +54,37 @@ class ImportAccepted(BaseModel):
     embedding_status_url: str = Field(description="the background embedding queue's progress")
 
 
-def _parse(content: str, fmt: str, user_prefix: str) -> tuple[str, list[importers.Batch]]:
+def _parse(content: str, fmt: str, user_prefix: str) -> importers.ImportPlan:
     with tempfile.TemporaryDirectory(prefix="memlane-import-") as tmp:
         path = Path(tmp) / "body"
         path.write_text(content, encoding="utf-8", errors="surrogatepass")
         kind = importers.detect(path) if fmt == "auto" else fmt
         try:
-            batches = importers.read(path, kind, user_prefix)
-            importers.check_with_engine(batches)
+            return importers.prepare(path, kind, user_prefix)
         except InvalidInputError as exc:  # name the line of the body, not the scratch file
             raise InvalidInputError(str(exc).replace(str(path), "body")) from None
         except (ValueError, KeyError, TypeError) as exc:  # a LoCoMo file of the wrong shape
             raise InvalidInputError(f"body is not a {kind} import file: {exc}") from None
-        return kind, batches
 
 
 @router.post("/v1/import", status_code=202, operation_id="import_turns")
 async def import_turns(body: ImportRequest, memory: Engine, caller: Caller, response: Response) -> ImportAccepted:
     """Import conversation turns (all or nothing); embeddings and formation run in the background."""
     authorize(caller, user_id=None, write=True)
-    kind, batches = await asyncio.to_thread(_parse, body.content, body.format, body.user_prefix)
-    for b in batches:  # every line's user, before anything is written
+    plan = await asyncio.to_thread(_parse, body.content, body.format, body.user_prefix)
+    for b in plan.batches:  # every line's user, before anything is written
         authorize(caller, user_id=b.user_id, write=True)
-    if not batches:
+    if not plan.batches:
         raise InvalidInputError("the body holds no turns")
-    events = importers.session_events(batches) if body.form else {}
-    for user_id, sid in events:  # an existing session takes only its own user's turns (409)
-        importers.check_session_owner(user_id, sid, await memory.sessions.get_session(sid))
-    for run in importers.chunks(batches, CHUNK_ROWS):  # bulk: one transaction per ~2,048 turns
-        await memory.add_many(
-            [AddBatch(b.messages, user_id=b.user_id, session_id=b.session_id) for b in run], embed="low"
-        )
+    # the importers workflow, as `memlane import` runs it; sessions are kept only to be formed
+    await importers.store_turns(memory, plan, embed="low", keep_sessions=body.form)
     jobs: list[str] = []
-    for (user_id, sid), session_events in events.items():
-        session = await memory.sessions.get_or_create_session(user_ids=[user_id], session_id=sid)
-        importers.check_session_owner(user_id, sid, session)  # created by another writer since
-        stored = {e.id for e in await memory.sessions.get_events(sid)}
-        for event in session_events:
-            if event.id not in stored:  # through the engine: the formation cursor sees it
-                await memory.add_event(sid, event)
-        job: Any = await memory.end_session(sid, wait=False)
-        jobs.append(job.id)
+    if body.form:
+        await importers.keep_sessions(memory, plan)
+        jobs = [job.id for job in await importers.queue_formation(memory, plan)]
     response.headers["Location"] = "/v1/embeddings"
-    sessions = {(b.user_id, b.session_id or f"{b.user_id}:import") for b in batches}
     return ImportAccepted(
-        imported=sum(len(b.messages) for b in batches), sessions=len(sessions), format=kind,
+        imported=plan.turns, sessions=len(plan.sessions), format=plan.format,
         jobs=jobs, embedding_status_url="/v1/embeddings",
     )  # fmt: skip
 
