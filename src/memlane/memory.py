@@ -7,7 +7,10 @@ three, run concurrently) -> keyword and vector candidates per scope partition ->
 RRF -> facts fetched, access counts bumped (orchestrated by :mod:`memlane.search`).
 
 The engine builds nothing backend-specific: stores come from :mod:`memlane.registry` by URL,
-opened on first use, so the constructor does no I/O.
+opened on first use (:mod:`memlane.engine.opening`), so the constructor does no I/O. The
+engine's parts live in :mod:`memlane.engine`: the write path, context assembly, and one
+method group per concept (documents, embeddings, privacy, status, formation) that
+:class:`AsyncMemory` inherits; this module keeps the lifecycle, writes, reads and search.
 """
 
 from __future__ import annotations

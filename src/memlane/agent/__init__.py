@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     )
     from memlane.agent.tools import MemoryTools, memory_tools, provision, tool_result_json
 
-# Imported on first use: the engine (memlane.memory) imports memlane.agent.context, and the
-# other modules import the engine, so eager imports here would be circular.
+# Imported on first use: the engine (memlane.memory) imports memlane.agent.config, which runs
+# this package, and the other modules import the engine, so eager imports here would be circular.
 _EXPORTS = {
     "CommandResult": "commands",
     "handle_command": "commands",
