@@ -43,3 +43,14 @@ def test_every_deselection_is_documented(name: str) -> None:
     missing = [key for key in suite.deselected if key.rsplit("::", 1)[-1] not in text]
     assert not missing, f"docs/adapters.md does not mention these deselected {suite.dist} tests: {missing}"
     assert suite.pinned in text, f"docs/adapters.md does not name the pinned {suite.dist} version {suite.pinned}"
+
+
+def test_reading_the_suites_swaps_nothing_in_this_process() -> None:
+    """A swap applies only in the child pytest that loads it as a plugin: reading the suite
+    definitions here must leave the frameworks' own classes in place for memlane's other tests."""
+    import agents
+    import langgraph.store.memory
+
+    suites()
+    assert langgraph.store.memory.InMemoryStore.__module__ == "langgraph.store.memory"
+    assert agents.SQLiteSession.__module__.startswith("agents.")

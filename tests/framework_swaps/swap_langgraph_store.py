@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import langgraph.store.memory
+import pytest
 from langgraph.store.base import IndexConfig
 from memlane_suite import Suite
 
@@ -41,4 +42,6 @@ class MemlaneInMemoryStore(MemlaneStore):
         super().__init__(Memory(str(folder / f"store-{next(_count)}.db"), embedder="hash"), index=index)
 
 
-langgraph.store.memory.InMemoryStore = MemlaneInMemoryStore  # type: ignore[misc]
+def pytest_configure(config: pytest.Config) -> None:
+    """Swap when loaded as the child pytest's plugin (before collection), never on a plain import."""
+    langgraph.store.memory.InMemoryStore = MemlaneInMemoryStore  # type: ignore[misc]

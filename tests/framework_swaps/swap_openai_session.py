@@ -18,6 +18,7 @@ from typing import Any
 
 import agents
 import agents.memory
+import pytest
 from memlane_suite import Suite
 
 from memlane.adapters.openai_agents import MemlaneSession
@@ -101,5 +102,7 @@ class SQLiteSession(MemlaneSession):
                          user_id="user", session_settings=session_settings)  # fmt: skip
 
 
-agents.SQLiteSession = SQLiteSession  # type: ignore[attr-defined,misc]
-agents.memory.SQLiteSession = SQLiteSession  # type: ignore[attr-defined,misc]
+def pytest_configure(config: pytest.Config) -> None:
+    """Swap when loaded as the child pytest's plugin (before collection), never on a plain import."""
+    agents.SQLiteSession = SQLiteSession  # type: ignore[attr-defined,misc]
+    agents.memory.SQLiteSession = SQLiteSession  # type: ignore[attr-defined,misc]
