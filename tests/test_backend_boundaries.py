@@ -22,6 +22,8 @@ C++ runtimes clash, not by any store protocol). pgserver is not imported at all
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +147,34 @@ def check_tree(root: Path = ROOT) -> list[Violation]:
 def test_no_module_outside_stores_and_the_registry_imports_a_backend_or_a_driver() -> None:
     violations = check_tree()
     assert not violations, "\n".join(map(str, violations))
+
+
+#: Run in a fresh interpreter: the service, the CLI and migrate imported, a SQLite memory used,
+#: a tenant located, an error mapped; then the modules of PostgreSQL and Redis loaded so far.
+_USES_SQLITE_ONLY = """
+import sys
+import memlane.cli.main, memlane.service.app, memlane.transfer
+from memlane import Memory
+from memlane.service.errors import status_and_code
+from memlane.service.hub import tenant_store
+
+with Memory(sys.argv[1], embedder="hash") as m:
+    m.add("Sam likes figs", user_id="sam")
+    assert m.search("figs", user_id="sam")
+tenant_store(sys.argv[1], sys.argv[2], "acme")
+status_and_code(ValueError("x"))
+other = ("psycopg", "psycopg_pool", "pgvector", "redis", "memlane.stores.postgres", "memlane.stores.redis")
+print(sorted(m for m in sys.modules if m in other or m.startswith(tuple(o + "." for o in other))))
+"""
+
+
+def test_a_sqlite_user_imports_no_other_backend_nor_its_driver(tmp_path: Path) -> None:
+    """The rows are imported lazily: the core install works without the postgres/redis extras."""
+    out = subprocess.run(
+        [sys.executable, "-c", _USES_SQLITE_ONLY, str(tmp_path / "m.db"), str(tmp_path / "tenants")],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_the_rows_name_real_folders_and_their_drivers() -> None:
