@@ -472,24 +472,74 @@ def overlap(a: list[str], b: list[str]) -> float:
     return len(set(a) & set(b)) / max(len(a), len(b))
 
 
+def use_scoped_reads() -> None:
+    """``--scoped-reads``: ``PgFactStore.authors`` and ``get_facts`` read through
+    ``PgSearchMixin.scoped_rows`` (one statement each, the user's partitions remembered)
+    instead of resolving the partitions in a statement of their own: the change proposed for
+    stores/postgres/facts.py (issue 19), measured here before it is made there."""
+    from memlane.models import PartitionFilter
+    from memlane.stores.postgres.facts import PgFactStore
+    from memlane.stores.postgres.rows import FACT_COLS, dec, enc, row_to_fact
+
+    async def authors(self: Any, partitions: PartitionFilter) -> list[str]:
+        sql = "SELECT DISTINCT author FROM authors WHERE partition = ANY(%(parts)s)"
+        async with self._read() as conn:
+            rows = await self.scoped_rows(conn, partitions, sql)
+        return [dec(r[0]) or "" for r in rows]
+
+    async def get_facts(self: Any, fact_ids: Any, scope: Scope) -> dict[str, Fact]:
+        ids = [enc(i) for i in dict.fromkeys(fact_ids)]
+        if not ids:
+            return {}
+        sql = f"SELECT {FACT_COLS} FROM facts WHERE id = ANY(%(ids)s) AND partition = ANY(%(parts)s)"
+        async with self._read() as conn:
+            rows = await self.scoped_rows(conn, scope.partition_filter(), sql, {"ids": ids})
+        facts = [row_to_fact(r) for r in rows]
+        return {f.id: f for f in facts}
+
+    PgFactStore.authors = authors  # type: ignore[method-assign]
+    PgFactStore.get_facts = get_facts  # type: ignore[method-assign]
+
+
 async def count_statements(mem: AsyncMemory, query: str, user: str) -> dict[str, int]:
-    """SQL statements one ``search`` sends (each a round trip to the server), by kind."""
+    """SQL statements one ``search`` sends (each a round trip to the server), by kind: every
+    ``execute``, and BEGIN + COMMIT for each ``transaction()``. Run twice, the second counted
+    (the first resolves the user's partitions; the store remembers them)."""
     import psycopg
 
     counts: dict[str, int] = {}
-    original = psycopg.AsyncCursor.execute
+    original, transaction = psycopg.AsyncCursor.execute, psycopg.AsyncConnection.transaction
+
+    def setup() -> bool:  # the pool opening or checking a connection: not the search's statements
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame.f_code.co_name in ("_configure", "check_connection", "_usable"):
+                counts["(pool: connection set-up or check)"] = counts.get("(pool: connection set-up or check)", 0) + 1
+                return True
+            frame = frame.f_back  # type: ignore[assignment]
+        return False
 
     async def counting(self: Any, q: Any, *a: Any, **k: Any) -> Any:
-        key = " ".join(str(q).split()[:4])[:60]
-        counts[key] = counts.get(key, 0) + 1
+        if not setup():
+            key = " ".join(str(q).split()[:4])[:60]
+            counts[key] = counts.get(key, 0) + 1
         return await original(self, q, *a, **k)
 
+    def counting_tx(self: Any, *a: Any, **k: Any) -> Any:
+        if not setup():
+            counts["BEGIN + COMMIT"] = counts.get("BEGIN + COMMIT", 0) + 2
+        return transaction(self, *a, **k)
+
+    await mem.search(query, user_id=user, top_k=10)
     psycopg.AsyncCursor.execute = counting  # type: ignore[method-assign]
+    psycopg.AsyncConnection.transaction = counting_tx  # type: ignore[method-assign]
     try:
         await mem.search(query, user_id=user, top_k=10)
     finally:
         psycopg.AsyncCursor.execute = original  # type: ignore[method-assign]
-    return {"total": sum(counts.values()), **counts}
+        psycopg.AsyncConnection.transaction = transaction  # type: ignore[method-assign]
+    pool = counts.get("(pool: connection set-up or check)", 0)
+    return {"total": sum(counts.values()) - pool, **counts}
 
 
 async def explain_pg(
@@ -566,6 +616,8 @@ async def measure(
     kw_ids: dict[str, list[list[str]]] = {n: [] for n in names}
     se_ids: dict[str, list[list[str]]] = {n: [] for n in names}
     kw_counts: dict[str, list[int]] = {n: [] for n in names}
+    kw_scored: dict[str, list[int]] = {n: [] for n in names}
+    kw_every: dict[str, list[float]] = {n: [] for n in names}
     log(f"  {data.name}: {warmup} warm-up + {n_queries} timed queries x 3 operations x {len(names)} stores")
     for i, ((q, u), qv) in enumerate(zip(queries, qvecs, strict=True)):
         timed = i >= warmup
@@ -588,11 +640,22 @@ async def measure(
             t = time.perf_counter()
             vec = await mem.facts.vector_search(pf, qv, limit=depth)
             t_vec = (time.perf_counter() - t) * 1000
+            scored = getattr(mem.facts, "last_keyword_scored", None)
             t = time.perf_counter()
             hits = await mem.search(q, user_id=user, top_k=10)
             t_se = (time.perf_counter() - t) * 1000
             if not timed:
                 continue
+            if scored is not None:
+                kw_scored[n].append(scored)
+            if hasattr(mem.facts, "keyword_split_min_rows"):  # PostgreSQL: bounded vs every match scored
+                saved = mem.facts.keyword_split_min_rows
+                mem.facts.keyword_split_min_rows = 1 << 62
+                try:
+                    every = await mem.facts.keyword_search(pf, terms, limit=depth)
+                finally:
+                    mem.facts.keyword_split_min_rows = saved
+                kw_every[n].append(overlap([c.fact_id for c in kw[:10]], [c.fact_id for c in every[:10]]))
             timings[n]["keyword"].append(t_kw)
             timings[n]["vector"].append(t_vec)
             timings[n]["search"].append(t_se)
@@ -616,6 +679,10 @@ async def measure(
         res[n]["vector_recall@10"] = round(float(np.mean(recall[n])), 4)
         res[n]["vector_recall@10_min"] = round(float(np.min(recall[n])), 4)
         res[n]["keyword_candidates_mean"] = round(float(np.mean(kw_counts[n])), 1)
+        if kw_scored[n]:
+            res[n]["keyword_rows_scored"] = summary([float(x) for x in kw_scored[n]])
+        if kw_every[n]:
+            res[n]["keyword_overlap@10_vs_every_match"] = round(float(np.mean(kw_every[n])), 4)
     if len(names) == 2:
         a, b = names
         res["overlap@10"] = {
@@ -644,6 +711,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--keep", action="store_true", help="keep the stores afterwards")
     ap.add_argument("--load-only", action="store_true", help="load the stores (with --keep), measure nothing")
     ap.add_argument("--seed", type=int, default=4242)
+    ap.add_argument(
+        "--scoped-reads", action="store_true", help="PostgreSQL authors/get_facts in one statement each (proposed)"
+    )
     ap.add_argument("--out", default=str(ROOT / "results" / "pg_search.json"))
     a = ap.parse_args()
     if a.quick:
@@ -653,6 +723,8 @@ def parse_args() -> argparse.Namespace:
 
 async def main() -> None:
     args = parse_args()
+    if args.scoped_reads:
+        use_scoped_reads()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -728,6 +800,7 @@ async def main() -> None:
         },
         "postgres": server_info,
         "pg_load": args.pg_load,
+        "scoped_reads": args.scoped_reads,
         "bulk_check": bulk_check,
         "embedder": EMBEDDER,
         "queries_per_case": args.queries,

@@ -9,12 +9,15 @@ same transaction); the FactStore contract on the real PgFactStore is in test_pg_
 from __future__ import annotations
 
 import asyncio
+import random
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,8 +29,8 @@ from memlane.retrieval.text import date_words, parse_query
 from memlane.stores.postgres.context import PgContextCache
 from memlane.stores.postgres.db import PgDatabase
 from memlane.stores.postgres.reflections import PgReflectionMixin
-from memlane.stores.postgres.rows import enc, enc_json
-from memlane.stores.postgres.search import PgSearchMixin
+from memlane.stores.postgres.rows import enc, enc_json, filter_sql
+from memlane.stores.postgres.search import PgSearchMixin, _named, _vector_sql, partitions_now_sql
 from memlane.testing import ContextCacheContract
 from services import with_params
 
@@ -252,11 +255,33 @@ async def test_hnsw_path_finds_what_the_exact_scan_finds(store: _Store) -> None:
         assert len({c.fact_id for c in a} & {c.fact_id for c in e}) >= 9  # approximate, but close
         assert [c.score for c in a] == sorted((c.score for c in a), reverse=True)
         assert all(-1.0 <= c.score <= 1.0 for c in a)
-    # the two paths really are two plans: the HNSW walk, and a scan that cannot use the index
-    hnsw, exact_sql = store._vector_sql("f.partition = ANY(%s)")
+    # the two paths really are two plans in the one statement: the HNSW walk runs, the exact
+    # scan (which cannot use the index) does not, and the other way round
     q = queries[0]
-    assert "hnsw" in await _plan(store, hnsw, [q, [user_partition("u1", None)], q, 10])
-    assert "hnsw" not in await _plan(store, exact_sql, [q, [user_partition("u1", None)], 10])
+    walked = await _analyze(store, q, exact_max=100)
+    assert _ran(walked, "facts_embedding_hnsw") and not _ran(walked, " on facts f_1")
+    scanned = await _analyze(store, q, exact_max=100_000)
+    assert not _ran(scanned, "facts_embedding_hnsw") and _ran(scanned, " on facts f_1")
+
+
+async def _analyze(store: _Store, q: Any, *, exact_max: int, flt: FactFilter | None = None) -> list[str]:
+    """EXPLAIN ANALYZE of the store's vector statement (limit 10), its lines."""
+    fs, fa = _named(*filter_sql(flt, "f"), "f")
+    now, now_args = partitions_now_sql(_pf())
+    args = {**fa, **now_args, "parts": [user_partition("u1", None)], "q": q, "k": 10, "xmax": exact_max,
+            "cap1": exact_max + 1, "ef": "100", "known": None, "cmax": 0, "cch": 0}  # fmt: skip
+    async with store.db.connection() as conn:
+        cur = await conn.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + _vector_sql(fs, now), args)
+        return [str(r[0]) for r in await cur.fetchall()]
+
+
+def _ran(plan: list[str], needle: str) -> bool:
+    """Whether the plan node whose line names ``needle`` was executed (the exact scan's rows
+    are ``f_1``: the walk's CTE comes first)."""
+    for line in plan:
+        if needle in line and "->" in line:
+            return "never executed" not in line
+    raise AssertionError(f"{needle!r} not in the plan:\n" + "\n".join(plan))
 
 
 async def test_filtered_hnsw_search_falls_back_to_exact_for_rare_matches(store: _Store) -> None:
@@ -267,8 +292,11 @@ async def test_filtered_hnsw_search_falls_back_to_exact_for_rare_matches(store: 
     store.exact_max = 1000
     q = vecs[6]  # not a rare row: the graph walk (ef_search 40) meets few rare ones, if any
     # what the index alone gives: a starved list (pgvector 0.6 filters after the walk)
-    hnsw_sql, _ = store._vector_sql("f.partition = ANY(%s) AND (f.metadata #> %s::text[]) = %s")
-    args = [q, [user_partition("u1", None)], ["rare"], Jsonb(True), q, 10]
+    hnsw_sql = (
+        "SELECT f.id FROM facts f WHERE f.partition = ANY(%s) AND (f.metadata #> %s::text[]) = %s"
+        " ORDER BY f.embedding <=> %s LIMIT %s"
+    )
+    args = [[user_partition("u1", None)], ["rare"], Jsonb(True), q, 10]
     assert "hnsw" in await _plan(store, hnsw_sql, args)
     async with store.db.transaction() as conn:
         await conn.execute("SET LOCAL hnsw.ef_search = 40")
@@ -276,6 +304,17 @@ async def test_filtered_hnsw_search_falls_back_to_exact_for_rare_matches(store: 
     assert len(starved) < 10
     found = await store.vector_search(_pf(), q, limit=10, filter=flt)
     assert store.last_vector_path == "hnsw+exact"
+    walked = store.last_vector_walked
+    assert walked is not None and walked < 10
+    # the statement sets hnsw.ef_search for its own transaction, before the index is read: a
+    # wider walk meets more rare rows (and the setting does not outlive the statement)
+    store.ef_search_min = 1000
+    await store.vector_search(_pf(), q, limit=10, filter=flt)
+    assert store.last_vector_walked is not None and store.last_vector_walked > walked
+    async with store.db.connection() as conn:
+        setting = await (await conn.execute("SELECT current_setting('hnsw.ef_search', true)")).fetchone()
+        assert setting is not None and setting[0] in (None, "", "40")
+    store.ef_search_min = 100
     best = sorted(rare, key=lambda fid: -float(vecs[ids.index(fid)] @ q))[:10]
     assert [c.fact_id for c in found] == best
     store.exact_max = 100_000
@@ -552,3 +591,167 @@ async def test_engine_queue_never_writes_a_stale_vector_on_postgres(pg_url: str,
             assert row is not None and row.embedding is not None and np.allclose(row.embedding, new)
         else:
             assert row is None or row.embedding is None
+
+
+# --------------------------------------------------------------------------- statements and bounded keyword scoring
+COMMON = ["coffee", "morning", "walk", "friend"]  # in most rows
+MID = ["garden", "piano", "river", "market", "letter", "bicycle"]  # in some rows
+RARE = ["zeppelin", "quokka", "marzipan"]  # in a few rows
+KW_QUERIES = [
+    ["coffee", "garden", "zeppelin"],
+    ["morning", "walk", "piano", "quokka"],
+    ["friend", "river", "market"],
+    ["coffee", "morning", "letter", "marzipan", "bicycle"],
+    ["walk", "bicycle"],
+    ["coffee", "walk"],
+]
+
+
+async def _fill_words(store: _Store, n: int, *, user: str = "u1", seed: int = 3) -> None:
+    """``n`` facts of common, middling and rare words (test_keyword_topk's corpus shape)."""
+    rng = random.Random(seed)
+    part = user_partition(user, None)
+    now = datetime.now(UTC)
+    async with store.db.transaction() as conn, conn.cursor() as cur:
+        copy_sql = (
+            "COPY facts (id, partition, content, hash, scope, user_id, kind, author, formed_at, updated_at,"
+            " valid_from, search_text) FROM STDIN"
+        )
+        async with cur.copy(copy_sql) as copy:
+            for i in range(n):
+                words = [w for w in COMMON if rng.random() < 0.6] + [w for w in MID if rng.random() < 0.12]
+                words += [w for w in RARE if rng.random() < 0.03] + rng.sample(["the", "today", "nice", "again"], 2)
+                rng.shuffle(words)
+                text, fid = " ".join(words), uuid.uuid4().hex
+                kind = "message" if i % 3 else "fact"
+                author = "alice" if i % 2 else "bob"
+                await copy.write_row((fid, part, text, fid, "user", user, kind, author, now, now, now, text))
+        await conn.execute("INSERT INTO partitions (partition) VALUES (%s) ON CONFLICT DO NOTHING", (part,))
+        await conn.execute("ANALYZE facts")
+
+
+def _connection_setup() -> bool:
+    """Whether the caller runs inside the pool's set-up or health check of a connection (the
+    pool opens and checks connections in the background: not a search's statements)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name in ("_configure", "check_connection", "_usable"):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+class _Statements:
+    """Counts the statements the store sends (each a round trip): every ``execute``, and BEGIN
+    + COMMIT for each ``transaction()``; not the pool's own (see :func:`_connection_setup`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sent: list[str] = []
+        execute, transaction = psycopg.AsyncCursor.execute, psycopg.AsyncConnection.transaction
+
+        async def counted_execute(cur: Any, query: Any, *a: Any, **k: Any) -> Any:
+            if not _connection_setup():
+                self.sent.append(str(query)[:60])
+            return await execute(cur, query, *a, **k)
+
+        def counted_transaction(conn: Any, *a: Any, **k: Any) -> Any:
+            if not _connection_setup():
+                self.sent += ["BEGIN", "COMMIT"]
+            return transaction(conn, *a, **k)
+
+        monkeypatch.setattr(psycopg.AsyncCursor, "execute", counted_execute)
+        monkeypatch.setattr(psycopg.AsyncConnection, "transaction", counted_transaction)
+
+
+async def test_a_search_sends_at_most_two_statements(store: _Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, vecs = await _fill(store, 300)
+    await _fill_words(store, 200, user="u1", seed=4)
+    pf, q = _pf(), vecs[3]
+    for exact_max in (100_000, 100):  # the exact scan, then the HNSW walk
+        store.exact_max = exact_max
+        await store.keyword_search(pf, ["coffee", "row"], limit=10)  # the user's partitions resolved once
+        await store.vector_search(pf, q, limit=10)
+        count = _Statements(monkeypatch)
+        kw = await store.keyword_search(pf, ["coffee", "row", "zeppelin"], limit=10)
+        vec = await store.vector_search(pf, q, limit=10)
+        assert kw and vec and store.last_vector_path == ("exact" if exact_max > 300 else "hnsw")
+        assert len(count.sent) <= 2, count.sent
+        monkeypatch.undo()
+
+
+async def test_a_new_partition_under_the_prefix_is_searched_at_once(store: _Store) -> None:
+    v = _unit(np.random.default_rng(2), 2)
+    await store.add("the first walnut", vec=v[0])
+    assert len(await store.keyword_search(_pf(), ["walnut"], limit=5)) == 1
+    assert len(await store.vector_search(_pf(), v[1], limit=5)) == 1
+    later = await store.add("a second walnut", agent="a1", vec=v[1])  # a new partition u|u1|a1
+    assert {c.fact_id for c in await store.keyword_search(_pf(), ["walnut"], limit=5)} >= {later}
+    assert (await store.vector_search(_pf(), v[1], limit=5))[0].fact_id == later
+
+
+async def _reference(store: _Store, terms: list[str], essential: list[str], limit: int, flt: FactFilter | None):
+    """Every match scored (a store without cached counts), restricted to the rows holding an
+    essential term: what the bounded path must return, with the same scores."""
+    ref = _Store(store.db)
+    full = await ref.keyword_search(_pf(), terms, limit=10**6, filter=flt)
+    tsq = " || ".join(["phraseto_tsquery('english', %s)"] * len(essential))
+    async with store.db.connection() as conn:
+        cur = await conn.execute(f"SELECT id FROM facts WHERE tsv @@ ({tsq})", essential)
+        holding = {r[0] for r in await cur.fetchall()}
+    return [c for c in full if c.fact_id in holding][:limit], full
+
+
+@pytest.mark.parametrize("flt", [None, FactFilter(kind="message", author="alice")])
+async def test_big_partitions_score_only_the_essential_terms_rows(store: _Store, flt: FactFilter | None) -> None:
+    await _fill_words(store, 400)
+    store.keyword_split_min_rows, store.keyword_budget = 100, 25
+    split_seen = 0
+    for terms in KW_QUERIES:
+        first = await store.keyword_search(_pf(), terms, limit=10, filter=flt)  # the terms' counts cached
+        stats = next(iter(store._search_cache().stats.values()))
+        split = store._split(stats, terms)
+        got = await store.keyword_search(_pf(), terms, limit=10, filter=flt)
+        if split is None:
+            assert got == first
+            continue
+        split_seen += 1
+        essential = split[0]
+        want, full = await _reference(store, terms, essential, 10, flt)
+        assert [c.fact_id for c in got] == [c.fact_id for c in want], terms
+        exact = {c.fact_id: c.score for c in full}
+        assert all(c.score == pytest.approx(exact[c.fact_id], rel=1e-9) for c in got)
+        scored = store.last_keyword_scored
+        assert scored is not None and scored < len(full)
+        assert scored <= max(store.keyword_budget, min(stats.dfs[t] for t in terms))
+    assert split_seen >= 3  # the data exercises the bounded path
+
+
+async def test_cached_counts_are_dropped_when_the_partition_grows(store: _Store) -> None:
+    await _fill_words(store, 400)
+    store.keyword_split_min_rows, store.keyword_budget = 100, 25
+    terms = ["coffee", "garden", "zeppelin"]
+    await store.keyword_search(_pf(), terms, limit=10)
+    await store.keyword_search(_pf(), terms, limit=10)
+    bounded = store.last_keyword_scored
+    await _fill_words(store, 100, seed=9)  # 25% more rows: the counts no longer stand
+    got = await store.keyword_search(_pf(), terms, limit=10)
+    assert store.last_keyword_scored is not None and bounded is not None and store.last_keyword_scored > bounded
+    assert got == await _Store(store.db).keyword_search(_pf(), terms, limit=10)  # scored as every match
+
+
+async def test_scoped_rows_is_one_statement_and_sees_new_partitions(
+    store: _Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.add("one", author="ann")
+    sql = "SELECT DISTINCT author FROM authors WHERE partition = ANY(%(parts)s) ORDER BY 1"
+    async with store.db.connection() as conn:
+        await conn.execute("INSERT INTO authors VALUES (%s, 'ann')", (user_partition("u1", None),))
+        assert await store.scoped_rows(conn, _pf(), sql) == [("ann",)]
+        count = _Statements(monkeypatch)
+        assert await store.scoped_rows(conn, _pf(), sql) == [("ann",)]
+        assert len(count.sent) == 1
+        monkeypatch.undo()
+        await conn.execute("INSERT INTO partitions (partition) VALUES (%s)", (user_partition("u1", "a1"),))
+        await conn.execute("INSERT INTO authors VALUES (%s, 'bob')", (user_partition("u1", "a1"),))
+        assert await store.scoped_rows(conn, _pf(), sql) == [("ann",), ("bob",)]
+        assert await store.scoped_rows(conn, _pf("nobody"), sql) == []
