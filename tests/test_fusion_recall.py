@@ -171,5 +171,5 @@ def test_blend_scores_and_zero_weights() -> None:
 
 
 def test_eden_keeps_rrf_and_a_hard_cut_off() -> None:
-    eden = RetrievalConfig.eden()
+    eden = RetrievalConfig.strict()
     assert eden.fusion == "rrf" and eden.vector_margin is None and eden.min_vector_score == 0.65

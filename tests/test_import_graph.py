@@ -17,7 +17,7 @@ Layers, lowest first (a module may import its own layer and the layers below it)
 5. engine parts: formation pipeline and runner, search, embedding queue, ``engine/``;
 6. engine: ``memory.py`` (``AsyncMemory``);
 7. facade and integrations: ``sync.py``, ``agent/``, ``adapters/``, importers, evaluation,
-   the package root, ``memlane.testing``;
+   the package root, ``memlane.testing``, ``memlane.compat`` (the seeds' names);
 8. edges: ``config.py`` (engines built from settings), ``service/``, ``cli/``, the dev server.
 """
 
@@ -60,7 +60,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "facade",
         (
             "memlane.sync", "memlane._binding", "memlane.agent", "memlane.adapters", "memlane.importers",
-            "memlane.evaluation", "memlane.testing",
+            "memlane.evaluation", "memlane.testing", "memlane.compat",
         ),
     ),
     ("edges", ("memlane.config", "memlane.service", "memlane.cli", "memlane.devserver")),

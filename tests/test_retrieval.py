@@ -57,7 +57,7 @@ def test_thresholds_filter() -> None:
     vec = [Candidate("c", 0.9), Candidate("d", 0.2)]
     cfg = RetrievalConfig(min_keyword_score=1.5, min_vector_score=0.5)
     assert {f.key for f in fuse([kw], [vec], cfg, top_k=10)} == {"a", "c"}
-    eden = RetrievalConfig.eden()
+    eden = RetrievalConfig.strict()
     assert eden.min_rrf_score == 0.015 and eden.min_vector_score == 0.65
 
 

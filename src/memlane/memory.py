@@ -31,7 +31,7 @@ from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
 from memlane.bulk import AddBatch
 from memlane.engine import documents
 from memlane.engine.base import MAX_TIER as MAX_TIER  # re-exported
-from memlane.engine.base import opening
+from memlane.engine.base import EngineStores, opening
 from memlane.engine.context import (
     FACTS_FIFO_LIMIT,
     ContextQuery,
@@ -105,6 +105,7 @@ _OPENED_ATTRS = frozenset(
         "jobs",
         "sessions",
         "contexts",
+        "stores",
         "embedder",
         "meter",
         "pipeline",
@@ -227,6 +228,7 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         self.jobs: JobStore = parts.jobs
         self.sessions: SessionStore = parts.sessions
         self.contexts: ContextCache = parts.contexts
+        self.stores = EngineStores(self.facts, self.reflection_store, self.jobs, self.sessions, self.contexts)
         self.embedder: Embedder | None = parts.embedder
         self.meter: UsageMeter = parts.fast.meter
         self._embeddings = EmbeddingLifecycle(self.facts, parts.embedder, self._query_cache)

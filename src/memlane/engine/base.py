@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from memlane.agent.config import RecallConfig
@@ -28,10 +29,31 @@ if TYPE_CHECKING:
     from memlane.formation.runner import FormationRunner
     from memlane.search import Searcher
 
-__all__ = ["MAX_TIER", "EngineState", "opening"]
+__all__ = ["MAX_TIER", "EngineState", "EngineStores", "opening"]
 
 #: Highest user tier accepted (``profile(tier=...)``, ``add_event(tier=...)``).
 MAX_TIER = 1_000_000
+
+
+@dataclass(frozen=True)
+class EngineStores:
+    """The stores an open engine works on, each named for what it holds (``memory.stores``).
+
+    ``memory.facts``, ``memory.jobs``, ``memory.sessions`` and ``memory.contexts`` are the same
+    objects; the reflection store is ``memory.stores.reflections`` (also
+    ``memory.reflection_store``), because ``memory.reflections(...)`` is the method that lists
+    reflections."""
+
+    facts: FactStore
+    """Long-term memories: facts, messages, documents and their history."""
+    reflections: ReflectionStore
+    """Reflections and the versioned consolidated blobs (often the same object as ``facts``)."""
+    jobs: JobStore
+    """The formation job queue."""
+    sessions: SessionStore
+    """Sessions and their events."""
+    contexts: ContextCache
+    """Assembled memory contexts, cached."""
 
 
 class EngineState:
@@ -47,6 +69,7 @@ class EngineState:
     jobs: JobStore
     sessions: SessionStore
     contexts: ContextCache
+    stores: EngineStores
     embedder: Embedder | None
     meter: UsageMeter
     pipeline: Pipeline

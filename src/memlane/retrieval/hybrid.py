@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,7 +27,8 @@ class RetrievalConfig(BaseModel):
     ``depth`` of each list, the keyword list min-max scaled, the cosine calibrated so that
     ``vector_floor`` counts as nothing, with equal weights; vector candidates under cosine 0.3
     are dropped unless they are within ``vector_margin`` of that floor and of the query's best
-    cosine (a soft floor). :meth:`eden` gives Eden's production thresholds (with RRF).
+    cosine (a soft floor). :meth:`strict` gives hard cut-offs with RRF (Eden's production
+    thresholds; ``eden()`` is its seed-compatible alias, :mod:`memlane.compat`).
 
     No match, no hit (issue 17): a memory is returned only with *evidence*, a keyword match
     (a positive BM25 score, through its own text, its date words or its neighbouring turns)
@@ -92,9 +93,11 @@ class RetrievalConfig(BaseModel):
     ``min_vector_score - vector_margin`` lowers it too (:func:`calibration_floor`)."""
 
     @classmethod
-    def eden(cls) -> RetrievalConfig:
-        """Eden memory v2's production thresholds (semantic 0.65 as a hard cut-off, keyword
-        1.5, RRF 0.015) with weighted RRF, whose scores that last threshold is for."""
+    def strict(cls) -> RetrievalConfig:
+        """Strict thresholds, fewer and surer hits: hard cut-offs at cosine 0.65 (no soft
+        floor), keyword score 1.5 and fused score 0.015, with weighted RRF, whose scores that
+        last threshold is for. These are Eden memory v2's production thresholds, suited to
+        larger embedders (OpenAI's) than the default MiniLM."""
         return cls(
             fusion="rrf",
             vector_weight=0.1,
@@ -103,6 +106,9 @@ class RetrievalConfig(BaseModel):
             min_keyword_score=1.5,
             min_rrf_score=0.015,
         )
+
+    #: Eden memory v2's name for :meth:`strict` (the same method; :mod:`memlane.compat`).
+    eden: ClassVar[Callable[[], RetrievalConfig]] = strict  # type: ignore[assignment]
 
 
 def fuse(

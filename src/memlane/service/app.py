@@ -40,7 +40,7 @@ log = logging.getLogger("memlane.service")
 #: and append ``"<name>"`` here (one line).
 ROUTERS: list[str] = [
     "health",
-    "kaos",
+    "session_log",
     "adk",
     "sessions",
     "jobs",

@@ -3,8 +3,8 @@
 Two small contracts:
 
 * :class:`SessionStore` — short-term memory: sessions as ordered, bounded event logs
-  (KAOS / ADK API). Implementations: ``LocalMemory`` (in-process), ``SqliteSessionStore``
-  (durable), ``NullMemory`` (memory disabled).
+  (KAOS / ADK API). Implementations: ``LocalSessionStore`` (in-process), ``SqliteSessionStore``
+  (durable), ``NullSessionStore`` (memory disabled); KAOS's names in :mod:`memlane.compat`.
 * :class:`FactStore` — long-term memory: facts with keyword and vector candidate search
   and history. Implementation: ``SqliteFactStore``.
 * :class:`ReflectionStore` — always-in-context memory: reflections and consolidated blobs.
@@ -71,7 +71,7 @@ class SessionStore(Protocol):
 
     Sessions belong to an ``app``; a session id is unique within its app and a read with
     another app's name finds nothing. ``add_event`` on a full session drops the oldest
-    events only where the implementation documents a bound (``LocalMemory``).
+    events only where the implementation documents a bound (``LocalSessionStore``).
     """
 
     async def create_session(

@@ -1,4 +1,9 @@
-"""KAOS's method names on memlane's KAOS-named session stores: :class:`KaosNames`.
+"""KAOS's method names on memlane's session stores under their KAOS names: :class:`KaosNames`.
+
+``LocalMemory``, ``RedisMemory`` and ``NullMemory`` are :class:`~memlane.stores.local.LocalSessionStore`,
+:class:`~memlane.stores.redis.sessions.RedisSessionStore` and :class:`~memlane.stores.null.NullSessionStore`
+with this mixin (and, for ``RedisMemory``, KAOS's ``redis_url=`` constructor); :mod:`memlane.compat`
+lists them with the other seed names.
 
 KAOS code written against ``LocalMemory`` / ``RedisMemory`` / ``NullMemory`` runs unchanged::
 

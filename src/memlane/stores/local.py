@@ -1,4 +1,5 @@
-"""``LocalMemory``: the in-process session store (KAOS ``LocalMemory``).
+"""``LocalSessionStore``: the in-process session store; ``LocalMemory`` is KAOS's name for it
+(the same store answering KAOS's method names too, :mod:`memlane.compat`).
 
 Bounded on both axes, so a long-running process cannot grow without limit:
 

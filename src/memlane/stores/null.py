@@ -1,9 +1,10 @@
-"""``NullMemory``: memory disabled (KAOS ``MEMORY_ENABLED=false``, ``sessions.backend: null``).
+"""``NullSessionStore``: memory disabled (KAOS ``MEMORY_ENABLED=false``, ``sessions.backend: null``).
 
 Every method is a no-op that returns an empty result, so an agent runs stateless without
 special-casing: sessions are built but never stored, events are accepted and forgotten.
-Input is not validated (nothing is kept that could be corrupted). :class:`NullMemory` also
-answers to KAOS's method names (:class:`~memlane.stores.kaos.KaosNames`).
+Input is not validated (nothing is kept that could be corrupted). :class:`NullMemory` is KAOS's
+name: the same store answering KAOS's method names too (:class:`~memlane.stores.kaos.KaosNames`,
+:mod:`memlane.compat`).
 """
 
 from __future__ import annotations

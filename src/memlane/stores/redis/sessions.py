@@ -1,6 +1,6 @@
-"""``RedisSessionStore``: sessions shared by every replica (KAOS ``RedisMemory``).
+"""``RedisSessionStore``: sessions shared by every replica (KAOS ``RedisMemory``, :mod:`memlane.compat`).
 
-The same API, validation and bounds as :class:`~memlane.stores.local.LocalMemory`: at most
+The same API, validation and bounds as :class:`~memlane.stores.local.LocalSessionStore`: at most
 ``max_sessions`` sessions (over all apps; creating one more first evicts the oldest-created
 10%, at least one, of the new session's own users' sessions: never another user's, a
 :class:`~memlane.errors.StoreFullError` when there is none) and ``max_session_events``

@@ -7,7 +7,7 @@ memlane's own query parameters, which are taken out before the URL reaches redis
   deployments (or tenants, see :func:`tenant_url`) share one Redis without seeing each other;
 * ``ttl``: seconds a session lives after its last activity (sessions only; none by default);
 * ``max_sessions`` (default 1000) and ``max_session_events`` (default 500): the
-  ``LocalMemory`` bounds, applied by the Redis session store the same way.
+  ``LocalSessionStore`` bounds, applied by the Redis session store the same way.
 
 Any other query parameter (``socket_timeout``, ``ssl_cert_reqs``, ...) is redis-py's and is
 passed on. Error messages never show a password (see :func:`memlane._env.redact_url`).

@@ -9,7 +9,7 @@ each write is one ``BEGIN IMMEDIATE`` transaction, so no acknowledged event is l
 
 Encodings: timestamps are ISO-8601 UTC with microseconds and a ``+00:00`` offset (fixed
 width, so they sort as text and round-trip exactly); event content, event metadata, session
-state and user ids are JSON. Unlike ``LocalMemory`` there is no bound on sessions or events.
+state and user ids are JSON. Unlike ``LocalSessionStore`` there is no bound on sessions or events.
 """
 
 from __future__ import annotations
