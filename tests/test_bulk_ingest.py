@@ -26,7 +26,7 @@ from memlane.embedding_queue import DEFAULT_BATCH_SIZE
 from memlane.providers.embed.base import Matrix
 from memlane.providers.embed.hashing import HashEmbedder
 from memlane.retrieval.context import neighbour_context
-from memlane.stores.sqlite.facts import SqliteFactStore
+from memlane.stores.sql.store import SqlFactStore
 
 T0 = datetime(2024, 5, 8, 13, 56, tzinfo=UTC)
 
@@ -149,9 +149,10 @@ async def test_add_many_stores_what_one_add_per_batch_stores(tmp_path: Path, emb
 async def test_the_fallback_for_stores_without_groups_stores_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A store without ``put_fact_groups`` (PostgreSQL) gets one ``put_facts`` per batch."""
+    """A store without ``put_fact_groups`` (a store of another author) gets one ``put_facts``
+    per batch."""
     await _write(tmp_path / "add.db", "hash", bulk_call=False)
-    monkeypatch.delattr(SqliteFactStore, "put_fact_groups")
+    monkeypatch.delattr(SqlFactStore, "put_fact_groups")  # SQLite and PostgreSQL inherit it
     await _write(tmp_path / "bulk.db", "hash", bulk_call=True)
     assert _dump(tmp_path / "add.db") == _dump(tmp_path / "bulk.db")
 
@@ -163,7 +164,7 @@ async def test_deferred_bulk_stores_the_same_and_every_row_gets_its_vector(tmp_p
 
 
 async def test_add_many_on_postgresql(tmp_path: Path, pg_url: str) -> None:
-    """PostgreSQL has no ``put_fact_groups``: one ``put_facts`` per batch, the same facts."""
+    """PostgreSQL's ``put_fact_groups`` (the core's, one transaction) stores the same facts."""
     expected = await _write(tmp_path / "add.db", "hash", bulk_call=False)
     assert await _write(pg_url, "hash", bulk_call=True) == expected
 

@@ -47,6 +47,7 @@ class PgDialect(Dialect):
     row_locks = True
     for_update = " FOR UPDATE"
     chunk = 1 << 30
+    delete_batch = 1 << 30
     # byte order (COLLATE "C"): the database's locale cannot reorder the "|" and "%" of keys
     partition_range_sql = (
         'SELECT partition FROM partitions WHERE partition COLLATE "C" >= ? AND partition COLLATE "C" < ?'
@@ -109,6 +110,9 @@ class PgDialect(Dialect):
     def invalidate(self, rowid: int, at: datetime) -> list[Stmt]:
         # the searchable text is cleared, as SQLite drops the keyword row
         return [Stmt("UPDATE facts SET invalid_at=?, search_text='', ctx='', date_words='' WHERE rowid=?", (at, rowid))]
+
+    def drop_keywords(self, rowids: Sequence[int]) -> list[Stmt]:
+        return []  # the tsvector is a column of the deleted row
 
     def set_provenance(self, rowid: int, sources: list[str], when: datetime | None, date_words: str) -> list[Stmt]:
         return [

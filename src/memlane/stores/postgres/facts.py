@@ -16,60 +16,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 import psycopg
-from psycopg.types.json import Jsonb
 
 from memlane.errors import (
-    ConflictError,
     InvalidInputError,
-    MemlaneError,
-    NotFoundError,
-    ScopeError,
-    StorageError,
 )
-from memlane.models import (
-    Fact,
-    FactScope,
-    HistoryEntry,
-    Page,
-    Reflection,
-    Scope,
-    content_hash,
-    utcnow,
-)
-from memlane.retrieval.text import date_words
-from memlane.stores.base import (
-    AppliedChange,
-    FactChange,
-    FactFilter,
-    PartitionFilter,
-    StoreStats,
-    Vector,
-)
-from memlane.stores.embedding import check_binding, check_vectors
+from memlane.stores.embedding import check_binding
 from memlane.stores.postgres.db import PgDatabase
-from memlane.stores.postgres.dialect import PgDialect, lock_key, run
+from memlane.stores.postgres.dialect import lock_key
 from memlane.stores.postgres.reflections import PgReflectionMixin
 from memlane.stores.postgres.rows import (
-    FACT_COLS,
     Conn,
     dec,
     dec_json,
     enc,
-    enc_json,
-    row_to_fact,
 )
 from memlane.stores.postgres.search import PgSearchMixin
-from memlane.stores.sql import facts as core
-from memlane.stores.sql import reads
-from memlane.stores.sql.facts import history, search_text
-from memlane.stores.sql.stmt import Program, Row, Stmt, one, run_all
+from memlane.stores.sql.store import SqlFactStore
 
 __all__ = ["HNSW_MAX_DIM", "PgFactStore"]
 
@@ -90,7 +57,7 @@ def _iso(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
-class PgFactStore(PgSearchMixin, PgReflectionMixin):
+class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
     """Facts, history, reflections and consolidated blobs in one PostgreSQL schema.
 
     Build with :meth:`open`. Every read names its partitions (a :class:`Scope` or a
@@ -130,7 +97,6 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         self.dim: int | None = None
         self.embedder_name: str | None = None
         self._closed = False
-        self._d = PgDialect(db.schema)
 
     @classmethod
     async def open(cls, db: PgDatabase | str, **kwargs: Any) -> PgFactStore:
@@ -163,35 +129,8 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
         await self.db.release()
 
     # ------------------------------------------------------------------ plumbing
-    @asynccontextmanager
-    async def _tx(self) -> AsyncIterator[Conn]:
-        """One write transaction; database errors become memlane's typed errors."""
-        try:
-            async with self.db.transaction() as conn:
-                yield conn
-        except MemlaneError:
-            raise
-        except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
-            raise ConflictError(f"a concurrent write got in the way; retry ({exc.diag.message_primary})") from exc
-        except psycopg.errors.IntegrityError as exc:
-            raise StorageError(f"constraint failed: {exc.diag.message_primary or exc}") from exc
-        except psycopg.Error as exc:
-            raise StorageError(f"PostgreSQL error: {exc.diag.message_primary or exc}") from exc
-
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[Conn]:
-        """A pooled connection for reads; database errors become :class:`StorageError`."""
-        try:
-            async with self.db.connection() as conn:
-                yield conn
-        except MemlaneError:
-            raise
-        except psycopg.Error as exc:
-            raise StorageError(f"PostgreSQL error: {exc.diag.message_primary or exc}") from exc
-
-    async def _lock(self, conn: Conn, partitions: Iterable[str]) -> None:
-        """Hold the write lock of each partition until the transaction ends (sorted: no deadlock)."""
-        await run(conn, run_all(self._d.lock_partitions(sorted(set(partitions)))))
+    async def _ready(self) -> None:
+        """Nothing to load: the binding is read on open and by :meth:`bind_embedder`."""
 
     @staticmethod
     async def _one(conn: Conn, query: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
@@ -248,101 +187,7 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
     def _check_binding(self, name: str, dim: int) -> None:
         check_binding(self.embedder_name, self.dim, name, dim, elsewhere="another database or schema")
 
-    def _check_vectors(self, vectors: Vector | None, n: int) -> None:
-        check_vectors(vectors, n, self.dim)
-
     # ------------------------------------------------------------------ writes
-    async def put_facts(
-        self, facts: Sequence[Fact], vectors: Vector | None, *, actor: str = "api"
-    ) -> list[tuple[Fact, bool]]:
-        """Store facts atomically (all or none); returns (stored fact, created) per input."""
-        facts = list(facts)
-        self._check_vectors(vectors, len(facts))
-        parts = {f.partition for f in facts}  # validates scope fields before anything is written
-        if not facts:
-            return []
-        async with self._tx() as conn:
-            await self._lock(conn, parts)
-            return await run(conn, self._insert_facts(facts, vectors, actor))
-
-    def _insert_facts(self, facts: list[Fact], vectors: Vector | None, actor: str) -> Program[list[tuple[Fact, bool]]]:
-        """Insert inside the caller's transaction (which holds the partitions' locks)."""
-        d = self._d
-        out: list[tuple[Fact, bool]] = []
-        touched: dict[tuple[str, str], list[int | None]] = {}
-        appended: set[str] = set()
-        now = utcnow()
-        for i, f in enumerate(facts):
-            part = f.partition
-            h = f.hash or content_hash(f.content)
-            row = yield from one(
-                f"SELECT {FACT_COLS} FROM facts WHERE partition=? AND hash=? AND invalid_at IS NULL", (part, h)
-            )
-            if row is not None:
-                out.append((row_to_fact(row), False))
-                continue
-            seq = f.seq
-            if seq is None and f.kind == "message" and f.session_id:
-                nxt = yield from one(
-                    "SELECT COALESCE(MAX(seq), -1) + 1 FROM facts WHERE partition=? AND session_id=?",
-                    (part, enc(f.session_id)),
-                )
-                seq = int(nxt[0]) if nxt is not None else 0
-            stored = f.model_copy(update={"hash": h, "seq": seq, "embedding": None})
-            emb = vectors[i].astype(np.float32) if vectors is not None else None
-            yield Stmt(
-                "INSERT INTO facts (id, partition, content, hash, scope, agent_id, user_id, session_id,"
-                " kind, author, seq, occurred_at, formed_at, updated_at, access_count, version,"
-                " source_event_ids, valid_from, invalid_at, metadata, embedding, search_text, ctx, date_words)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'',?)",
-                (
-                    enc(stored.id), part, enc(stored.content), h, stored.scope, enc(stored.agent_id),
-                    enc(stored.user_id), enc(stored.session_id), stored.kind, enc(stored.author), seq,
-                    stored.occurred_at, stored.formed_at, stored.updated_at, stored.access_count, stored.version,
-                    Jsonb(enc_json(stored.source_event_ids)), stored.valid_from, stored.invalid_at,
-                    Jsonb(enc_json(stored.metadata)), emb, enc(search_text(stored.kind, stored.content)),
-                    date_words(stored.occurred_at),
-                ),
-            )  # fmt: skip
-            yield Stmt("INSERT INTO partitions (partition) VALUES (?) ON CONFLICT DO NOTHING", (part,))
-            if stored.author:
-                yield Stmt(
-                    "INSERT INTO authors (partition, author) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                    (part, enc(stored.author)),
-                )
-            yield history(d, stored.id, stored.user_id, "ADD", None, stored.content, actor, now)
-            if seq is not None and stored.session_id:
-                touched.setdefault((part, stored.session_id), []).append(seq)
-            appended.add(part)
-            out.append((stored, True))
-        for (part, session_id), seqs in touched.items():
-            yield from core.refresh_context(d, part, session_id, seqs)
-        for part in sorted(appended):
-            yield Stmt("UPDATE partitions SET appends = appends + 1 WHERE partition=?", (part,))
-        return out
-
-    async def _visible_row(self, conn: Conn, fact_id: str, scope: Scope) -> Row:
-        """The fact's row if ``scope`` sees it (valid or not), else :class:`NotFoundError`."""
-        return await run(conn, core.visible_row(self._d, fact_id, scope))
-
-    async def update_fact(
-        self, fact_id: str, scope: Scope, content: str, vector: Vector | None, *, actor: str = "api"
-    ) -> Fact:
-        """Change a fact's content (version + 1, history row)."""
-        if vector is not None:
-            self._check_vectors(vector.reshape(1, -1), 1)
-        async with self._tx() as conn:
-            return await run(conn, core.update_fact(self._d, fact_id, scope, content, vector, actor))
-
-    async def invalidate_fact(self, fact_id: str, scope: Scope, *, actor: str = "api") -> Fact:
-        """Soft delete: set ``invalid_at``, drop from search, keep in history."""
-        return (await self.invalidate_facts([fact_id], scope, actor=actor))[0]
-
-    async def invalidate_facts(self, fact_ids: Sequence[str], scope: Scope, *, actor: str = "api") -> list[Fact]:
-        """Soft delete several facts in one transaction: all visible, or nothing changes."""
-        async with self._tx() as conn:
-            return await run(conn, core.invalidate_facts(self._d, fact_ids, scope, actor))
-
     async def record_access(self, fact_ids: Sequence[str]) -> None:
         """Increment ``access_count`` of retrieved facts (ids from scoped searches)."""
         ids = [enc(i) for i in dict.fromkeys(fact_ids)]
@@ -362,147 +207,20 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
                 if fid not in done:
                     await conn.execute("UPDATE facts SET access_count = access_count + 1 WHERE id = %s", (fid,))
 
-    # ------------------------------------------------------------------ formation batches
-    async def apply_changes(
-        self,
-        changes: Sequence[FactChange],
-        reflections: Sequence[Reflection] = (),
-        *,
-        key: str,
-        actor: str = "formation",
-    ) -> list[AppliedChange]:
-        """Apply a formation batch atomically, exactly once per ``key``.
-
-        The batch's ``applied_batches`` row is inserted first (``ON CONFLICT DO NOTHING``): a
-        replica applying the same key at the same time waits on that row's unique index until
-        the first commits (then returns its result) or rolls back (then applies it itself).
-        """
-        changes = list(changes)
-        for ch in changes:
-            if ch.fact is not None:
-                _ = ch.fact.partition  # validates scope fields before anything is written
-            if ch.vector is not None:
-                self._check_vectors(ch.vector.reshape(1, -1), 1)
-
-        def insert(fact: Fact, vector: Vector | None) -> Program[Fact]:
-            vectors = vector.reshape(1, -1) if vector is not None else None
-            return (yield from self._insert_facts([fact], vectors, actor))[0][0]
-
-        async with self._tx() as conn:
-            return await run(
-                conn, core.apply_changes(self._d, changes, reflections, key=key, actor=actor, insert=insert)
-            )
-
     # ------------------------------------------------------------------ erasure
-    async def purge_user(self, user_id: str, *, shared: str = "erase") -> int:
-        """Hard delete everything of ``user_id`` (facts, history, reflections, blobs, applied
-        batches): the fact store's and the reflection store's ``purge_user`` in one.
-
-        ``shared="erase"`` (the default) also erases the agent-scope memories formed from the
-        user's words: agent facts they contributed (or changed), agent reflections formed from
-        their conversations, and each consolidated agent blob those reflections went into
-        (dropped; its remaining reflections become unabsorbed, so the next consolidation
-        rebuilds it without the user). ``shared="keep"`` keeps those agent memories for the
-        agent's other users and only removes their link to the user.
-
-        Afterwards (as SQLite merges its keyword index and truncates its WAL) the touched
-        tables are vacuumed, so the deleted rows leave every index rather than waiting for
-        autovacuum, and the keyword index is rebuilt (``REINDEX INDEX CONCURRENTLY facts_tsv``:
-        a GIN index keeps a deleted row's words as keys until it is rebuilt; the rebuild
-        blocks neither reads nor writes). Vacuum does not zero the space it frees, so bytes
-        of deleted rows can stay in the table files until new rows overwrite them; with
+    async def _after_purge(self, partitions: list[str], any_fact: bool) -> None:
+        """After ``purge_user`` (as SQLite merges its keyword index and truncates its WAL): the
+        touched tables are vacuumed, so the deleted rows leave every index rather than waiting
+        for autovacuum, and the keyword index is rebuilt (``REINDEX INDEX CONCURRENTLY
+        facts_tsv``: a GIN index keeps a deleted row's words as keys until it is rebuilt; the
+        rebuild blocks neither reads nor writes). Vacuum does not zero the space it frees, so
+        bytes of deleted rows can stay in the table files until new rows overwrite them; with
         ``purge_rewrite=True`` the tables are rewritten instead (``VACUUM FULL``), which takes
         them out of the files but locks the tables meanwhile. All of this is best effort: a
         failure is logged, and autovacuum and the next purge catch up. PostgreSQL's WAL,
         standbys and backups keep old pages until they are recycled: the operator's retention.
         """
-        if not isinstance(user_id, str) or not user_id.strip():
-            raise ScopeError("purge_user needs a non-empty user_id")
-        if shared not in ("erase", "keep"):
-            raise InvalidInputError(f"shared must be 'erase' or 'keep', got {shared!r}")
-        erase = shared == "erase"
-        uid = enc(user_id)
-
-        def mine(kind: str) -> str:
-            return f"SELECT item_id FROM contributors WHERE user_id=%s AND kind='{kind}'"
-
-        where = "user_id=%s" + (f" OR id IN ({mine('fact')})" if erase else "")
-        wargs = (uid, uid) if erase else (uid,)
-        async with self._tx() as conn:
-            # lock the partitions about to change first (sorted, like every writer)
-            await self._lock(
-                conn,
-                [r[0] for r in await self._all(conn, f"SELECT DISTINCT partition FROM facts WHERE {where}", wargs)],
-            )
-            removed = 0
-            if not erase:  # the agent keeps what the user told it, unlinked from the user
-                await conn.execute(
-                    "UPDATE history SET user_id=NULL WHERE user_id=%s AND fact_id IN"
-                    " (SELECT id FROM facts WHERE user_id=%s AND scope IN ('agent', 'room'))",
-                    (uid, uid),
-                )
-                await conn.execute(
-                    "UPDATE facts SET user_id=NULL WHERE user_id=%s AND scope IN ('agent', 'room')", (uid,)
-                )
-            victims = await self._all(
-                conn, f"SELECT rowid, id, partition, session_id, seq FROM facts WHERE {where} FOR UPDATE", wargs
-            )
-            rowids = [v[0] for v in victims]
-            ids = [v[1] for v in victims]
-            removed += (await conn.execute("DELETE FROM facts WHERE rowid = ANY(%s)", (rowids,))).rowcount
-            removed += (await conn.execute("DELETE FROM history WHERE fact_id = ANY(%s)", (ids,))).rowcount
-            removed += (await conn.execute("DELETE FROM history WHERE user_id=%s", (uid,))).rowcount
-            await conn.execute("DELETE FROM contributors WHERE kind='fact' AND item_id = ANY(%s)", (ids,))
-            if erase:
-                refl = [r[0] for r in await self._all(conn, mine("reflection"), (uid,))]
-                removed += (await conn.execute("DELETE FROM reflections WHERE id = ANY(%s)", (refl,))).rowcount
-                await conn.execute("DELETE FROM contributors WHERE kind='reflection' AND item_id = ANY(%s)", (refl,))
-                for (blob_id,) in await self._all(conn, mine("blob"), (uid,)):
-                    removed += await self._drop_blob(conn, blob_id)
-            removed += (await conn.execute("DELETE FROM reflections WHERE user_id=%s", (uid,))).rowcount
-            removed += (await conn.execute("DELETE FROM consolidated WHERE user_id=%s", (uid,))).rowcount
-            await conn.execute("DELETE FROM contributors WHERE user_id=%s", (uid,))
-            removed += (await conn.execute("DELETE FROM applied_batches WHERE user_id=%s", (uid,))).rowcount
-            sessions: dict[tuple[str, str], list[int | None]] = {}
-            for _, _, part, session_id, seq in victims:
-                if session_id and seq is not None:
-                    sessions.setdefault((part, dec(session_id) or ""), []).append(seq)
-            for (part, session_id), seqs in sessions.items():
-                await run(conn, core.refresh_context(self._d, part, session_id, seqs))
-            for part in sorted({v[2] for v in victims}):
-                left = await self._one(conn, "SELECT 1 FROM facts WHERE partition=%s LIMIT 1", (part,))
-                if left is None:
-                    await conn.execute("DELETE FROM partitions WHERE partition=%s", (part,))
-                    await conn.execute("DELETE FROM authors WHERE partition=%s", (part,))
-                else:
-                    await conn.execute("UPDATE partitions SET changes = changes + 1 WHERE partition=%s", (part,))
-                    await conn.execute(
-                        "DELETE FROM authors WHERE partition=%s AND author NOT IN"
-                        " (SELECT author FROM facts WHERE partition=%s AND author IS NOT NULL)",
-                        (part, part),
-                    )
-            await conn.execute("UPDATE meta SET value = (CAST(value AS BIGINT) + 1)::text WHERE key='generation'")
-        await self._scrub(reindex=bool(victims))
-        return int(removed)
-
-    @staticmethod
-    async def _drop_blob(conn: Conn, blob_id: str) -> int:
-        """Delete a consolidated blob and mark its scope's remaining reflections unabsorbed, so
-        the next consolidation rebuilds the blob from them."""
-        row = await PgFactStore._one(
-            conn, "SELECT scope, agent_id, user_id, session_id FROM consolidated WHERE id=%s", (blob_id,)
-        )
-        await conn.execute("DELETE FROM contributors WHERE kind='blob' AND item_id=%s", (blob_id,))
-        if row is None:
-            return 0
-        scope, agent_id, user_id, session_id = (row[0], *(v or None for v in row[1:]))
-        where = "scope=%s AND agent_id IS NOT DISTINCT FROM %s AND user_id IS NOT DISTINCT FROM %s"
-        args: list[Any] = [scope, agent_id, user_id]
-        if scope == "session":
-            where += " AND session_id IS NOT DISTINCT FROM %s"
-            args.append(session_id)
-        await conn.execute(f"UPDATE reflections SET absorbed=FALSE WHERE {where}", args)
-        return int((await conn.execute("DELETE FROM consolidated WHERE id=%s", (blob_id,))).rowcount)
+        await self._scrub(reindex=any_fact)
 
     async def _scrub(self, *, reindex: bool) -> None:
         """After a purge: vacuum the tables it deleted from and, when facts went, rebuild the
@@ -555,60 +273,6 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin):
                 raise TimeoutError(f"another replica kept the scrub lock for {SCRUB_LOCK_TIMEOUT_S} s")
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
-
-    # ------------------------------------------------------------------ reads
-    async def get_fact(self, fact_id: str, scope: Scope) -> Fact | None:
-        """One fact if it is visible from ``scope`` (valid or not), with its vector, else None."""
-        async with self._read() as conn:
-            try:
-                return row_to_fact(await self._visible_row(conn, fact_id, scope), with_embedding=True)
-            except NotFoundError:
-                return None
-
-    async def get_facts(self, fact_ids: Sequence[str], scope: Scope) -> dict[str, Fact]:
-        """Facts by id, only those visible from ``scope``."""
-        if not fact_ids:
-            return {}
-        async with self._read() as conn:
-            return await run(conn, reads.get_facts(self._d, fact_ids, scope))
-
-    async def list_facts(
-        self,
-        scope: Scope,
-        *,
-        limit: int = 50,
-        cursor: str | None = None,
-        include_invalid: bool = False,
-        filter: FactFilter | None = None,
-        only: FactScope | None = None,
-    ) -> Page:
-        """Facts newest first, paginated by an opaque cursor; ``filter`` applied in the query."""
-        program = reads.list_facts(
-            self._d, scope, limit=limit, cursor=cursor, include_invalid=include_invalid, filter=filter, only=only
-        )
-        async with self._read() as conn:
-            return await run(conn, program)
-
-    async def history(self, fact_id: str, scope: Scope) -> list[HistoryEntry]:
-        """All changes to a fact visible from ``scope``, oldest first."""
-        async with self._read() as conn:
-            return await run(conn, reads.history(self._d, fact_id, scope))
-
-    async def authors(self, partitions: PartitionFilter) -> list[str]:
-        """Distinct authors of verbatim memories in these partitions."""
-        async with self._read() as conn:
-            return await run(conn, reads.authors(self._d, partitions))
-
-    async def memory_stamp(self, partitions: PartitionFilter) -> str:
-        """A token that changes whenever a fact in these partitions is added, changed or
-        removed (by any replica), and after a purge; reads counters only."""
-        async with self._read() as conn:
-            return await run(conn, reads.memory_stamp(self._d, partitions))
-
-    async def stats(self, scope: Scope | None = None) -> StoreStats:
-        """Fact counts (the whole store when ``scope`` is None: for operators, no content)."""
-        async with self._read() as conn:
-            return await run(conn, reads.stats(self._d, scope, embedder=self.embedder_name, dim=self.dim))
 
     # ------------------------------------------------------------------ health and export
     async def check(self) -> list[str]:

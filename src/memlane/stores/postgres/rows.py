@@ -28,6 +28,7 @@ from psycopg.types.json import Jsonb
 
 from memlane.inputs import check_cursor
 from memlane.models import Fact, FactFilter, PartitionFilter, metadata_path, utcnow
+from memlane.stores.sql.dialect import filter_conditions
 
 __all__ = [
     "FACT_COLS",
@@ -137,26 +138,18 @@ def digest(parts: list[Any]) -> str:
 parse_cursor = check_cursor  # a listing cursor: see memlane.inputs.check_cursor
 
 
+def _metadata_sql(table: str, key: str, value: Any) -> tuple[str, list[Any]]:
+    path = [enc(p) for p in metadata_path(key)]  # "sender.id": nested
+    return f"({table}.metadata #> %s::text[]) = %s", [path, Jsonb(enc_json(value))]
+
+
 def filter_sql(flt: FactFilter | None, table: str) -> tuple[str, list[Any]]:
     """`` AND ...`` conditions on ``table``'s columns for a pushed-down filter (``%s`` params).
 
     Metadata values compare as JSON: a string matches only a string, ``True`` only JSON
     ``true`` (not ``1``), ``1`` matches ``1`` and ``1.0``, ``None`` only an explicit ``null``.
     """
-    if flt is None or flt.empty:
-        return "", []
-    sql: list[str] = []
-    args: list[Any] = []
-    for col in ("kind", "author", "session_id"):
-        value = getattr(flt, col)
-        if value is not None:
-            sql.append(f"{table}.{col} = %s")
-            args.append(value if col == "kind" else enc(value))
-    for key, value in flt.metadata:
-        path = [enc(p) for p in metadata_path(key)]  # "sender.id": nested
-        sql.append(f"({table}.metadata #> %s::text[]) = %s")
-        args += [path, Jsonb(enc_json(value))]
-    return "".join(f" AND {s}" for s in sql), args
+    return filter_conditions(flt, table, text=enc, metadata=_metadata_sql, mark="%s")
 
 
 async def resolve_partitions(conn: Conn, pf: PartitionFilter) -> list[str]:

@@ -12,7 +12,7 @@ behind a generated ``tsvector`` and vectors in a pgvector column.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,7 +21,7 @@ from memlane.models import Fact, FactFilter
 from memlane.stores.base import Vector
 from memlane.stores.sql.stmt import Program, Row, Stmt
 
-__all__ = ["FACT_COLS", "Dialect", "NewFact"]
+__all__ = ["FACT_COLS", "Dialect", "NewFact", "filter_conditions"]
 
 #: Columns of a fact row, in the order :meth:`Dialect.fact` reads them (index 0 is ``rowid``,
 #: 2 ``partition``, 4 ``hash``, 19 ``invalid_at``, 21 ``embedding``).
@@ -30,6 +30,33 @@ FACT_COLS = (
     "occurred_at, formed_at, updated_at, access_count, version, source_event_ids, valid_from, "
     "invalid_at, metadata, embedding"
 )
+
+
+def filter_conditions(
+    flt: FactFilter | None,
+    table: str,
+    *,
+    text: Callable[[str], Any],
+    metadata: Callable[[str, str, Any], tuple[str, list[Any]]],
+    mark: str = "?",
+) -> tuple[str, list[Any]]:
+    """`` AND ...`` conditions on ``table``'s columns for a pushed-down filter: ``text`` adapts
+    an author or session id, ``metadata(table, key, value)`` is one metadata condition (keys with
+    dots are paths into nested JSON), ``mark`` the placeholder."""
+    if flt is None or flt.empty:
+        return "", []
+    sql: list[str] = []
+    args: list[Any] = []
+    for col in ("kind", "author", "session_id"):
+        value = getattr(flt, col)
+        if value is not None:
+            sql.append(f"{table}.{col} = {mark}")
+            args.append(value if col == "kind" else text(value))
+    for key, value in flt.metadata:
+        cond, cargs = metadata(table, key, value)
+        sql.append(cond)
+        args += cargs
+    return "".join(f" AND {s}" for s in sql), args
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +84,8 @@ class Dialect(ABC):
             transaction locks the whole database (SQLite's ``BEGIN IMMEDIATE``).
         for_update: `` FOR UPDATE`` where ``row_locks``, else empty.
         chunk: the most values one IN-list takes (SQLite binds each value; PostgreSQL one array).
+        delete_batch: the most rows ``forget`` deletes by key in one statement (1: one
+            ``DELETE ... WHERE key=?`` per row).
         partition_range_sql: a query of the stored partitions ``>= ?`` and ``< ?`` (byte order).
         context_rows_sql: a query of one session's turns, ``(rowid, seq, content, valid, ctx)``
             for ``partition = ? AND session_id = ? AND seq BETWEEN ? AND ?`` ordered by ``seq``;
@@ -69,6 +98,7 @@ class Dialect(ABC):
     row_locks: bool = False
     for_update: str = ""
     chunk: int = 500
+    delete_batch: int = 500
     partition_range_sql: str
     context_rows_sql: str
     set_context_sql: str
@@ -136,6 +166,11 @@ class Dialect(ABC):
     @abstractmethod
     def invalidate(self, rowid: int, at: datetime) -> list[Stmt]:
         """Mark a fact invalid at ``at`` and take it out of the keyword index."""
+
+    @abstractmethod
+    def drop_keywords(self, rowids: Sequence[int]) -> list[Stmt]:
+        """Take rows about to be deleted out of the keyword index (nothing where the index
+        lives in the row itself)."""
 
     @abstractmethod
     def set_provenance(self, rowid: int, sources: list[str], when: datetime | None, date_words: str) -> list[Stmt]:

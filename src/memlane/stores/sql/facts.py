@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +23,7 @@ from memlane.retrieval.context import CONTEXT_RADIUS, affected_range, neighbour_
 from memlane.retrieval.text import date_words, keyword_text
 from memlane.stores.base import AppliedChange, FactChange, Vector
 from memlane.stores.sql.dialect import FACT_COLS, Dialect, NewFact
-from memlane.stores.sql.stmt import MANY, Program, Row, Stmt, all_rows, one, run_all
+from memlane.stores.sql.stmt import MANY, Program, Row, Stmt, all_rows, count, one, run_all
 
 __all__ = [
     "add_contributors",
@@ -42,9 +42,6 @@ __all__ = [
     "update_row",
     "visible_row",
 ]
-
-#: Stores one new fact inside the caller's transaction (the backend's insert path).
-Insert = Callable[[Fact, Vector | None], Program[Fact]]
 
 
 def search_text(kind: str, content: str) -> str:
@@ -393,21 +390,18 @@ def apply_changes(
     *,
     key: str,
     actor: str,
-    insert: Insert,
 ) -> Program[list[AppliedChange]]:
     """Apply a formation batch, exactly once per ``key``.
 
     The batch's ``applied_batches`` row is inserted first (``ON CONFLICT DO NOTHING``): a
     replica applying the same key at the same time waits on that row's unique index until the
     first commits (then returns its result) or rolls back (then applies it itself).
-    ``insert`` stores a new fact (the backend's insert path, in this transaction).
     """
-    claimed = yield from one(
-        "INSERT INTO applied_batches (key, user_id, at, result) VALUES (?, NULL, ?, ?)"
-        " ON CONFLICT (key) DO NOTHING RETURNING key",
+    claimed = yield from count(  # no RETURNING: SQLite has it only from 3.35
+        "INSERT INTO applied_batches (key, user_id, at, result) VALUES (?, NULL, ?, ?) ON CONFLICT (key) DO NOTHING",
         (d.text(key), d.ts(utcnow()), d.json([])),
     )
-    if claimed is None:
+    if not claimed:
         done = yield from one("SELECT result FROM applied_batches WHERE key=?", (d.text(key),))
         if done is None:  # purged between the two statements: nothing to replay
             raise ConflictError(f"batch {key!r} was removed while being replayed; retry")
@@ -420,7 +414,7 @@ def apply_changes(
     yield from run_all(d.lock_partitions(sorted(parts)))
     out = []
     for ch in changes:
-        out.append((yield from _apply_one(d, ch, actor, insert)))
+        out.append((yield from _apply_one(d, ch, actor)))
     for r in reflections:
         yield from run_all(insert_reflection(d, r))
     # the batch belongs to whoever's words it holds: the changes' own facts first
@@ -448,7 +442,7 @@ def _target_row(d: Dialect, ch: FactChange) -> Program[Row | None]:
     return tuple(row)
 
 
-def _apply_one(d: Dialect, ch: FactChange, actor: str, insert: Insert) -> Program[AppliedChange]:
+def _apply_one(d: Dialect, ch: FactChange, actor: str) -> Program[AppliedChange]:
     """Resolve one change with core policy against the state read in this transaction, then do it."""
     target_row = yield from _target_row(d, ch)
     target = d.fact(target_row) if target_row is not None else None
@@ -494,5 +488,6 @@ def _apply_one(d: Dialect, ch: FactChange, actor: str, insert: Insert) -> Progra
     if res.action == "delete":
         assert target_row is not None
         previous_text = (yield from invalidate_row(d, target_row, actor)).content
-    stored = yield from insert(new_fact, ch.vector)
+    vectors = ch.vector.reshape(1, -1) if ch.vector is not None else None
+    stored, _ = (yield from insert_facts(d, [new_fact], vectors, actor))[0]
     return AppliedChange("DELETE" if previous_text is not None else "ADD", stored, previous_text)

@@ -144,7 +144,7 @@ def stats(d: Dialect, scope: Scope | None, *, embedder: str | None, dim: int | N
         parts = yield from partitions(d, scope.partition_filter())
         where, args = d.in_list("partition", parts or [""])
     row = yield from one(
-        "SELECT COUNT(*), COUNT(*) FILTER (WHERE invalid_at IS NULL), COUNT(DISTINCT partition)"
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN invalid_at IS NULL THEN 1 ELSE 0 END), 0), COUNT(DISTINCT partition)"
         f" FROM facts WHERE {where}",
         args,
     )

@@ -18,7 +18,7 @@ import numpy as np
 
 from memlane.models import Fact, FactFilter, as_utc, metadata_path, utcnow
 from memlane.stores.base import Vector
-from memlane.stores.sql.dialect import FACT_COLS, Dialect, NewFact
+from memlane.stores.sql.dialect import FACT_COLS, Dialect, NewFact, filter_conditions
 from memlane.stores.sql.stmt import ALL, COUNT, EXEC, MANY, ONE, Program, Row, Stmt, drive, one
 from memlane.stores.sqlite.fts import partition_token
 
@@ -62,39 +62,34 @@ def row_to_fact(r: Row, *, with_embedding: bool = False) -> Fact:
     )
 
 
+def _metadata_sql(table: str, key: str, value: Any) -> tuple[str, list[Any]]:
+    """One metadata condition: JSON types compared as the JSON value (``True`` only ``true``)."""
+    path = "$." + ".".join(json.dumps(part) for part in metadata_path(key))  # "sender.id": nested
+    if value is None:
+        return f"json_type({table}.metadata, ?) = 'null'", [path]
+    if isinstance(value, bool):
+        return f"json_type({table}.metadata, ?) = ?", [path, "true" if value else "false"]
+    if isinstance(value, int | float):
+        cond = f"json_type({table}.metadata, ?) IN ('integer', 'real') AND json_extract({table}.metadata, ?) = ?"
+        return cond, [path, path, value]
+    return f"json_type({table}.metadata, ?) = 'text' AND json_extract({table}.metadata, ?) = ?", [
+        path,
+        path,
+        str(value),
+    ]
+
+
 def filter_sql(flt: FactFilter | None, table: str) -> tuple[str, list[Any]]:
     """`` AND ...`` conditions on ``table``'s columns for a pushed-down filter."""
-    if flt is None or flt.empty:
-        return "", []
-    sql: list[str] = []
-    args: list[Any] = []
-    for col in ("kind", "author", "session_id"):
-        value = getattr(flt, col)
-        if value is not None:
-            sql.append(f"{table}.{col} = ?")
-            args.append(value)
-    for key, value in flt.metadata:
-        path = "$." + ".".join(json.dumps(part) for part in metadata_path(key))  # "sender.id": nested
-        if value is None:
-            sql.append(f"json_type({table}.metadata, ?) = 'null'")
-            args.append(path)
-        elif isinstance(value, bool):
-            sql.append(f"json_type({table}.metadata, ?) = ?")
-            args += [path, "true" if value else "false"]
-        elif isinstance(value, int | float):
-            sql.append(
-                f"json_type({table}.metadata, ?) IN ('integer', 'real') AND json_extract({table}.metadata, ?) = ?"
-            )
-            args += [path, path, value]
-        else:
-            sql.append(f"json_type({table}.metadata, ?) = 'text' AND json_extract({table}.metadata, ?) = ?")
-            args += [path, path, str(value)]
-    return "".join(f" AND {s}" for s in sql), args
+    return filter_conditions(flt, table, text=str, metadata=_metadata_sql)
 
 
 class SqliteDialect(Dialect):
     """SQLite: text timestamps and JSON, FTS5 keyword rows, BLOB vectors, one write lock."""
 
+    # One DELETE per row in forget: a multi-row DELETE (``rowid IN (...)``) left a deleted history
+    # row's bytes in its page despite secure_delete (tests/test_erasure.py reads the file's bytes).
+    delete_batch = 1
     partition_range_sql = "SELECT partition FROM partitions WHERE partition >= ? AND partition < ?"
     # invalid turns have no keyword row left: only valid ones, their stored ctx unread
     context_rows_sql = (
@@ -157,6 +152,9 @@ class SqliteDialect(Dialect):
             Stmt("UPDATE facts SET invalid_at=? WHERE rowid=?", (at.isoformat(), rowid)),
             Stmt("DELETE FROM facts_fts WHERE rowid=?", (rowid,)),
         ]
+
+    def drop_keywords(self, rowids: Sequence[int]) -> list[Stmt]:
+        return [Stmt("DELETE FROM facts_fts WHERE rowid=?", [(r,) for r in rowids], MANY)] if rowids else []
 
     def set_provenance(self, rowid: int, sources: list[str], when: datetime | None, date_words: str) -> list[Stmt]:
         return [

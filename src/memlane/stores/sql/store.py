@@ -1,0 +1,264 @@
+"""The fact and reflection store every SQL backend shares: :class:`SqlFactStore` implements
+the long-term memory protocols (:class:`~memlane.stores.base.FactStore` minus search and
+embeddings, :class:`~memlane.stores.base.ReflectionStore`) once, by running the core's
+programs through two methods a backend supplies: :meth:`SqlFactStore._query` (a read) and
+:meth:`SqlFactStore._transact` (a write transaction, holding the locks the program takes).
+Search, the embedder binding, vectors, ``export_user``, the clean-up after ``forget`` and
+``close`` stay the backend's.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TypeVar
+
+from memlane.errors import InvalidInputError, NotFoundError, ScopeError
+from memlane.models import (
+    ConsolidatedMemory,
+    Fact,
+    FactFilter,
+    FactScope,
+    HistoryEntry,
+    Page,
+    PartitionFilter,
+    Reflection,
+    Scope,
+)
+from memlane.stores.base import AppliedChange, FactChange, ReflectionKey, StoreStats, Vector
+from memlane.stores.embedding import check_vectors
+from memlane.stores.sql import erasure, reads
+from memlane.stores.sql import facts as core
+from memlane.stores.sql import reflections as refl
+from memlane.stores.sql.dialect import Dialect
+from memlane.stores.sql.stmt import Program, run_all
+
+__all__ = ["SqlFactStore", "SqlReflectionStore"]
+
+T = TypeVar("T")
+
+
+def _get_fact(d: Dialect, fact_id: str, scope: Scope) -> Program[Fact | None]:
+    try:
+        row = yield from core.visible_row(d, fact_id, scope)
+    except NotFoundError:
+        return None
+    return d.fact(row, with_embedding=True)
+
+
+class SqlReflectionStore(ABC):
+    """Reflection buffers and consolidated blobs over one SQL dialect."""
+
+    # ------------------------------------------------------------------ what a backend supplies
+    @property
+    @abstractmethod
+    def _d(self) -> Dialect:
+        """The backend's dialect."""
+
+    @abstractmethod
+    async def _query(self, program: Program[T]) -> T:
+        """Run a read-only program (storage errors become memlane's typed errors)."""
+
+    @abstractmethod
+    async def _transact(self, program: Program[T]) -> T:
+        """Run a program in one write transaction: committed when it returns, rolled back when
+        it raises (storage errors become memlane's typed errors)."""
+
+    # ------------------------------------------------------------------ reflections
+    async def reflection_stamp(self, keys: Sequence[ReflectionKey]) -> str:
+        """A token over the scopes' reflection counts, absorption, newest reflection, text size
+        and blob version (and the database's purge generation): moves on every write."""
+        return await self._query(refl.reflection_stamp(self._d, keys))
+
+    async def put_reflection(self, reflection: Reflection) -> Reflection:
+        """Store a reflection in its scope's buffer (a known id changes nothing)."""
+        await self._transact(run_all(core.insert_reflection(self._d, reflection)))
+        return reflection
+
+    async def list_reflections(
+        self,
+        *,
+        scope: str,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        absorbed: bool | None = None,
+    ) -> list[Reflection]:
+        """Reflections of one scope, oldest first (user/agent buffers: of every session)."""
+        return await self._query(
+            refl.list_reflections(
+                self._d, scope=scope, agent_id=agent_id, user_id=user_id, session_id=session_id, absorbed=absorbed
+            )
+        )
+
+    async def get_consolidated(
+        self,
+        *,
+        scope: str,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+    ) -> ConsolidatedMemory | None:
+        """The scope's consolidated blob, if any."""
+        return await self._query(
+            refl.get_consolidated(self._d, scope=scope, agent_id=agent_id, user_id=user_id, session_id=session_id)
+        )
+
+    async def put_consolidated(
+        self, blob: ConsolidatedMemory, absorbed_ids: Sequence[str] = (), *, expected_version: int | None = None
+    ) -> ConsolidatedMemory:
+        """Upsert the blob and mark ``absorbed_ids`` absorbed, in one transaction.
+
+        Raises:
+            ConflictError: ``expected_version`` is given and the stored blob's version (0 when
+                there is none) differs: another consolidation (maybe on another replica) won.
+        """
+        return await self._transact(
+            refl.put_consolidated(self._d, blob, absorbed_ids, expected_version=expected_version)
+        )
+
+    async def clear_session_memory(self, *, agent_id: str | None, user_id: str | None, session_id: str) -> int:
+        """Delete one session's reflections and blob; returns rows removed."""
+        return await self._transact(
+            refl.clear_session_memory(self._d, agent_id=agent_id, user_id=user_id, session_id=session_id)
+        )
+
+
+class SqlFactStore(SqlReflectionStore):
+    """Facts, history, reflections and consolidated blobs over one SQL dialect."""
+
+    dim: int | None
+    embedder_name: str | None
+
+    # ------------------------------------------------------------------ what a backend supplies
+    @abstractmethod
+    async def _ready(self) -> None:
+        """Load what the store needs before a write that checks vectors (the bound dimension)."""
+
+    @abstractmethod
+    async def _after_purge(self, partitions: list[str], any_fact: bool) -> None:
+        """Take a purged user's words out of the files and caches (after the commit)."""
+
+    def _check_vectors(self, vectors: Vector | None, n: int) -> None:
+        check_vectors(vectors, n, self.dim)
+
+    # ------------------------------------------------------------------ writes
+    async def put_facts(
+        self, facts: Sequence[Fact], vectors: Vector | None, *, actor: str = "api"
+    ) -> list[tuple[Fact, bool]]:
+        """Store facts atomically (all or none); returns (stored fact, created) per input."""
+        return (await self._put_groups([facts], vectors, actor))[0]
+
+    async def put_fact_groups(
+        self, groups: Sequence[Sequence[Fact]], vectors: Vector | None, *, actor: str = "api"
+    ) -> list[list[tuple[Fact, bool]]]:
+        """``put_facts`` of several groups (``add_many``: one per session) in one transaction;
+        the stored rows, seqs, context, history and counters are those of one ``put_facts``
+        call per group. ``vectors``: one row per fact of all groups, in order."""
+        return await self._put_groups(groups, vectors, actor)
+
+    async def _put_groups(
+        self, groups: Sequence[Sequence[Fact]], vectors: Vector | None, actor: str
+    ) -> list[list[tuple[Fact, bool]]]:
+        flat = [f for g in groups for f in g]
+        await self._ready()
+        self._check_vectors(vectors, len(flat))
+        core.partition_keys(flat)  # validates scope fields before anything is written
+        sizes = [len(g) for g in groups]
+        pairs = await self._transact(core.put_facts(self._d, flat, vectors, actor, sizes)) if flat else []
+        out, start = [], 0
+        for size in sizes:
+            out.append(pairs[start : start + size])
+            start += size
+        return out
+
+    async def update_fact(
+        self, fact_id: str, scope: Scope, content: str, vector: Vector | None, *, actor: str = "api"
+    ) -> Fact:
+        """Change a fact's content (version + 1, history row)."""
+        if vector is not None:
+            self._check_vectors(vector.reshape(1, -1), 1)
+        return await self._transact(core.update_fact(self._d, fact_id, scope, content, vector, actor))
+
+    async def invalidate_fact(self, fact_id: str, scope: Scope, *, actor: str = "api") -> Fact:
+        """Soft delete: set ``invalid_at``, drop from search, keep in history."""
+        return (await self.invalidate_facts([fact_id], scope, actor=actor))[0]
+
+    async def invalidate_facts(self, fact_ids: Sequence[str], scope: Scope, *, actor: str = "api") -> list[Fact]:
+        """Soft delete several facts in one transaction: all visible, or nothing changes."""
+        return await self._transact(core.invalidate_facts(self._d, fact_ids, scope, actor))
+
+    async def apply_changes(
+        self,
+        changes: Sequence[FactChange],
+        reflections: Sequence[Reflection] = (),
+        *,
+        key: str,
+        actor: str = "formation",
+    ) -> list[AppliedChange]:
+        """Apply a formation batch atomically, exactly once per ``key``
+        (:func:`memlane.stores.sql.facts.apply_changes`)."""
+        await self._ready()
+        for ch in changes:
+            if ch.fact is not None:
+                _ = ch.fact.partition  # validates scope fields before anything is written
+            if ch.vector is not None:
+                self._check_vectors(ch.vector.reshape(1, -1), 1)
+        return await self._transact(core.apply_changes(self._d, changes, reflections, key=key, actor=actor))
+
+    async def purge_user(self, user_id: str, *, shared: str = "erase") -> int:
+        """Hard delete everything of ``user_id`` (:mod:`memlane.stores.sql.erasure`), then take
+        their words out of the files (the backend's :meth:`_after_purge`)."""
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise ScopeError("purge_user needs a non-empty user_id")
+        if shared not in ("erase", "keep"):
+            raise InvalidInputError(f"shared must be 'erase' or 'keep', got {shared!r}")
+        removed, parts, any_fact = await self._transact(erasure.purge_user(self._d, user_id, erase=shared == "erase"))
+        await self._after_purge(parts, any_fact)
+        return removed
+
+    # ------------------------------------------------------------------ reads
+    async def get_fact(self, fact_id: str, scope: Scope) -> Fact | None:
+        """One fact if it is visible from ``scope`` (valid or not), with its vector, else None."""
+        return await self._query(_get_fact(self._d, fact_id, scope))
+
+    async def get_facts(self, fact_ids: Sequence[str], scope: Scope) -> dict[str, Fact]:
+        """Facts by id, only those visible from ``scope``."""
+        if not fact_ids:
+            return {}
+        return await self._query(reads.get_facts(self._d, fact_ids, scope))
+
+    async def list_facts(
+        self,
+        scope: Scope,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        include_invalid: bool = False,
+        filter: FactFilter | None = None,
+        only: FactScope | None = None,
+    ) -> Page:
+        """Facts newest first, paginated by an opaque cursor; ``filter`` applied in the query."""
+        return await self._query(
+            reads.list_facts(
+                self._d, scope, limit=limit, cursor=cursor, include_invalid=include_invalid, filter=filter, only=only
+            )
+        )
+
+    async def history(self, fact_id: str, scope: Scope) -> list[HistoryEntry]:
+        """All changes to a fact visible from ``scope``, oldest first."""
+        return await self._query(reads.history(self._d, fact_id, scope))
+
+    async def authors(self, partitions: PartitionFilter) -> list[str]:
+        """Distinct authors of verbatim memories in these partitions."""
+        return await self._query(reads.authors(self._d, partitions))
+
+    async def memory_stamp(self, partitions: PartitionFilter) -> str:
+        """A token that changes whenever a fact in these partitions is added, changed or
+        removed (by any writer), and after a purge; reads counters only."""
+        return await self._query(reads.memory_stamp(self._d, partitions))
+
+    async def stats(self, scope: Scope | None = None) -> StoreStats:
+        """Fact counts (the whole store when ``scope`` is None: for operators, no content)."""
+        await self._ready()
+        return await self._query(reads.stats(self._d, scope, embedder=self.embedder_name, dim=self.dim))

@@ -1,0 +1,94 @@
+"""The sans-IO storage core (memlane.stores.sql): its programs, its two drivers, and that the
+long-term memory algorithms exist once (SQLite and PostgreSQL only run them)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from memlane.stores.sql import facts as core
+from memlane.stores.sql.stmt import ALL, COUNT, Program, Stmt, all_rows, count, drive, drive_async, one
+from memlane.stores.sql.store import SqlFactStore, SqlReflectionStore
+from memlane.stores.sqlite.dialect import DIALECT
+from memlane.stores.sqlite.dialect import run as sqlite_run
+from memlane.stores.sqlite.facts import SqliteFactStore
+
+
+def _program() -> Program[tuple[Any, list[Any], int]]:
+    yield Stmt("CREATE TABLE t (k TEXT, v INTEGER)")
+    n = yield from count("INSERT INTO t VALUES ('a', 1), ('b', 2), ('c', 3)")
+    first = yield from one("SELECT v FROM t WHERE k=?", ("b",))
+    rows = yield from all_rows("SELECT k FROM t WHERE v >= ? ORDER BY k", (2,))
+    return first, rows, n
+
+
+def test_the_sqlite_driver_sends_each_statement_result_back_and_returns_the_programs_value() -> None:
+    c = sqlite3.connect(":memory:")
+    first, rows, n = sqlite_run(c, _program())
+    assert (tuple(first), [tuple(r) for r in rows], n) == ((2,), [("b",), ("c",)], 3)
+
+
+def test_the_async_driver_runs_the_same_program_statement_by_statement() -> None:
+    seen: list[Stmt] = []
+    answers = {ALL: [("b",), ("c",)], COUNT: 3}
+
+    async def execute(stmt: Stmt) -> Any:
+        seen.append(stmt)
+        await asyncio.sleep(0)
+        return (2,) if stmt.fetch == "one" else answers.get(stmt.fetch)
+
+    assert asyncio.run(drive_async(_program(), execute)) == ((2,), [("b",), ("c",)], 3)
+    assert [s.fetch for s in seen] == ["exec", "count", "one", "all"]
+
+
+def test_an_error_raised_by_a_program_reaches_the_caller_and_stops_it() -> None:
+    def failing() -> Program[None]:
+        yield Stmt("SELECT 1", (), "one")
+        raise ValueError("policy said no")
+
+    ran: list[str] = []
+    with pytest.raises(ValueError, match="policy said no"):
+        drive(failing(), lambda stmt: ran.append(stmt.sql))
+    assert ran == ["SELECT 1"]
+
+
+def test_postgresql_statements_take_psycopg_placeholders_and_literal_percent_signs() -> None:
+    pg_dialect = pytest.importorskip("memlane.stores.postgres.dialect")
+    assert pg_dialect.pg_sql("SELECT a FROM t WHERE b=? AND c LIKE 'x%' AND d = ANY(?)") == (
+        "SELECT a FROM t WHERE b=%s AND c LIKE 'x%%' AND d = ANY(%s)"
+    )
+
+
+def test_the_partition_range_reads_stored_partitions_by_prefix() -> None:
+    c = sqlite3.connect(":memory:")
+    c.execute("CREATE TABLE partitions (partition TEXT PRIMARY KEY)")
+    c.executemany("INSERT INTO partitions VALUES (?)", [("u|ann|",), ("u|ann|bot",), ("u|anna|",), ("a|bot",)])
+
+    class Filter:
+        exact: Sequence[str] = ("a|bot",)
+        prefixes: Sequence[str] = ("u|ann|",)
+
+    assert sqlite_run(c, core.partitions(DIALECT, Filter())) == ["a|bot", "u|ann|", "u|ann|bot"]  # type: ignore[arg-type]
+
+
+CORE_METHODS = [
+    "put_facts", "put_fact_groups", "update_fact", "invalidate_fact", "invalidate_facts", "apply_changes",
+    "purge_user", "get_fact", "get_facts", "list_facts", "history", "authors", "memory_stamp", "stats",
+    "reflection_stamp", "put_reflection", "list_reflections", "get_consolidated", "put_consolidated",
+    "clear_session_memory",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", CORE_METHODS)
+def test_each_long_term_memory_operation_is_written_once_in_the_core(name: str) -> None:
+    """A backend supplies how statements run, not the algorithm: a copy of an operation in a
+    backend's class would drift from the other backend's."""
+    pg_facts = pytest.importorskip("memlane.stores.postgres.facts")
+    for store in (SqliteFactStore, pg_facts.PgFactStore):
+        assert issubclass(store, SqlFactStore)
+        owner = next(k for k in store.__mro__ if name in k.__dict__)
+        assert owner in (SqlFactStore, SqlReflectionStore), f"{store.__name__}.{name} is defined in {owner}"
