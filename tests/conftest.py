@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ os.environ.setdefault("MEMLANE_CACHE_DIR", str(Path.home() / ".cache" / "memlane
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="memlane-test-data-")
 os.environ.setdefault("MEMLANE_KEYS_FILE", str(Path(os.environ["XDG_DATA_HOME"]) / "no-keys.db"))
 
-from memlane import AsyncMemory
+from memlane import AsyncMemory, Memory
 
 #: ``llama_server``: SmolLM2-135M behind a real llama.cpp server (session-scoped, started on first use);
 #: ``services``: real PostgreSQL + pgvector and Redis (``pg_url``, ``redis_url``: fresh per test);
@@ -39,3 +39,17 @@ async def mem(db_path: Path) -> AsyncIterator[AsyncMemory]:
         yield m
     finally:
         await m.close()
+
+
+@pytest.fixture
+def open_memory() -> Callable[..., AsyncMemory]:
+    """What a test opens its engines with, ``open_memory(path, **kw)``: :class:`AsyncMemory` on
+    the test's own SQLite file. tests/test_engine_backends.py overrides it to open each backend
+    (and checks, after the test, that the engines really used that backend)."""
+    return AsyncMemory
+
+
+@pytest.fixture
+def open_sync_memory() -> Callable[..., Memory]:
+    """:func:`open_memory` for the sync facade: :class:`Memory`."""
+    return Memory

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -281,15 +282,17 @@ async def test_cache_expires_after_five_minutes(mem: AsyncMemory) -> None:
     assert "(5m ago)" in text  # rebuilt: the age moved on
 
 
-async def test_cache_is_persisted_and_sees_other_processes_writes(db_path: Path) -> None:
-    async with AsyncMemory(db_path, embedder="hash") as m:
+async def test_cache_is_persisted_and_sees_other_processes_writes(
+    db_path: Path, open_memory: Callable[..., AsyncMemory]
+) -> None:
+    async with open_memory(db_path, embedder="hash") as m:
         await m.add("Alice likes tea", user_id="alice")
         first = await m.context(user_id="alice")
-    async with AsyncMemory(db_path, embedder="hash") as m2:
+    async with open_memory(db_path, embedder="hash") as m2:
         counter = _ProfileCounter(m2)
         assert await m2.context(user_id="alice") == first
         assert counter.calls == 0  # served from the file
-        async with AsyncMemory(db_path, embedder="hash") as other:  # another writer
+        async with open_memory(db_path, embedder="hash") as other:  # another writer
             await other.add("Alice moved to Lisbon", user_id="alice")
         text = await m2.context(user_id="alice")
         assert counter.calls == 1 and "Lisbon" in text

@@ -3,9 +3,11 @@ PostgreSQL with Redis sessions and a Redis job queue.
 
 The behaviours users rely on are the existing engine tests, re-run here over the ``backend``
 fixture rather than copied: tests taking the ``mem`` fixture are imported (this module's
-``mem`` overrides conftest's), and tests that open ``AsyncMemory(path, ...)`` themselves are
-called with their module's ``AsyncMemory`` rebound (:func:`rebind`) to one that opens the
-backend's store, sessions and queue instead of the file. What only makes sense per backend
+``mem`` overrides conftest's), and tests that open their own engines take them from the
+``open_memory`` / ``open_sync_memory`` factory fixtures (conftest's open the test's file); here
+they are called with the backend's factory (:class:`Engines`), which opens the backend's store,
+sessions and queue instead of the file, and after the test checks that every engine it made
+really worked on that backend (the store, session store and queue classes). What only makes sense per backend
 (erasure down to every table cell and Redis key, the export against the tables, replicas
 sharing a store, the isolation property) is written here with backend-neutral checks.
 """
@@ -18,7 +20,6 @@ import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -137,29 +138,70 @@ def model() -> Iterator[test_formation_e2e.Server]:
     yield from test_formation_e2e.server.__wrapped__()  # type: ignore[attr-defined]
 
 
-def rebind(monkeypatch: pytest.MonkeyPatch, module: ModuleType, backend: Backend) -> None:
-    """Make ``module``'s ``AsyncMemory(path, ...)`` (and ``Memory``) open ``backend`` instead of
-    the file: same location for every path, the backend's sessions and queue unless the test
-    names its own sessions (``local``/``null`` keep meaning in-process)."""
+#: The package each backend's stores come from: (long-term store, its own sessions, the Redis ones).
+PACKAGES = {"sqlite": "memlane.stores.sqlite", "pg": "memlane.stores.postgres"}
 
-    def args(kw: dict[str, Any]) -> dict[str, Any]:
+
+class Engines:
+    """An engine factory for tests that open their own engines (``open_memory(path, **kw)``):
+    every path opens ``backend`` instead (one location for all), with the backend's sessions
+    and queue unless the test names its own sessions (``local``/``null`` keep meaning
+    in-process). :meth:`check` then proves each engine really ran on the backend."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.made: list[tuple[AsyncMemory, dict[str, Any]]] = []
+
+    def _args(self, kw: dict[str, Any]) -> dict[str, Any]:
         if kw.get("sessions", "sqlite") == "sqlite":
-            kw["sessions"] = backend.sessions
-        kw.setdefault("jobs", backend.jobs)
+            kw["sessions"] = self.backend.sessions
+        kw.setdefault("jobs", self.backend.jobs)
         return kw
 
-    class Bound(AsyncMemory):
-        def __init__(self, db: Any = None, **kw: Any) -> None:
-            super().__init__(backend.db, **args(kw))
+    def __call__(self, db: Any = None, **kw: Any) -> AsyncMemory:
+        m = AsyncMemory(self.backend.db, **self._args(kw))
+        self.made.append((m, kw))
+        return m
 
-    class BoundSync(Memory):
-        def __init__(self, db: Any = None, **kw: Any) -> None:
-            super().__init__(backend.db, **args(kw))
+    def sync(self, db: Any = None, **kw: Any) -> Memory:
+        m = Memory(self.backend.db, **self._args(kw))
+        self.made.append((m.engine, kw))
+        return m
 
-    if hasattr(module, "AsyncMemory"):
-        monkeypatch.setattr(module, "AsyncMemory", Bound)
-    if hasattr(module, "Memory"):
-        monkeypatch.setattr(module, "Memory", BoundSync)
+    def check(self) -> None:
+        """Each engine that opened worked on the backend: its long-term store is the backend's,
+        and so are its sessions and queue where the test left them to the backend."""
+        be = self.backend
+        store = PACKAGES["pg" if be.pg else "sqlite"]
+        opened = [(m, kw) for m, kw in self.made if m._opened]
+        assert opened, f"the test opened no engine through the {be.name} factory"
+        for m, kw in opened:
+            assert type(m.facts).__module__.startswith(store + "."), (be.name, type(m.facts))
+            assert m.db_path == (be.db if be.pg else str(Path(be.db))), m.db_path
+            redis = "memlane.stores.redis."
+            if kw["sessions"] == be.sessions:
+                sessions = type(m.sessions).__module__
+                assert sessions.startswith(redis if be.redis else store + "."), (be.name, sessions)
+            if kw["jobs"] == be.jobs:
+                assert type(m.jobs).__module__.startswith(redis if be.redis else store + "."), (be.name, type(m.jobs))
+
+
+@pytest.fixture
+def engines(backend: Backend) -> Iterator[Engines]:
+    made = Engines(backend)
+    yield made
+    made.check()
+
+
+@pytest.fixture
+def open_memory(engines: Engines) -> Engines:
+    """conftest's ``open_memory``, on this module's backend (tests imported from other modules)."""
+    return engines
+
+
+@pytest.fixture
+def open_sync_memory(engines: Engines) -> Any:
+    return engines.sync
 
 
 # --------------------------------------------------------------------------- reading the backend raw
@@ -247,103 +289,93 @@ def redis_hits(url: str, needles: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- engine tests with their own opens
 
 
-async def test_replicas_see_each_others_writes_and_forgets(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_the_engine_factory_check_catches_an_engine_off_its_backend(tmp_path: Path) -> None:
+    """:meth:`Engines.check` fails when no engine opened, or when an engine ran elsewhere than
+    the backend (a SQLite file where PostgreSQL was meant: what a factory ignoring its backend
+    would do), and passes for the engines it made itself."""
+    with pytest.raises(AssertionError, match="opened no engine"):
+        Engines(Backend("sqlite", str(tmp_path / "a.db"), "sqlite", None)).check()
+    pg = Engines(Backend("pg", "postgresql://u@127.0.0.1:1/none", "sqlite", None))
+    async with AsyncMemory(tmp_path / "elsewhere.db", embedder="hash") as stray:
+        pg.made.append((stray, {"sessions": "sqlite", "jobs": None}))
+    with pytest.raises(AssertionError):
+        pg.check()
+    own = Engines(Backend("sqlite", str(tmp_path / "b.db"), "sqlite", None))
+    async with own(tmp_path / "ignored.db") as m:
+        await m.add("a note", user_id="u")
+    own.check()
+    redis = Engines(Backend("sqlite", str(tmp_path / "b.db"), "redis://x", None, redis="redis://x"))
+    redis.made = [(m, {"sessions": "redis://x", "jobs": None})]
+    with pytest.raises(AssertionError):  # its sessions are in-process, not the backend's Redis
+        redis.check()
+
+
+async def test_replicas_see_each_others_writes_and_forgets(tmp_path: Path, engines: Engines) -> None:
     """Two engines on one store (two replicas): the vector cache follows the other's writes,
     deletes and a forget; a reopen resumes facts and vectors."""
-    rebind(monkeypatch, test_memory, backend)
-    rebind(monkeypatch, test_erasure, backend)
     where = tmp_path / "m.db"
-    await test_memory.test_vector_cache_sees_writes_of_another_instance(where)
-    await test_memory.test_reopen_resumes_facts_and_vectors(where)
-    await test_erasure.test_a_second_memory_on_the_file_sees_a_forget(where.parent)
+    await test_memory.test_vector_cache_sees_writes_of_another_instance(where, engines)
+    await test_memory.test_reopen_resumes_facts_and_vectors(where, engines)
+    await test_erasure.test_a_second_memory_on_the_file_sees_a_forget(where.parent, engines)
 
 
-async def test_dimension_learned_on_first_call_then_enforced(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rebind(monkeypatch, test_memory, backend)
-    await test_memory.test_embedder_that_learns_its_dimension_on_first_call(tmp_path / "m.db")
+async def test_dimension_learned_on_first_call_then_enforced(tmp_path: Path, engines: Engines) -> None:
+    await test_memory.test_embedder_that_learns_its_dimension_on_first_call(tmp_path / "m.db", engines)
 
 
-async def test_session_forms_with_the_offline_model(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_session_forms_with_the_offline_model(tmp_path: Path, engines: Engines) -> None:
     """create_session/add_event/end_session -> form() through the backend's sessions and queue."""
-    rebind(monkeypatch, test_memory, backend)
-    await test_memory.test_agent_session_forms_under_its_agent(tmp_path)
+    await test_memory.test_agent_session_forms_under_its_agent(tmp_path, engines)
 
 
 async def test_formation_through_an_openai_compatible_server(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch, model: test_formation_e2e.Server
+    tmp_path: Path, engines: Engines, model: test_formation_e2e.Server
 ) -> None:
     """A real HTTP model: the job is kept over malformed JSON and retried from the backend's queue."""
-    rebind(monkeypatch, test_formation_e2e, backend)
-    await test_formation_e2e.test_session_formed_through_openai_compatible_server(model, tmp_path)
+    await test_formation_e2e.test_session_formed_through_openai_compatible_server(model, tmp_path, engines)
 
 
-async def test_formation_job_kept_then_run(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch, model: test_formation_e2e.Server
-) -> None:
-    rebind(monkeypatch, test_formation_e2e, backend)
-    await test_formation_e2e.test_malformed_json_keeps_the_job_then_succeeds(model, tmp_path)
+async def test_formation_job_kept_then_run(tmp_path: Path, engines: Engines, model: test_formation_e2e.Server) -> None:
+    await test_formation_e2e.test_malformed_json_keeps_the_job_then_succeeds(model, tmp_path, engines)
 
 
-async def test_stale_neighbour_context_after_delete_update_forget(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rebind(monkeypatch, test_erasure, backend)
-    await test_erasure.test_deleted_or_updated_turn_stops_matching_through_its_neighbours(tmp_path)
+async def test_stale_neighbour_context_after_delete_update_forget(tmp_path: Path, engines: Engines) -> None:
+    await test_erasure.test_deleted_or_updated_turn_stops_matching_through_its_neighbours(tmp_path, engines)
 
 
-async def test_forget_refreshes_kept_neighbours(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rebind(monkeypatch, test_erasure, backend)
-    await test_erasure.test_forget_refreshes_the_context_of_kept_neighbours(tmp_path)
+async def test_forget_refreshes_kept_neighbours(tmp_path: Path, engines: Engines) -> None:
+    await test_erasure.test_forget_refreshes_the_context_of_kept_neighbours(tmp_path, engines)
 
 
-async def test_forget_reconsolidates_the_agent(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rebind(monkeypatch, test_erasure, backend)
-    await test_erasure.test_forget_drops_the_agent_blob_and_reconsolidates_from_the_others(tmp_path)
+async def test_forget_reconsolidates_the_agent(tmp_path: Path, engines: Engines) -> None:
+    await test_erasure.test_forget_drops_the_agent_blob_and_reconsolidates_from_the_others(tmp_path, engines)
 
 
-async def test_forget_keeping_the_agents_shared_memory(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rebind(monkeypatch, test_erasure, backend)
-    await test_erasure.test_forget_can_keep_the_agents_shared_memory(tmp_path)
+async def test_forget_keeping_the_agents_shared_memory(tmp_path: Path, engines: Engines) -> None:
+    await test_erasure.test_forget_can_keep_the_agents_shared_memory(tmp_path, engines)
 
 
-async def test_long_pasted_document(tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_long_pasted_document(tmp_path: Path, engines: Engines) -> None:
     """A 50k-character paste: document + fragments, found by search, deleted with its fragments."""
-    rebind(monkeypatch, test_long_content, backend)
-    await test_long_content.test_pasted_document_keeps_the_conversation_and_is_searchable(tmp_path)
-    await test_long_content.test_documents_over_the_hard_cap_are_refused_whole(tmp_path)
+    await test_long_content.test_pasted_document_keeps_the_conversation_and_is_searchable(tmp_path, engines)
+    await test_long_content.test_documents_over_the_hard_cap_are_refused_whole(tmp_path, engines)
 
 
-def test_sync_facade_code_document(tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
-    rebind(monkeypatch, test_long_content, backend)
-    test_long_content.test_sync_text_document(tmp_path)
+def test_sync_facade_code_document(tmp_path: Path, engines: Engines) -> None:
+    test_long_content.test_sync_text_document(tmp_path, engines.sync)
 
 
 # --------------------------------------------------------------------------- erasure, export
 
 
-async def test_forget_leaves_no_text_of_the_user_anywhere(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_forget_leaves_no_text_of_the_user_anywhere(tmp_path: Path, backend: Backend, engines: Engines) -> None:
     """Every kind of memory two users can leave (verbatim, inferred, agent-scope, sessions
     open and ended, formation jobs, reflections, consolidated blobs); forget(ann): no table
     cell (PostgreSQL: every column of every table of the schema as text) and no Redis key or
     value holds her canary; bob's is still there (the scan can see)."""
     from test_erasure import AGENT_CONF, CA, CB, cfg
 
-    rebind(monkeypatch, test_erasure, backend)
-    await test_erasure._populate(tmp_path)
+    await test_erasure._populate(tmp_path, engines)
     assert text_hits(backend, CA) and text_hits(backend, CB)
     if backend.redis is not None:  # the sessions and the queue really are in Redis
         assert any(h.startswith("redis:") for h in text_hits(backend, CA))
@@ -390,16 +422,12 @@ def test_every_table_is_exported_or_has_a_reason(backend: Backend) -> None:
             assert TABLES[t] == EXPORTED or t in ("context_cache", "applied_batches"), t
 
 
-async def test_export_covers_the_user_and_nothing_of_others(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_export_covers_the_user_and_nothing_of_others(tmp_path: Path, backend: Backend, engines: Engines) -> None:
     """export_user against the backend's own tables (and Redis's sessions and queue)."""
     from test_erasure import AGENT_CONF, CA, CB, cfg
 
-    rebind(monkeypatch, test_erasure, backend)
-    rebind(monkeypatch, test_export_user, backend)
-    await test_erasure._populate(tmp_path)
-    await test_export_user._group_session(tmp_path)
+    await test_erasure._populate(tmp_path, engines)
+    await test_export_user._group_session(tmp_path, engines)
     async with backend.memory(formation=cfg(**AGENT_CONF)) as m:
         gone = (await m.add(f"Old note {CA}", user_id="ann", agent_id="club"))[0]
         await m.delete(gone.id, user_id="ann", agent_id="club")
@@ -450,12 +478,11 @@ async def test_export_covers_the_user_and_nothing_of_others(
 
 
 async def test_context_cache_sees_a_write_of_another_replica(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, backend: Backend, engines: Engines
 ) -> None:
     """Replica A caches a context; replica B (another engine on the same store, open at the
     same time) writes a fact, a reflection, deletes: A's next context is rebuilt each time."""
-    rebind(monkeypatch, test_context, backend)
-    await test_context.test_cache_is_persisted_and_sees_other_processes_writes(tmp_path)
+    await test_context.test_cache_is_persisted_and_sees_other_processes_writes(tmp_path, engines)
     async with backend.memory() as a, backend.memory() as b:
         counter = test_context._ProfileCounter(a)
         first = await a.context(session_id="s", user_id="alice", agent_id="eden")
@@ -547,11 +574,10 @@ def test_no_read_crosses_scopes_on_postgres(pg_url: str) -> None:
     prop()
 
 
-async def test_separator_in_ids_does_not_leak_on_postgres(
-    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rebind(monkeypatch, test_isolation, Backend("pg", pg_url, "sqlite", None))
-    await test_isolation.test_separator_in_ids_does_not_leak(tmp_path)
+async def test_separator_in_ids_does_not_leak_on_postgres(tmp_path: Path, pg_url: str) -> None:
+    engines = Engines(Backend("pg", pg_url, "sqlite", None))
+    await test_isolation.test_separator_in_ids_does_not_leak(tmp_path, engines)
+    engines.check()
 
 
 # --------------------------------------------------------------------------- the same answers everywhere

@@ -5,6 +5,7 @@ context, and a second process's vector cache notices a forget."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +87,12 @@ async def _chat(m: AsyncMemory, sid: str, app: str, lines: list[str], author: st
         await m.add_event(sid, user(text, author) if i % 2 == 0 else agent(text), app=app)
 
 
-async def _write_everything(db: Path, who: str, canary: str) -> None:
+async def _write_everything(
+    db: Path, who: str, canary: str, open_memory: Callable[..., AsyncMemory] = AsyncMemory
+) -> None:
     """Every kind of memory a user can leave, through the offline model (real rules)."""
     conf = cfg(agent_memory=True)
-    async with AsyncMemory(db, embedder="hash", formation=conf) as m:
+    async with open_memory(db, embedder="hash", formation=conf) as m:
         await m.add(f"My locker code word is {canary}", user_id=who)
         await m.add(
             [
@@ -135,11 +138,11 @@ async def _agent_memory_through_formation(m: AsyncMemory, brain: Brain, who: str
 AGENT_CONF = {"agent_memory": True, "consolidation_threshold": {"agent": 1, "user": 1, "session": 1}}
 
 
-async def _populate(db: Path) -> None:
-    await _write_everything(db, "ann", CA)
-    await _write_everything(db, "bob", CB)
+async def _populate(db: Path, open_memory: Callable[..., AsyncMemory] = AsyncMemory) -> None:
+    await _write_everything(db, "ann", CA, open_memory)
+    await _write_everything(db, "bob", CB, open_memory)
     brain = MergingBrain()
-    async with AsyncMemory(db, embedder="hash", llm=brain, formation=cfg(**AGENT_CONF)) as m:
+    async with open_memory(db, embedder="hash", llm=brain, formation=cfg(**AGENT_CONF)) as m:
         await _agent_memory_through_formation(m, brain, "ann", CA)
         await _agent_memory_through_formation(m, brain, "bob", CB)
         blob = await m.consolidated("agent", agent_id="club")
@@ -165,10 +168,12 @@ async def test_forget_leaves_no_byte_of_the_user_anywhere(tmp_path: Path) -> Non
     assert raw_hits(db, CB) == ["m.db"]  # bob's memory is still on disk (the grep works)
 
 
-async def test_forget_drops_the_agent_blob_and_reconsolidates_from_the_others(tmp_path: Path) -> None:
+async def test_forget_drops_the_agent_blob_and_reconsolidates_from_the_others(
+    tmp_path: Path, open_memory: Callable[..., AsyncMemory]
+) -> None:
     db = tmp_path / "b.db"
     brain = MergingBrain()
-    async with AsyncMemory(db, embedder="hash", llm=brain, formation=cfg(**AGENT_CONF)) as m:
+    async with open_memory(db, embedder="hash", llm=brain, formation=cfg(**AGENT_CONF)) as m:
         await _agent_memory_through_formation(m, brain, "ann", CA)
         await _agent_memory_through_formation(m, brain, "bob", CB)
         await m.forget("ann")
@@ -183,10 +188,12 @@ async def test_forget_drops_the_agent_blob_and_reconsolidates_from_the_others(tm
         assert blob is not None and CB in blob.consolidated_content and CA not in blob.consolidated_content
 
 
-async def test_forget_can_keep_the_agents_shared_memory(tmp_path: Path) -> None:
+async def test_forget_can_keep_the_agents_shared_memory(
+    tmp_path: Path, open_memory: Callable[..., AsyncMemory]
+) -> None:
     db = tmp_path / "k.db"
     brain = MergingBrain()
-    async with AsyncMemory(db, embedder="hash", llm=brain, formation=cfg(**AGENT_CONF)) as m:
+    async with open_memory(db, embedder="hash", llm=brain, formation=cfg(**AGENT_CONF)) as m:
         await m.add(f"Please greet everyone with {CA}", user_id="ann", agent_id="club", scope="agent")
         await m.add(f"I am ann and my pin word is {CA}", user_id="ann", agent_id="club")
         await _agent_memory_through_formation(m, brain, "ann", CA)
@@ -225,8 +232,10 @@ async def test_forget_scrubs_keyword_segments_freed_pages_and_the_wal(tmp_path: 
 # --------------------------------------------------------------------------- stale neighbour context
 
 
-async def test_deleted_or_updated_turn_stops_matching_through_its_neighbours(tmp_path: Path) -> None:
-    async with AsyncMemory(tmp_path / "n.db", embedder="none") as m:
+async def test_deleted_or_updated_turn_stops_matching_through_its_neighbours(
+    tmp_path: Path, open_memory: Callable[..., AsyncMemory]
+) -> None:
+    async with open_memory(tmp_path / "n.db", embedder="none") as m:
         turns = await m.add(
             [
                 {"role": "user", "content": "We met at the harbour"},
@@ -246,10 +255,12 @@ async def test_deleted_or_updated_turn_stops_matching_through_its_neighbours(tmp
         assert {f.id for f in (await m.search("lighthouse", user_id="u")).facts} == {turns[0].id, turns[2].id}
 
 
-async def test_forget_refreshes_the_context_of_kept_neighbours(tmp_path: Path) -> None:
+async def test_forget_refreshes_the_context_of_kept_neighbours(
+    tmp_path: Path, open_memory: Callable[..., AsyncMemory]
+) -> None:
     """Verbatim agent-scope turns of two users in one session: forgetting one leaves the
     other's turns without the forgotten words in their context."""
-    async with AsyncMemory(tmp_path / "p.db", embedder="none") as m:
+    async with open_memory(tmp_path / "p.db", embedder="none") as m:
         await m.add([{"role": "user", "content": "Bob opens the meeting"}], user_id="bob", agent_id="club",
                     scope="agent", session_id="s")  # fmt: skip
         await m.add([{"role": "user", "content": f"Ann says {CA}"}], user_id="ann", agent_id="club",
@@ -263,9 +274,11 @@ async def test_forget_refreshes_the_context_of_kept_neighbours(tmp_path: Path) -
 # --------------------------------------------------------------------------- second process
 
 
-async def test_a_second_memory_on_the_file_sees_a_forget(tmp_path: Path) -> None:
+async def test_a_second_memory_on_the_file_sees_a_forget(
+    tmp_path: Path, open_memory: Callable[..., AsyncMemory]
+) -> None:
     db = tmp_path / "v.db"
-    async with AsyncMemory(db, embedder="hash") as m1, AsyncMemory(db, embedder="hash") as m2:
+    async with open_memory(db, embedder="hash") as m1, open_memory(db, embedder="hash") as m2:
         old = await m1.add(
             [{"role": "user", "content": f"old memory {i} about sailing"} for i in range(3)], user_id="u"
         )

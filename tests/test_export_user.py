@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,8 @@ from memlane.stores.sqlite.export import EXPORTED, TABLES
 from test_erasure import AGENT_CONF, CA, CB, _populate, cfg
 
 
-async def _group_session(db: Path) -> None:
-    async with AsyncMemory(db, embedder="hash", formation=cfg()) as m:
+async def _group_session(db: Path, open_memory: Callable[..., AsyncMemory] = AsyncMemory) -> None:
+    async with open_memory(db, embedder="hash", formation=cfg()) as m:
         await m.sessions.create_session(app="club", user_ids=["ann", "bob"], session_id="grp")
         await m.add_event("grp", Event(type=EventType.USER_MESSAGE, author="ann", content=f"ann here {CA}"), app="club")
         await m.add_event("grp", Event(type=EventType.USER_MESSAGE, author="bob", content=f"bob here {CB}"), app="club")

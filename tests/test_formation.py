@@ -139,7 +139,7 @@ async def test_one_embed_and_one_dedup_call_per_batch(brain_mem: tuple[AsyncMemo
     assert brain.count("dedup") == 1  # ONE decision call for every fact with candidates
     dedup_inp = brain.calls[-1][1]
     assert isinstance(dedup_inp, DedupInput)
-    assert all(len(it.candidates) <= 5 for it in dedup_inp.items)
+    assert dedup_inp.items and all(len(it.candidates) <= 5 for it in dedup_inp.items)
     threshold = m.formation_config.dedup_threshold
     for it in dedup_inp.items:  # vector candidates (cosine >= threshold) first, then keyword-only ones (0)
         sims = [c.similarity for c in it.candidates]

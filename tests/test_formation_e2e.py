@@ -116,8 +116,10 @@ async def _session(m: AsyncMemory) -> None:
         await m.add_event("s", Event(type=EventType.AGENT_RESPONSE, author="bot", content="Noted."))
 
 
-async def test_session_formed_through_openai_compatible_server(server: Server, tmp_path: Path) -> None:
-    async with AsyncMemory(tmp_path / "e.db", embedder="hash", llm=llm(server), formation=conf()) as m:
+async def test_session_formed_through_openai_compatible_server(
+    server: Server, tmp_path: Path, open_memory: Callable[..., AsyncMemory]
+) -> None:
+    async with open_memory(tmp_path / "e.db", embedder="hash", llm=llm(server), formation=conf()) as m:
         await _session(m)
         res = await m.end_session("s")
         assert sorted(f.content for f in res.facts) == ["Sam is vegetarian", "Sam lives in Lisbon"]
@@ -143,8 +145,10 @@ async def test_session_formed_through_openai_compatible_server(server: Server, t
         assert (await m.stats(user_id="sam")).valid_facts == 2
 
 
-async def test_malformed_json_keeps_the_job_then_succeeds(server: Server, tmp_path: Path) -> None:
-    async with AsyncMemory(tmp_path / "bad.db", embedder="hash", llm=llm(server), formation=conf()) as m:
+async def test_malformed_json_keeps_the_job_then_succeeds(
+    server: Server, tmp_path: Path, open_memory: Callable[..., AsyncMemory]
+) -> None:
+    async with open_memory(tmp_path / "bad.db", embedder="hash", llm=llm(server), formation=conf()) as m:
         await _session(m)
         server.script += [(200, {"content": "Sure! Here are the facts: {facts: [oops"}), (200, {"content": "```"})]
         with pytest.raises(FormationError, match="not lost"):

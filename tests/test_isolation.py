@@ -15,7 +15,7 @@ import asyncio
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -104,9 +104,9 @@ def test_no_read_crosses_scopes(
         asyncio.run(_scenario(Path(d) / "iso.db", w, r))
 
 
-async def test_separator_in_ids_does_not_leak(tmp_path: Path) -> None:
+async def test_separator_in_ids_does_not_leak(tmp_path: Path, open_memory: Callable[..., AsyncMemory]) -> None:
     """The reproduction from the attack report: ids containing the old separator."""
-    async with AsyncMemory(tmp_path / "sep.db", embedder="hash:64", sessions="null") as m:
+    async with open_memory(tmp_path / "sep.db", embedder="hash:64", sessions="null") as m:
         await m.add("victim secret zebra", user_id="y\x1fz", agent_id="x")
         assert (await m.search("zebra", user_id="z", agent_id="x\x1fy")).hits == []
         assert (await m.list(user_id="z", agent_id="x\x1fy")).total == 0

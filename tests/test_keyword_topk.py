@@ -135,7 +135,7 @@ async def test_filters_apply_on_the_split_path(store: SqliteFactStore) -> None:
     got = await store.keyword_search(Scope(user_id="u1").partition_filter(), terms, limit=10, filter=flt)
     assert got and [c.fact_id for c in got] == [r[0] for r in want]
     facts = await store.get_facts([c.fact_id for c in got], Scope(user_id="u1"))
-    assert all(f.kind == "message" and f.author == "alice" for f in facts.values())
+    assert len(facts) == len(got) and all(f.kind == "message" and f.author == "alice" for f in facts.values())
     assert all(c.author == "alice" for c in got)
 
 

@@ -3,11 +3,12 @@ fragments instead of rejecting the whole conversation."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from memlane import AsyncMemory, InvalidInputError
+from memlane import AsyncMemory, InvalidInputError, Memory
 from memlane.documents import DOCUMENT_THRESHOLD_CHARS, MAX_DOCUMENT_CHARS
 
 
@@ -19,10 +20,12 @@ def _document(marker: str) -> str:
     return "\n".join(parts)
 
 
-async def test_pasted_document_keeps_the_conversation_and_is_searchable(tmp_path: Path) -> None:
+async def test_pasted_document_keeps_the_conversation_and_is_searchable(
+    tmp_path: Path, open_memory: Callable[..., AsyncMemory]
+) -> None:
     doc = _document("zebrafish42")
     assert len(doc) > 50_000
-    async with AsyncMemory(tmp_path / "d.db", embedder="hash:64", sessions="null") as m:
+    async with open_memory(tmp_path / "d.db", embedder="hash:64", sessions="null") as m:
         stored = await m.add(
             [{"role": "user", "content": doc}, {"role": "assistant", "content": "Thanks, I read your notes."}],
             user_id="ann",
@@ -56,19 +59,19 @@ async def test_pasted_document_keeps_the_conversation_and_is_searchable(tmp_path
             await m.update(top.id, "edited", user_id="ann")
 
 
-async def test_documents_over_the_hard_cap_are_refused_whole(tmp_path: Path) -> None:
-    async with AsyncMemory(tmp_path / "c.db", embedder=None, sessions="null") as m:
+async def test_documents_over_the_hard_cap_are_refused_whole(
+    tmp_path: Path, open_memory: Callable[..., AsyncMemory]
+) -> None:
+    async with open_memory(tmp_path / "c.db", embedder=None, sessions="null") as m:
         with pytest.raises(InvalidInputError, match="limit"):
             await m.add([{"role": "user", "content": "x " * (MAX_DOCUMENT_CHARS // 2 + 1)},
                          {"role": "assistant", "content": "ok"}], user_id="u")  # fmt: skip
         assert (await m.stats(user_id="u")).facts == 0
 
 
-def test_sync_text_document(tmp_path: Path) -> None:
-    from memlane import Memory
-
+def test_sync_text_document(tmp_path: Path, open_sync_memory: Callable[..., Memory]) -> None:
     code = "\n\n".join(f"def f{i}(x):\n    return x * {i}\n" for i in range(800))
-    with Memory(tmp_path / "s.db", embedder=None, sessions="null") as m:
+    with open_sync_memory(tmp_path / "s.db", embedder=None, sessions="null") as m:
         [doc] = m.add(code, user_id="u", metadata={"source": "paste"})
         assert doc.kind == "document"
         hit = m.search("f731", user_id="u", filters={"source": "paste"}).hits[0].fact

@@ -105,6 +105,7 @@ async def test_search_facts_top_k_and_debug(mem: AsyncMemory) -> None:
     assert all(s["candidates"] for s in dbg["stages"]["keyword"])
     assert {c["id"] for s in dbg["stages"]["keyword"] for c in s["candidates"]} >= {r["id"] for r in res["results"]}
     assert [s["query"] for s in dbg["stages"]["vector"]] == ["falcon milestone", "due"]
+    assert res["results"]
     for r in res["results"]:
         assert r["keyword_rank"] is not None and r["keyword_score"] is not None
         assert "vector_rank" in r and "vector_score" in r
