@@ -84,9 +84,13 @@ def _open(args: argparse.Namespace) -> Memory:
     # the Redis queue (memory.queue / MEMLANE_QUEUE). In-process `local` sessions die with the CLI.
     sessions = session_backend(settings) if settings.sessions.backend == "redis" else "sqlite"
     return Memory(
-        args.db, embedder=args.embedder, sessions=sessions, jobs=settings.memory.queue,
-        llm=getattr(args, "llm", None), formation=formation,
-    )  # fmt: skip
+        args.db,
+        embedder=args.embedder,
+        sessions=sessions,
+        jobs=settings.memory.queue,
+        llm=getattr(args, "llm", None),
+        formation=formation,
+    )
 
 
 def _result_lines(res: FormationResult | Job) -> list[str]:
@@ -98,10 +102,13 @@ def _result_lines(res: FormationResult | Job) -> list[str]:
         for c in res.changes
     ]
     lines += [f"REFLECT[{r.scope}] {r.content}" for r in res.reflections]
-    lines += [f"CONSOLIDATED[{b.scope}] version {b.version}, {len(b.consolidated_content.split())} words"
-              for b in res.consolidated]  # fmt: skip
-    lines += [f"UNREAD turn {u.index}" + (f" ({u.event_id})" if u.event_id else "") + f": {u.reason}"
-              for u in res.unread]  # fmt: skip
+    lines += [
+        f"CONSOLIDATED[{b.scope}] version {b.version}, {len(b.consolidated_content.split())} words"
+        for b in res.consolidated
+    ]
+    lines += [
+        f"UNREAD turn {u.index}" + (f" ({u.event_id})" if u.event_id else "") + f": {u.reason}" for u in res.unread
+    ]
     if res.skipped:
         lines.append(f"skipped: {res.skipped}")
     if res.cleared:
@@ -125,8 +132,15 @@ def cmd_add(args: argparse.Namespace) -> int:
     started = utcnow()
     with _open(args) as m:
         if args.infer:
-            job = m.add(args.text, user_id=args.user_id, agent_id=args.agent_id, session_id=args.session_id,
-                        scope=scope, infer=True, wait=False)  # fmt: skip
+            job = m.add(
+                args.text,
+                user_id=args.user_id,
+                agent_id=args.agent_id,
+                session_id=args.session_id,
+                scope=scope,
+                infer=True,
+                wait=False,
+            )
             m.run_jobs()
             done = m.get_job(job.id)
             if done.status != "done" or done.result is None:
@@ -167,9 +181,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     _need_scope(args, "list")
     with _open(args) as m:
         page = m.list(
-            user_id=args.user_id, agent_id=args.agent_id, limit=args.limit, cursor=args.cursor,
+            user_id=args.user_id,
+            agent_id=args.agent_id,
+            limit=args.limit,
+            cursor=args.cursor,
             include_invalid=args.all,
-        )  # fmt: skip
+        )
         if args.json:
             _dump(page.model_dump(exclude={"items": {"__all__": {"embedding"}}}))
             return 0
@@ -344,9 +361,11 @@ def cmd_import(args: argparse.Namespace) -> int:
             _form_sessions(m, plan, quiet=args.quiet)
         elif added:
             names = sorted(plan.session_ids)
-            print(f"kept {added} turns as {len(names)} session(s) ({', '.join(names[:5])}"
-                  f"{', ...' if len(names) > 5 else ''}): form one with memlane form SESSION_ID, "
-                  "or all of them with memlane import --form")  # fmt: skip
+            print(
+                f"kept {added} turns as {len(names)} session(s) ({', '.join(names[:5])}"
+                f"{', ...' if len(names) > 5 else ''}): form one with memlane form SESSION_ID, "
+                "or all of them with memlane import --form"
+            )
     return 0
 
 
@@ -374,8 +393,10 @@ def _form_sessions(m: Memory, plan: importers.ImportPlan, *, quiet: bool) -> Non
     changes = sum(1 for res in results for c in res.changes if c.event != "NONE")
     reflections = sum(len(res.reflections) for res in results)
     blobs = sum(len(res.consolidated) for res in results)
-    print(f"formed {changes} fact changes, {reflections} reflections, {blobs} consolidations "
-          f"from {len(ids)} sessions (model {m.engine.pipeline.fast.name})")  # fmt: skip
+    print(
+        f"formed {changes} fact changes, {reflections} reflections, {blobs} consolidations "
+        f"from {len(ids)} sessions (model {m.engine.pipeline.fast.name})"
+    )
 
 
 def cmd_form(args: argparse.Namespace) -> int:
@@ -439,8 +460,10 @@ def cmd_reflections(args: argparse.Namespace) -> int:
             kw = {"user_id": args.user_id, "agent_id": args.agent_id, "session_id": args.session_id}
             blob = m.consolidated(scope, **kw)
             pending = m.reflections(scope, absorbed=False, **kw)
-            out[scope] = {"consolidated": blob.consolidated_content if blob else None,
-                          "pending": [r.content for r in pending]}  # fmt: skip
+            out[scope] = {
+                "consolidated": blob.consolidated_content if blob else None,
+                "pending": [r.content for r in pending],
+            }
         if args.json:
             _dump(out)
             return 0
@@ -493,17 +516,23 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
                 with Progress(nq, f"search ({mode})", unit="q", enabled=not args.quiet) as bar:
                     reports.append((await evaluate(m, convs, mode, bar.update)).as_dict())
             return {
-                "data": str(args.data), "conversations": [c.sample_id for c in convs], "turns": n,
+                "data": str(args.data),
+                "conversations": [c.sample_id for c in convs],
+                "turns": n,
                 "embedder": m.embedder.name if m.embedder else None,
-                "ingest_s": round(sec, 2), "ingest_turns_per_s": round(n / sec, 1), "results": reports,
-            }  # fmt: skip
+                "ingest_s": round(sec, 2),
+                "ingest_turns_per_s": round(n / sec, 1),
+                "results": reports,
+            }
 
     out = asyncio.run(run())
     if args.json:
         _dump(out)
         return 0
-    print(f"LoCoMo {Path(args.data).name}: {len(out['conversations'])} conversations, {out['turns']} turns, "
-          f"embedder {out['embedder']}")  # fmt: skip
+    print(
+        f"LoCoMo {Path(args.data).name}: {len(out['conversations'])} conversations, {out['turns']} turns, "
+        f"embedder {out['embedder']}"
+    )
     print(f"ingest: {out['ingest_s']} s = {out['ingest_turns_per_s']} turns/s")
     cols = ["recall@1", "recall@5", "recall@10", "hit@1", "hit@5", "hit@10", "search_p50_ms", "search_p95_ms"]
     heads = ["R@1", "R@5", "R@10", "hit@1", "hit@5", "hit@10", "p50ms", "p95ms"]
@@ -536,24 +565,32 @@ def cmd_bench_longmemeval(args: argparse.Namespace) -> int:
             with Progress(len(questions), "longmemeval", unit="q", enabled=not args.quiet) as bar:
                 reports, n, sec = await run(m, questions, modes, bar.update)
             return {
-                "data": str(args.data), "questions": len(questions), "roles": args.roles, "turns": n,
+                "data": str(args.data),
+                "questions": len(questions),
+                "roles": args.roles,
+                "turns": n,
                 "embedder": m.embedder.name if m.embedder else None,
-                "ingest_s": round(sec, 2), "ingest_turns_per_s": round(n / sec, 1) if sec else 0.0,
+                "ingest_s": round(sec, 2),
+                "ingest_turns_per_s": round(n / sec, 1) if sec else 0.0,
                 "results": [r.as_dict() for r in reports],
-            }  # fmt: skip
+            }
 
     out = asyncio.run(bench())
     if args.json:
         _dump(out)
         return 0
-    print(f"LongMemEval {Path(args.data).name}: {out['questions']} questions, {out['turns']} turns "
-          f"({out['roles']} turns), embedder {out['embedder']}")  # fmt: skip
+    print(
+        f"LongMemEval {Path(args.data).name}: {out['questions']} questions, {out['turns']} turns "
+        f"({out['roles']} turns), embedder {out['embedder']}"
+    )
     print(f"ingest: {out['ingest_s']} s = {out['ingest_turns_per_s']} turns/s")
     cols = [f"{m}@{k}" for m in ("recall_any", "recall_all", "ndcg") for k in KS]
     heads = ["any@5", "any@10", "all@5", "all@10", "ndcg@5", "ndcg@10"]
     for r in out["results"]:
-        print(f"\n== {r['mode']}: search p50 {r['search_p50_ms']} ms, p95 {r['search_p95_ms']} ms"
-              f" ({r['skipped']} abstention/no-answer questions skipped)")  # fmt: skip
+        print(
+            f"\n== {r['mode']}: search p50 {r['search_p50_ms']} ms, p95 {r['search_p95_ms']} ms"
+            f" ({r['skipped']} abstention/no-answer questions skipped)"
+        )
         print(f"{'question type':<26} {'n':>4} " + " ".join(f"{h:>6}" for h in heads))
         rows = [*r["by_type"].items(), ("overall", r)]
         for name, row in rows:
@@ -594,10 +631,12 @@ def _global_options(
         return text.replace("%", "%%")
 
     p.add_argument(
-        "--config", metavar="FILE", default=d(settings.config_file),
+        "--config",
+        metavar="FILE",
+        default=d(settings.config_file),
         help="YAML config file with memory:, sessions:, server: blocks (default: $MEMLANE_CONFIG; "
         "see memlane config show)",
-    )  # fmt: skip
+    )
     if engine:
         _engine_options(p, settings, d, esc)
     p.add_argument("--json", action="store_true", default=d(False), help="machine-readable output")
@@ -610,15 +649,17 @@ def _engine_options(p: argparse.ArgumentParser, settings: MemlaneSettings, d: An
         "--db", default=d(m.store), help=f"database file (default: $MEMLANE_DB, memory.store or {esc(m.store)})"
     )
     p.add_argument(
-        "--embedder", default=d(m.embedder),
+        "--embedder",
+        default=d(m.embedder),
         help="auto | local | local:/path | e5 (multilingual) | hash | openai:MODEL | gemini:MODEL | none "
         f"(default: {esc(m.embedder)})",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--llm", default=d(m.llm),
+        "--llm",
+        default=d(m.llm),
         help="formation model: offline | openai:MODEL | ollama:MODEL | anthropic:MODEL | gemini:MODEL "
         f"(default: $MEMLANE_LLM, memory.llm or {esc(str(m.llm))})",
-    )  # fmt: skip
+    )
 
 
 def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentParser:
@@ -699,14 +740,17 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     s.add_argument("--format", choices=["locomo", "jsonl"], help="default: detected from the file")
     s.add_argument("--user-prefix", default="", help="prefix for LoCoMo user ids (one user per conversation)")
     s.add_argument(
-        "--embed", choices=["now", "deferred"], default="now",
+        "--embed",
+        choices=["now", "deferred"],
+        default="now",
         help="now: embed each chunk before storing it; deferred: store everything first (keyword-searchable at "
         "once), then embed in big batches (interrupted: the next run or drain_embeddings() finishes)",
-    )  # fmt: skip
+    )
     s.add_argument(
-        "--form", action="store_true",
+        "--form",
+        action="store_true",
         help="also replay each session and form memory from it (facts, reflections, consolidation) with --llm",
-    )  # fmt: skip
+    )
     s.set_defaults(fn=cmd_import)
 
     s = sub.add_parser("form", parents=[common], help="form a session's new messages into memory now")
@@ -760,9 +804,11 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     s.add_argument("--mode", choices=["all", "hybrid", "keyword", "vector"], default="all")
     s.add_argument("--limit", type=_positive(int), help="only the first N questions")
     s.add_argument(
-        "--roles", choices=["all", "user"], default="all",
+        "--roles",
+        choices=["all", "user"],
+        default="all",
         help="turns stored: every turn (default) or only the user's (what the official turn retrievers index)",
-    )  # fmt: skip
+    )
     s.add_argument("--bench-db", help="database for the run (default: in memory)")
     s.set_defaults(fn=cmd_bench_longmemeval)
     return p
@@ -778,8 +824,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(settings)
     args = parser.parse_args(argv)
     args.settings = settings
-    logging.basicConfig(level=logging.ERROR if getattr(args, "quiet", False) else logging.WARNING,
-                        format="%(message)s")  # fmt: skip
+    logging.basicConfig(level=logging.ERROR if getattr(args, "quiet", False) else logging.WARNING, format="%(message)s")
     try:
         code: int = args.fn(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit

@@ -69,11 +69,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``memlane mcp`` to the CLI's sub-command parsers."""
     s = sub.add_parser(
-        "mcp", parents=[common], help="serve memory tools to MCP clients (stdio or streamable HTTP)",
+        "mcp",
+        parents=[common],
+        help="serve memory tools to MCP clients (stdio or streamable HTTP)",
         description="Serve memlane's memory tools (search, remember, list, delete, context, profile) over MCP. "
         "stdio acts for --user; streamable HTTP acts for each request's API key (or for --user on a loopback "
         "server without keys).",
-    )  # fmt: skip
+    )
     s.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: %(default)s")
     s.add_argument("-u", "--user", "--user-id", dest="user_id", help="the user whose memory the tools use")
     s.add_argument("-a", "--agent", "--agent-id", dest="agent_id", help="the agent namespace (optional)")
@@ -81,9 +83,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP: port (default: %(default)s)")
     s.add_argument("--path", default="/mcp", help="HTTP: endpoint path (default: %(default)s)")
     s.add_argument(
-        "--keys", "--keys-file", dest="keys", metavar="FILE",
+        "--keys",
+        "--keys-file",
+        dest="keys",
+        metavar="FILE",
         help="HTTP: API keys file (default: server.keys_file, $MEMLANE_KEYS_FILE)",
-    )  # fmt: skip
+    )
     s.add_argument(
         "--tenants-dir", default=None, help="HTTP: where each tenant's store lives (default: server.tenants_dir)"
     )

@@ -70,7 +70,9 @@ def _batch(text: str) -> int:
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``memlane migrate`` to the CLI's sub-command parsers."""
     s = sub.add_parser(
-        "migrate", parents=[common], help="copy a store into another (SQLite <-> PostgreSQL), resumably",
+        "migrate",
+        parents=[common],
+        help="copy a store into another (SQLite <-> PostgreSQL), resumably",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Copy everything in one long-term store into another: sessions, events, facts (vectors\n"
         "verbatim, keyword index rebuilt on the target), history, reflections, consolidated memory,\n"
@@ -84,11 +86,21 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "  memlane migrate --from ~/.local/share/memlane/memlane.db --to 'postgresql://memlane@db/memlane'\n"
         "  memlane migrate --from 'postgresql://memlane@db/memlane?schema=acme' --to backup.db\n"
         "  (a password in a URL: put it in $PGPASSWORD or ~/.pgpass instead of the command line)",
-    )  # fmt: skip
-    s.add_argument("--from", dest="source", required=True, metavar="URL",
-                   help="the store to copy: a SQLite file, sqlite:///path, postgresql://...[?schema=NAME]")  # fmt: skip
-    s.add_argument("--to", dest="target", required=True, metavar="URL",
-                   help="the store to fill (created if missing): same forms as --from")  # fmt: skip
+    )
+    s.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="URL",
+        help="the store to copy: a SQLite file, sqlite:///path, postgresql://...[?schema=NAME]",
+    )
+    s.add_argument(
+        "--to",
+        dest="target",
+        required=True,
+        metavar="URL",
+        help="the store to fill (created if missing): same forms as --from",
+    )
     s.add_argument("--batch-size", type=_batch, default=500, metavar="N", help="rows per batch (default: %(default)s)")
     s.add_argument("--restart", action="store_true", help="ignore the checkpoints of an interrupted copy")
     s.add_argument("--force", action="store_true", help="copy into a target that holds other data (merge)")

@@ -40,8 +40,12 @@ def service_settings(args: argparse.Namespace) -> MemlaneSettings:
     settings = _settings(args)
     session_backend(settings)
     overrides = dict(settings.overrides)
-    for key, value in (("memory.store", args.db), ("memory.embedder", args.embedder), ("memory.llm", args.llm),
-                       ("server.tenants_dir", args.tenants_dir)):  # fmt: skip
+    for key, value in (
+        ("memory.store", args.db),
+        ("memory.embedder", args.embedder),
+        ("memory.llm", args.llm),
+        ("server.tenants_dir", args.tenants_dir),
+    ):
         if value is not None and str(value) != str(settings.get(key)):
             overrides[key] = str(value)
     if getattr(args, "formation_worker", None) is False and settings.server.formation_worker:
@@ -90,8 +94,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app, host, has_keys = build(args)
     if not has_keys:
         print(LOOPBACK_NOTICE, file=sys.stderr, flush=True)
-    print(f"memlane: serving the HTTP API on http://{host}:{port} (docs: /docs, schema: /openapi.json)",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"memlane: serving the HTTP API on http://{host}:{port} (docs: /docs, schema: /openapi.json)",
+        file=sys.stderr,
+        flush=True,
+    )
     if args.workers > 1:
         raise UsageError(
             "--workers > 1 is not supported yet: run several `memlane serve` processes on one --db behind a "
@@ -104,18 +111,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``memlane serve`` to the CLI's sub-command parsers."""
     s = sub.add_parser(
-        "serve", parents=[common], help="serve the HTTP API (FastAPI + uvicorn)",
+        "serve",
+        parents=[common],
+        help="serve the HTTP API (FastAPI + uvicorn)",
         description="Serve memlane's HTTP API: /v1 REST, KAOS /memory/events and /memory/sessions, the adk-rs "
         "ingest endpoint; OpenAPI at /openapi.json. Without API keys: loopback only.",
-    )  # fmt: skip
+    )
     s.add_argument("--host", help="interface to bind (default: server.host, 127.0.0.1)")
     s.add_argument("--port", type=int, default=None, help="port (default: server.port, 8000)")
     s.add_argument("--workers", type=int, default=1, help="server processes (only 1 for now)")
     s.add_argument("--keys", default=None, help="API keys file (default: server.keys_file / $MEMLANE_KEYS_FILE)")
     s.add_argument("--tenants-dir", default=None, help="where each tenant's store lives (default: server.tenants_dir)")
-    s.add_argument("--no-formation-worker", dest="formation_worker", action="store_false", default=None,
-                   help="only queue formation jobs, for `memlane worker` processes (replicas); default: "
-                   "server.formation_worker / $MEMLANE_FORMATION_WORKER")  # fmt: skip
+    s.add_argument(
+        "--no-formation-worker",
+        dest="formation_worker",
+        action="store_false",
+        default=None,
+        help="only queue formation jobs, for `memlane worker` processes (replicas); default: "
+        "server.formation_worker / $MEMLANE_FORMATION_WORKER",
+    )
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     s.add_argument("--access-log", action="store_true", help="log every request")
     s.set_defaults(fn=cmd_serve)

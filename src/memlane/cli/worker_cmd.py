@@ -250,8 +250,14 @@ class Worker:
             self._line(tenant, job, "retry", seconds=took, detail=retry, error=f"{type(exc).__name__}: {exc}")
         else:
             tries = f"attempt {after.attempts} of {after.max_attempts}; " if after is not None else ""
-            self._line(tenant, job, "failed", seconds=took, detail=f"{tries}not retried (memlane jobs --retry ID)",
-                       error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+            self._line(
+                tenant,
+                job,
+                "failed",
+                seconds=took,
+                detail=f"{tries}not retried (memlane jobs --retry ID)",
+                error=f"{type(exc).__name__}: {exc}",
+            )
 
     # ------------------------------------------------------------------ log
     def _line(
@@ -332,15 +338,24 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     async def main() -> WorkerStats:
         worker = Worker(
-            hub, tenants, concurrency=args.concurrency, once=args.once, poll=args.poll,
-            sweep_every=args.sweep_every, lease_seconds=args.lease_seconds, as_json=args.json,
-        )  # fmt: skip
+            hub,
+            tenants,
+            concurrency=args.concurrency,
+            once=args.once,
+            poll=args.poll,
+            sweep_every=args.sweep_every,
+            lease_seconds=args.lease_seconds,
+            as_json=args.json,
+        )
         undo = _install_signals(worker.stop)
         try:
             if not args.quiet:
                 mode = "draining due jobs" if args.once else "waiting for jobs (SIGTERM / Ctrl-C to stop)"
-                print(f"memlane worker: tenants {', '.join(worker.tenants)}, concurrency {args.concurrency}: {mode}",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"memlane worker: tenants {', '.join(worker.tenants)}, concurrency {args.concurrency}: {mode}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return await worker.run()
         finally:
             undo()
@@ -348,8 +363,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     stats = asyncio.run(main())
     if not args.quiet:
-        print(f"memlane worker: stopped: {stats.done} done, {stats.failed} failed attempts, {stats.released} released, "
-              f"{stats.swept} idle sessions queued", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"memlane worker: stopped: {stats.done} done, {stats.failed} failed attempts, {stats.released} released, "
+            f"{stats.swept} idle sessions queued",
+            file=sys.stderr,
+            flush=True,
+        )
     return 0
 
 
@@ -380,7 +399,9 @@ def _concurrency(text: str) -> int:
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``memlane worker`` to the CLI's sub-command parsers."""
     s = sub.add_parser(
-        "worker", parents=[common], help="run formation jobs from the queue (long-running; any number of them)",
+        "worker",
+        parents=[common],
+        help="run formation jobs from the queue (long-running; any number of them)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run memory-formation jobs from the configured store / queue until stopped. Same\n"
         "settings as `memlane serve` (--config, MEMLANE_DB, MEMLANE_QUEUE, MEMORY_TYPE, MEMORY_REDIS_URL,\n"
@@ -395,21 +416,50 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         epilog="Examples:\n  memlane worker --db postgresql://memlane@db/memlane --queue redis://cache:6379/0\n"
         "  memlane worker --concurrency 4 --tenant default --tenant acme\n"
         "  memlane worker --once          # drain due jobs, then exit (cron)",
-    )  # fmt: skip
-    s.add_argument("--queue", default=None, metavar="URL",
-                   help="job queue, e.g. redis://127.0.0.1:6379/0 (default: memory.queue / $MEMLANE_QUEUE; "
-                   "none: the store's own job table)")  # fmt: skip
-    s.add_argument("--concurrency", type=_concurrency, default=1, metavar="N",
-                   help="jobs run in parallel in this process (default: %(default)s)")  # fmt: skip
+    )
+    s.add_argument(
+        "--queue",
+        default=None,
+        metavar="URL",
+        help="job queue, e.g. redis://127.0.0.1:6379/0 (default: memory.queue / $MEMLANE_QUEUE; "
+        "none: the store's own job table)",
+    )
+    s.add_argument(
+        "--concurrency",
+        type=_concurrency,
+        default=1,
+        metavar="N",
+        help="jobs run in parallel in this process (default: %(default)s)",
+    )
     s.add_argument("--once", action="store_true", help="run the due jobs (and one idle sweep), then exit")
-    s.add_argument("--tenant", dest="tenants", action="append", metavar="NAME",
-                   help="serve this tenant's queue (repeatable; default: the default tenant only)")  # fmt: skip
+    s.add_argument(
+        "--tenant",
+        dest="tenants",
+        action="append",
+        metavar="NAME",
+        help="serve this tenant's queue (repeatable; default: the default tenant only)",
+    )
     s.add_argument("--tenants-dir", default=None, help="where other tenants' stores live (default: server.tenants_dir)")
-    s.add_argument("--poll", type=_positive_float, default=1.0, metavar="SECONDS",
-                   help="wait between claims when no job is due (default: %(default)s)")  # fmt: skip
-    s.add_argument("--sweep-every", type=_seconds_or_zero, default=60.0, metavar="SECONDS",
-                   help="seconds between idle sweeps; 0: no sweep (default: %(default)s)")  # fmt: skip
-    s.add_argument("--lease-seconds", type=_positive_float, default=None, metavar="SECONDS",
-                   help="lease of a running job, renewed every third of it; a dead worker's job is taken over "
-                   "after this (default: 30)")  # fmt: skip
+    s.add_argument(
+        "--poll",
+        type=_positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="wait between claims when no job is due (default: %(default)s)",
+    )
+    s.add_argument(
+        "--sweep-every",
+        type=_seconds_or_zero,
+        default=60.0,
+        metavar="SECONDS",
+        help="seconds between idle sweeps; 0: no sweep (default: %(default)s)",
+    )
+    s.add_argument(
+        "--lease-seconds",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="lease of a running job, renewed every third of it; a dead worker's job is taken over "
+        "after this (default: 30)",
+    )
     s.set_defaults(fn=cmd_worker)
