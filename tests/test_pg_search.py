@@ -755,3 +755,38 @@ async def test_scoped_rows_is_one_statement_and_sees_new_partitions(
         await conn.execute("INSERT INTO authors VALUES (%s, 'bob')", (user_partition("u1", "a1"),))
         assert await store.scoped_rows(conn, _pf(), sql) == [("ann",), ("bob",)]
         assert await store.scoped_rows(conn, _pf("nobody"), sql) == []
+
+
+async def _toasted_after_insert(db: PgDatabase) -> int:
+    """Insert one row of ~2.6 KB (a 384-float vector and 1 KB of text) and count the values
+    of the facts table that went to its TOAST table."""
+    vec = np.ones(384, dtype=np.float32)
+    async with db.transaction() as conn:
+        text = "word " * 200
+        await conn.execute(
+            "INSERT INTO facts (id, partition, content, hash, scope, user_id, kind, formed_at, updated_at,"
+            " valid_from, embedding, search_text) VALUES (%s, 'u|t|', %s, %s, 'user', 't', 'fact', now(), now(),"
+            " now(), %s, %s)",
+            (uuid.uuid4().hex, text, uuid.uuid4().hex, vec, text),
+        )
+        toast = "SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'facts'::regclass"
+        row = await (await conn.execute(toast)).fetchone()
+        assert row is not None
+        count = await (await conn.execute(f"SELECT count(*) FROM {row[0]}")).fetchone()
+        assert count is not None
+        return int(count[0])
+
+
+async def test_vectors_stay_in_the_row(db: PgDatabase) -> None:
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT a.attstorage, c.reloptions FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+            " WHERE a.attrelid = 'facts'::regclass AND a.attname = 'embedding'"
+        )
+        row = await cur.fetchone()
+        assert row is not None and row[0] == "m" and "toast_tuple_target=4080" in row[1]
+    assert await _toasted_after_insert(db) == 0
+    async with db.connection() as conn:  # pgvector's default storage, for contrast: the vector goes out of line
+        await conn.execute("ALTER TABLE facts ALTER COLUMN embedding SET STORAGE EXTERNAL")
+        await conn.execute("ALTER TABLE facts RESET (toast_tuple_target)")
+    assert await _toasted_after_insert(db) > 0

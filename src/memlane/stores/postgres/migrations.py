@@ -266,4 +266,20 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "0004_sessions_by_id",
         ["CREATE INDEX sessions_id ON sessions (id, app)"],
     ),
+    (
+        # Vectors read without TOAST (issue 19): under pgvector's default storage (external) a row
+        # of texts, tsvector and a 384-float vector passes the 2 KB toast threshold and the
+        # vector goes out of line, so an exact scan of 1,000 rows read 6,208 buffers (1.7 MB heap
+        # + TOAST). MAIN storage keeps the vector in the row, and a 4 KB toast_tuple_target keeps
+        # whole rows of up to ~4 KB inline (tsv stays in the row too): 498 buffers, 6.6 -> 1.5 ms
+        # (docs/benchmarks.md, issue 19). Applies to rows written (or rewritten: VACUUM FULL) from
+        # now on. PgFactStore.bind_embedder's ALTER COLUMN ... TYPE resets the column's storage
+        # to the type's (external), so a store bound after this migration needs bind_embedder to
+        # set MAIN again after it (tests/test_pg_search.py::test_vectors_stay_in_the_row).
+        "0005_vectors_inline",
+        [
+            "ALTER TABLE facts SET (toast_tuple_target = 4080)",
+            "ALTER TABLE facts ALTER COLUMN embedding SET STORAGE MAIN",
+        ],
+    ),
 ]

@@ -10,14 +10,21 @@ SQLite store's BM25 column weights (text 1.0, ``date_weight`` 1.0, ``ctx_weight`
 that says the words ranks above one whose neighbours say them, and a rare word counts more
 than a common one. On LoCoMo (keyword only, 883 questions) recall@5 / @10 went from
 0.582 / 0.669 with ``ts_rank_cd`` alone to 0.686 / 0.758 (SQLite's FTS5 BM25: 0.703 / 0.772).
+In partitions of ``keyword_split_min_rows`` rows or more only the rows holding one of the
+rarest terms are scored (:meth:`PgSearchMixin.keyword_search`).
 
 Vector search returns cosine similarity (``1 - (embedding <=> q)``, -1..1). Partitions of up to
 ``exact_max`` rows are scanned exactly (the ordering expression is not the index's, so the
 planner cannot take the approximate HNSW index); larger ones go through the HNSW index with
-``hnsw.ef_search = max(100, 8 * limit)`` for that transaction, and when the index returns fewer
+``hnsw.ef_search = max(100, 8 * limit)`` for that statement, and when the index returns fewer
 than ``limit`` rows (pgvector 0.6 filters *after* the graph walk, so a rare filter or a small
-share of a large table starves it) the search is redone exactly. Every condition (partitions,
-validity, kind, author, session, metadata) is in the SQL, before ``LIMIT``.
+share of a large table starves it) the exact scan answers, in the same statement. Every
+condition (partitions, validity, kind, author, session, metadata) is in the SQL, before ``LIMIT``.
+
+Round trips: each search is one statement once a user's partitions are known (remembered per
+prefix, checked by every statement, which runs again when they changed); the partitions' size
+and the keyword statistics are cached per store and checked inside the statement against the
+partitions' highest rowid and change counters (:class:`_SearchCache`).
 """
 
 from __future__ import annotations
