@@ -207,8 +207,10 @@ class PostgresServer:
             return
         subprocess.run(
             [*_run_as(), str(self._bin / "pg_ctl"), "-D", str(self.data_dir / "data"), "-m", "fast", "-w", "stop"],
-            check=False, capture_output=True, timeout=60,
-        )  # fmt: skip
+            check=False,
+            capture_output=True,
+            timeout=60,
+        )
 
 
 def _running_port(data: Path) -> int | None:
@@ -245,10 +247,23 @@ def start_postgres(
     prefix = _run_as()
     if not (data / "PG_VERSION").exists():
         init = subprocess.run(
-            [*prefix, str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8",
-             "--no-instructions"],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            [
+                *prefix,
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-instructions",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if init.returncode != 0:
             raise ConfigError(f"initdb failed in {data}: {init.stderr.strip() or init.stdout.strip()}")
     port = port or free_port()
@@ -256,8 +271,10 @@ def start_postgres(
     opts = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off"
     start = subprocess.run(
         [*prefix, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(log), "-w", "-t", "120", "start"],
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     if start.returncode != 0:
         tail = log.read_text(errors="replace")[-2000:] if log.exists() else start.stderr
         raise ConfigError(f"PostgreSQL did not start in {data}: {tail.strip()}")
@@ -305,8 +322,9 @@ def find_or_start_redis(url: str = "redis://127.0.0.1:6379/0") -> RedisServer:
     port = free_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 20
     while not _redis_up("127.0.0.1", port):
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -323,12 +323,25 @@ def document_rows(fact: Fact) -> list[Fact]:
     )
     rows = [doc]
     for p in pieces:
-        meta = {**fact.metadata, "document_id": doc.id, "fragment": p.index, "fragments": len(pieces),
-                "headings": list(p.headings), "start": p.start, "end": p.end}  # fmt: skip
+        meta = {
+            **fact.metadata,
+            "document_id": doc.id,
+            "fragment": p.index,
+            "fragments": len(pieces),
+            "headings": list(p.headings),
+            "start": p.start,
+            "end": p.end,
+        }
         rows.append(
             fact.model_copy(
-                update={"id": new_id(), "content": p.text, "kind": "fragment", "seq": None, "metadata": meta,
-                        "hash": content_hash(f"{doc.hash or content_hash(doc.content)}#{p.index}")}
+                update={
+                    "id": new_id(),
+                    "content": p.text,
+                    "kind": "fragment",
+                    "seq": None,
+                    "metadata": meta,
+                    "hash": content_hash(f"{doc.hash or content_hash(doc.content)}#{p.index}"),
+                }
             )
-        )  # fmt: skip
+        )
     return rows

@@ -242,12 +242,19 @@ def session_events(batches: list[Batch]) -> dict[tuple[str, str], list[Event]]:
             digest = hashlib.sha256(f"{key}#{seen[key]}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
             assistant = message_role(msg.get("role")) == "assistant"
             try:
-                events.append(Event(
-                    id=f"import-{digest}", type=EventType.AGENT_RESPONSE if assistant else EventType.USER_MESSAGE,
-                    author=author, content=msg["content"],
-                    **({"timestamp": when if isinstance(when, datetime) else datetime.fromisoformat(stamp)}
-                       if when else {}),
-                ))  # fmt: skip
+                events.append(
+                    Event(
+                        id=f"import-{digest}",
+                        type=EventType.AGENT_RESPONSE if assistant else EventType.USER_MESSAGE,
+                        author=author,
+                        content=msg["content"],
+                        **(
+                            {"timestamp": when if isinstance(when, datetime) else datetime.fromisoformat(stamp)}
+                            if when
+                            else {}
+                        ),
+                    )
+                )
             except ValueError as exc:  # pydantic's ValidationError is a ValueError
                 raise InvalidInputError(f"{where}: {exc}") from exc
     return sessions

@@ -220,9 +220,14 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         embedder, sessions, llm, strong_llm = self._specs
         cfg = self.formation_config
         parts = await open_parts(
-            self.db_path, embedder=embedder, sessions=sessions, jobs=self._jobs_spec, formation=cfg, llm=llm,
+            self.db_path,
+            embedder=embedder,
+            sessions=sessions,
+            jobs=self._jobs_spec,
+            formation=cfg,
+            llm=llm,
             strong_llm=strong_llm,
-        )  # fmt: skip
+        )
         self.facts: FactStore = parts.facts
         self.reflection_store: ReflectionStore = parts.reflections
         self.jobs: JobStore = parts.jobs
@@ -233,9 +238,13 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         self.meter: UsageMeter = parts.fast.meter
         self._embeddings = EmbeddingLifecycle(self.facts, parts.embedder, self._query_cache)
         self.pipeline = Pipeline(
-            facts=self.facts, reflections=self.reflection_store, embed=self._embeddings.embed, config=cfg,
-            fast=parts.fast, strong=parts.strong,
-        )  # fmt: skip
+            facts=self.facts,
+            reflections=self.reflection_store,
+            embed=self._embeddings.embed,
+            config=cfg,
+            fast=parts.fast,
+            strong=parts.strong,
+        )
         self.formation = FormationRunner(
             pipeline=self.pipeline, jobs=self.jobs, sessions=self.sessions, config=cfg, meter=self.meter
         )
@@ -377,9 +386,18 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
                 and retried later, the input is not lost.
         """
         return await self._writer.add(
-            messages, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=metadata, infer=infer,
-            scope=scope, timestamp=timestamp, wait=wait, kind=kind, embed=embed,
-        )  # fmt: skip
+            messages,
+            user_id=user_id,
+            agent_id=agent_id,
+            session_id=session_id,
+            metadata=metadata,
+            infer=infer,
+            scope=scope,
+            timestamp=timestamp,
+            wait=wait,
+            kind=kind,
+            embed=embed,
+        )
 
     @opening
     async def add_many(
@@ -501,9 +519,13 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         flt, only = fact_filter(wanted)
         scope = self._scope(user_id, agent_id, session_id)
         page = await self.facts.list_facts(
-            scope, limit=limit, cursor=cursor, include_invalid=include_invalid, filter=None if flt.empty else flt,
+            scope,
+            limit=limit,
+            cursor=cursor,
+            include_invalid=include_invalid,
+            filter=None if flt.empty else flt,
             only=only,
-        )  # fmt: skip
+        )
         page.items = [redact_contributor(f, user_id) for f in page.items]
         return page
 
@@ -596,9 +618,16 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
             raise ConfigError("mode='vector' needs an embedder; this memory has none (embedder=None)")
         self.search_engine.config = self.retrieval  # callers may swap the config between searches
         return await self.search_engine.search(
-            scope, queries, top_k=top_k, filters=filters, debug=debug, use_vectors=self.embedder is not None,
-            mode=mode, match_threshold=match_threshold, unique=unique,
-        )  # fmt: skip
+            scope,
+            queries,
+            top_k=top_k,
+            filters=filters,
+            debug=debug,
+            use_vectors=self.embedder is not None,
+            mode=mode,
+            match_threshold=match_threshold,
+            unique=unique,
+        )
 
     # ------------------------------------------------------------------ context
     @opening
@@ -619,9 +648,15 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         the recent facts (<= 40, last 7 days, newest first). Cached 5 minutes while the
         memory is unchanged. See :func:`memlane.agent.context.assemble_context`."""
         q = ContextQuery.checked(
-            session_id=session_id, user_id=user_id, agent_id=agent_id, budget_tokens=budget_tokens, profile=profile,
-            facts_limit=facts_limit, now=now, use_cache=use_cache,
-        )  # fmt: skip
+            session_id=session_id,
+            user_id=user_id,
+            agent_id=agent_id,
+            budget_tokens=budget_tokens,
+            profile=profile,
+            facts_limit=facts_limit,
+            now=now,
+            use_cache=use_cache,
+        )
         return await build_context(self.facts, self.reflection_store, self.contexts, self._profile_of, q)
 
     async def _profile_of(self, user_id: str, agent_id: str | None) -> str | None:

@@ -66,10 +66,18 @@ def message_fact(
     else:
         raise InvalidInputError(f"message {i} must be a dict or Event, got {type(m).__name__}")
     return Fact(
-        content=text, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
-        kind="message", author=author, occurred_at=when, source_event_ids=src, metadata=dict(meta),
+        content=text,
+        scope=scope,
+        user_id=user_id,
+        agent_id=agent_id,
+        session_id=session_id,
+        kind="message",
+        author=author,
+        occurred_at=when,
+        source_event_ids=src,
+        metadata=dict(meta),
         hash=message_key(session_id, author, when, text),
-    )  # fmt: skip
+    )
 
 
 def to_facts(
@@ -90,9 +98,18 @@ def to_facts(
         # the kind is part of the identity: the same words as a fact and as a description are two memories
         key = text if kind in (None, "fact") else f"{kind}\x1f{text}"
         return [
-            Fact(content=text, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
-                 kind=kind or "fact", occurred_at=timestamp, metadata=metadata, hash=content_hash(key))
-        ]  # fmt: skip
+            Fact(
+                content=text,
+                scope=scope,
+                user_id=user_id,
+                agent_id=agent_id,
+                session_id=session_id,
+                kind=kind or "fact",
+                occurred_at=timestamp,
+                metadata=metadata,
+                hash=content_hash(key),
+            )
+        ]
     facts = [
         message_fact(m, i, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=metadata)
         for i, m in enumerate(_checked_messages(messages))
@@ -110,7 +127,12 @@ def to_turns(
     if isinstance(messages, str | bytes):
         return [Turn(role="user", author="user", text=inputs.clean_text(messages, "text"), at=timestamp)]
     return [
-        Turn(role=message_role(m.role if isinstance(m, Event) else m.get("role", "user")), author=f.author or "user",
-             text=f.content, at=f.occurred_at, event_id=f.source_event_ids[0] if f.source_event_ids else None)
+        Turn(
+            role=message_role(m.role if isinstance(m, Event) else m.get("role", "user")),
+            author=f.author or "user",
+            text=f.content,
+            at=f.occurred_at,
+            event_id=f.source_event_ids[0] if f.source_event_ids else None,
+        )
         for m, f in zip(messages, facts, strict=True)
-    ]  # fmt: skip
+    ]

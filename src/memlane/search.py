@@ -180,8 +180,9 @@ class Searcher:
             return SearchResult(hits=[], debug={"timings": {}, "filter": requested} if debug else None)
         flt, pf = narrowed, scope.partition_filter(only)
         if mode == "substring":
-            return await self._substring(scope, queries, top_k=top_k, flt=flt, only=only, unique=unique, t0=t0,
-                                         debug=debug)  # fmt: skip
+            return await self._substring(
+                scope, queries, top_k=top_k, flt=flt, only=only, unique=unique, t0=t0, debug=debug
+            )
         wanted, top_k = top_k, top_k * UNIQUE_OVERFETCH if unique else top_k
         depth = max(cfg.depth, top_k)
         timings: dict[str, float] = {}
@@ -230,8 +231,9 @@ class Searcher:
             vr = min((r for n, r in f.ranks.items() if n.startswith("vector")), default=None)
             ks = max((s for n, s in f.raw.items() if n.startswith("keyword")), default=None)
             vs = max((s for n, s in f.raw.items() if n.startswith("vector")), default=None)
-            hits.append(Hit(fact=fact, score=f.score, keyword_rank=kr, vector_rank=vr, keyword_score=ks,
-                            vector_score=vs))  # fmt: skip
+            hits.append(
+                Hit(fact=fact, score=f.score, keyword_rank=kr, vector_rank=vr, keyword_score=ks, vector_score=vs)
+            )
         if unique:
             hits = dedupe(hits)
         hits = hits[:wanted]

@@ -232,10 +232,19 @@ class Memory:
         engine_add: Any = self._async.add
         result: list[Fact] | Job = self._portal.call(
             engine_add(
-                messages, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=metadata,
-                infer=infer, scope=scope, timestamp=timestamp, wait=wait, kind=kind, embed=embed,
+                messages,
+                user_id=user_id,
+                agent_id=agent_id,
+                session_id=session_id,
+                metadata=metadata,
+                infer=infer,
+                scope=scope,
+                timestamp=timestamp,
+                wait=wait,
+                kind=kind,
+                embed=embed,
             )
-        )  # fmt: skip
+        )
         return result
 
     def add_many(
@@ -261,24 +270,40 @@ class Memory:
         """See :meth:`AsyncMemory.add_document`."""
         return self._portal.call(
             self._async.add_document(
-                text, title=title, source=source, user_id=user_id, agent_id=agent_id, session_id=session_id,
-                scope=scope, metadata=metadata, timestamp=timestamp, embed=embed,
+                text,
+                title=title,
+                source=source,
+                user_id=user_id,
+                agent_id=agent_id,
+                session_id=session_id,
+                scope=scope,
+                metadata=metadata,
+                timestamp=timestamp,
+                embed=embed,
             )
-        )  # fmt: skip
+        )
 
     def fragments(
-        self, document_id: str, *, user_id: str | None = None, agent_id: str | None = None,
+        self,
+        document_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
         session_id: str | None = None,
-    ) -> builtins.list[Fact]:  # fmt: skip
+    ) -> builtins.list[Fact]:
         """See :meth:`AsyncMemory.fragments`."""
         return self._portal.call(
             self._async.fragments(document_id, user_id=user_id, agent_id=agent_id, session_id=session_id)
         )
 
     def parent_document(
-        self, fragment_id: str, *, user_id: str | None = None, agent_id: str | None = None,
+        self,
+        fragment_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
         session_id: str | None = None,
-    ) -> Fact:  # fmt: skip
+    ) -> Fact:
         """See :meth:`AsyncMemory.parent_document`."""
         return self._portal.call(
             self._async.parent_document(fragment_id, user_id=user_id, agent_id=agent_id, session_id=session_id)
@@ -309,10 +334,18 @@ class Memory:
         """See :meth:`AsyncMemory.search`."""
         return self._portal.call(
             self._async.search(
-                query, user_id=user_id, agent_id=agent_id, session_id=session_id, top_k=top_k,
-                filters=filters, debug=debug, mode=mode, match_threshold=match_threshold, unique=unique,
+                query,
+                user_id=user_id,
+                agent_id=agent_id,
+                session_id=session_id,
+                top_k=top_k,
+                filters=filters,
+                debug=debug,
+                mode=mode,
+                match_threshold=match_threshold,
+                unique=unique,
             )
-        )  # fmt: skip
+        )
 
     def get(
         self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
@@ -335,10 +368,16 @@ class Memory:
         """See :meth:`AsyncMemory.list`."""
         return self._portal.call(
             self._async.list(
-                user_id=user_id, agent_id=agent_id, session_id=session_id, limit=limit, cursor=cursor,
-                include_invalid=include_invalid, kind=kind, filters=filters,
+                user_id=user_id,
+                agent_id=agent_id,
+                session_id=session_id,
+                limit=limit,
+                cursor=cursor,
+                include_invalid=include_invalid,
+                kind=kind,
+                filters=filters,
             )
-        )  # fmt: skip
+        )
 
     def update(
         self,
@@ -493,10 +532,16 @@ class Memory:
         """See :meth:`AsyncMemory.context`."""
         return self._portal.call(
             self._async.context(
-                session_id=session_id, user_id=user_id, agent_id=agent_id, budget_tokens=budget_tokens,
-                profile=profile, facts_limit=facts_limit, now=now, use_cache=use_cache,
+                session_id=session_id,
+                user_id=user_id,
+                agent_id=agent_id,
+                budget_tokens=budget_tokens,
+                profile=profile,
+                facts_limit=facts_limit,
+                now=now,
+                use_cache=use_cache,
             )
-        )  # fmt: skip
+        )
 
     def window(
         self,
@@ -522,9 +567,16 @@ async def _build(
     recall: RecallConfig | None = None,
 ) -> AsyncMemory:
     memory = AsyncMemory(
-        db, embedder=embedder, sessions=sessions, jobs=jobs, retrieval=retrieval, formation=formation, llm=llm,
-        strong_llm=strong_llm, recall=recall,
-    )  # fmt: skip
+        db,
+        embedder=embedder,
+        sessions=sessions,
+        jobs=jobs,
+        retrieval=retrieval,
+        formation=formation,
+        llm=llm,
+        strong_llm=strong_llm,
+        recall=recall,
+    )
     await memory.start()
     return memory
 

@@ -523,8 +523,9 @@ class FactStoreContract:
             await fact_store.bind_embedder("other:64", 64)
 
     async def test_keyword_and_vector_search_stay_in_partition(self, fact_store: FactStore) -> None:
-        await fact_store.put_facts([_fact("alpha bravo", user="u1"), _fact("alpha charlie", user="u2")],
-                                   _vecs("alpha bravo", "alpha charlie"))  # fmt: skip
+        await fact_store.put_facts(
+            [_fact("alpha bravo", user="u1"), _fact("alpha charlie", user="u2")], _vecs("alpha bravo", "alpha charlie")
+        )
         kw = await fact_store.keyword_search(_pf(), _terms("alpha"), limit=10)
         vec = await fact_store.vector_search(_pf(), _vecs("alpha")[0], limit=10)
         got = await fact_store.get_facts([c.fact_id for c in kw + vec], Scope(user_id="u1"))
@@ -534,10 +535,14 @@ class FactStoreContract:
 
     async def test_user_scope_reads_every_agent_agent_scope_narrows(self, fact_store: FactStore) -> None:
         await fact_store.put_facts(
-            [_fact("quebec plain"), _fact("quebec in x", agent_id="x"), _fact("quebec in y", agent_id="y"),
-             _fact("quebec shared", user=None, agent_id="x", scope="agent")],
+            [
+                _fact("quebec plain"),
+                _fact("quebec in x", agent_id="x"),
+                _fact("quebec in y", agent_id="y"),
+                _fact("quebec shared", user=None, agent_id="x", scope="agent"),
+            ],
             None,
-        )  # fmt: skip
+        )
 
         async def texts(user: str | None, agent: str | None) -> set[str]:
             found = await fact_store.keyword_search(_pf(user, agent), _terms("quebec"), limit=10)
@@ -590,8 +595,7 @@ class FactStoreContract:
     async def test_metadata_and_author_filters_apply_before_limit(self, fact_store: FactStore) -> None:
         notes = [_fact(f"note number {i} about email", metadata={"source": "chat"}) for i in range(100)]
         await fact_store.put_facts(notes, _vecs(*(n.content for n in notes)))
-        mail = _fact("the email from Bo", metadata={"source": "email", "n": 1, "ok": True}, author="Bo",
-                     kind="message")  # fmt: skip
+        mail = _fact("the email from Bo", metadata={"source": "email", "n": 1, "ok": True}, author="Bo", kind="message")
         await fact_store.put_facts([mail], _vecs(mail.content))
         for flt in (
             FactFilter(metadata=(("source", "email"),)),
@@ -613,10 +617,13 @@ class FactStoreContract:
 
     async def test_candidates_carry_authors_and_authors_lists_them(self, fact_store: FactStore) -> None:
         await fact_store.put_facts(
-            [_fact("romeo one", kind="message", author="Ann"), _fact("romeo two", kind="message", author="Bob"),
-             _fact("romeo other", user="u2", kind="message", author="Eve")],
+            [
+                _fact("romeo one", kind="message", author="Ann"),
+                _fact("romeo two", kind="message", author="Bob"),
+                _fact("romeo other", user="u2", kind="message", author="Eve"),
+            ],
             None,
-        )  # fmt: skip
+        )
         kw = await fact_store.keyword_search(_pf(), _terms("romeo"), limit=5)
         assert sorted((c.author or "").lower() for c in kw) == ["ann", "bob"]
         assert sorted(await fact_store.authors(_pf())) == ["Ann", "Bob"]
@@ -664,12 +671,16 @@ class FactStoreContract:
 
     async def test_purge_user_removes_only_that_user(self, fact_store: FactStore) -> None:
         await fact_store.put_facts(
-            [_fact("kilo canaryword", kind="message", author="K", session_id="s"), _fact("kilo two", agent_id="x"),
-             _fact("lima", user="u2")],
+            [
+                _fact("kilo canaryword", kind="message", author="K", session_id="s"),
+                _fact("kilo two", agent_id="x"),
+                _fact("lima", user="u2"),
+            ],
             _vecs("kilo canaryword", "kilo two", "lima"),
-        )  # fmt: skip
-        await fact_store.apply_changes([FactChange("ADD", user_partition("u1", None), fact=_fact("kilo formed"))],
-                                       key="batch-u1")  # fmt: skip
+        )
+        await fact_store.apply_changes(
+            [FactChange("ADD", user_partition("u1", None), fact=_fact("kilo formed"))], key="batch-u1"
+        )
         assert await fact_store.purge_user("u1") >= 4
         assert (await fact_store.list_facts(Scope(user_id="u1"), include_invalid=True)).total == 0
         assert await fact_store.keyword_search(_pf(), _terms("kilo canaryword"), limit=5) == []
@@ -719,12 +730,15 @@ class FactStoreContract:
     async def test_list_only_one_kind_of_partition(self, fact_store: FactStore) -> None:
         """``only`` lists just the scope's user, agent or room partitions (``search``'s scope filter)."""
         await fact_store.put_facts(
-            [_fact("quebec mine", agent_id="x"), _fact("quebec shared", user=None, agent_id="x", scope="agent"),
-             _fact("quebec room", user=None, agent_id="x", session_id="r1", scope="room"),
-             _fact("quebec other room", user=None, agent_id="x", session_id="r2", scope="room"),
-             _fact("quebec theirs", user="u2", agent_id="x")],
+            [
+                _fact("quebec mine", agent_id="x"),
+                _fact("quebec shared", user=None, agent_id="x", scope="agent"),
+                _fact("quebec room", user=None, agent_id="x", session_id="r1", scope="room"),
+                _fact("quebec other room", user=None, agent_id="x", session_id="r2", scope="room"),
+                _fact("quebec theirs", user="u2", agent_id="x"),
+            ],
             None,
-        )  # fmt: skip
+        )
         scope = Scope(user_id="u1", agent_id="x", session_id="r1")
 
         async def listed(only: Any) -> list[str]:
@@ -822,8 +836,9 @@ class ReflectionStoreContract:
         seen = [await rs.reflection_stamp(keys)]
         r = await rs.put_reflection(Reflection(content="likes tea", scope="user", user_id="u1"))
         seen.append(await rs.reflection_stamp(keys))
-        blob = ConsolidatedMemory(scope="user", user_id="u1", consolidated_content="VERSION: 1", word_limit=300,
-                                  version=1)  # fmt: skip
+        blob = ConsolidatedMemory(
+            scope="user", user_id="u1", consolidated_content="VERSION: 1", word_limit=300, version=1
+        )
         await rs.put_consolidated(blob, [r.id], expected_version=0)
         seen.append(await rs.reflection_stamp(keys))
         await rs.put_reflection(Reflection(content="goal", scope="session", user_id="u1", session_id="s1"))
@@ -842,8 +857,9 @@ class ReflectionStoreContract:
         r1 = await rs.put_reflection(Reflection(content="goal: fix login", scope="session", session_id="s"))
         await rs.put_reflection(Reflection(content="other session", scope="session", session_id="t"))
         assert [r.id for r in await rs.list_reflections(scope="session", session_id="s")] == [r1.id]
-        blob = ConsolidatedMemory(scope="session", session_id="s", consolidated_content="VERSION: 1", word_limit=200,
-                                  version=1)  # fmt: skip
+        blob = ConsolidatedMemory(
+            scope="session", session_id="s", consolidated_content="VERSION: 1", word_limit=200, version=1
+        )
         await rs.put_consolidated(blob, [r1.id])
         got = await rs.get_consolidated(scope="session", session_id="s")
         assert got is not None and got.version == 1 and got.consolidated_content == "VERSION: 1"
@@ -863,12 +879,14 @@ class ReflectionStoreContract:
     async def test_consolidation_conflict(self, reflection_store: ReflectionStore) -> None:
         rs = reflection_store
         r = await rs.put_reflection(Reflection(content="likes tea", scope="user", user_id="u1"))
-        blob = ConsolidatedMemory(scope="user", user_id="u1", consolidated_content="VERSION: 1", word_limit=300,
-                                  version=1)  # fmt: skip
+        blob = ConsolidatedMemory(
+            scope="user", user_id="u1", consolidated_content="VERSION: 1", word_limit=300, version=1
+        )
         await rs.put_consolidated(blob, [r.id], expected_version=0)
         with pytest.raises(ConflictError):  # a second writer that also read version 0 loses
-            await rs.put_consolidated(blob.model_copy(update={"consolidated_content": "VERSION: 1 b"}),
-                                      expected_version=0)  # fmt: skip
+            await rs.put_consolidated(
+                blob.model_copy(update={"consolidated_content": "VERSION: 1 b"}), expected_version=0
+            )
         got = await rs.get_consolidated(scope="user", user_id="u1")
         assert got is not None and got.consolidated_content == "VERSION: 1"
         await rs.put_consolidated(blob.model_copy(update={"version": 2}), expected_version=1)
@@ -878,8 +896,16 @@ class ReflectionStoreContract:
         await rs.put_reflection(Reflection(content="s", scope="session", user_id="u1", session_id="s1"))
         await rs.put_reflection(Reflection(content="kept", scope="session", user_id="u1", session_id="s2"))
         await rs.put_reflection(Reflection(content="user level", scope="user", user_id="u1", session_id="s1"))
-        await rs.put_consolidated(ConsolidatedMemory(scope="session", user_id="u1", session_id="s1", word_limit=200,
-                                                     consolidated_content="VERSION: 1", version=1))  # fmt: skip
+        await rs.put_consolidated(
+            ConsolidatedMemory(
+                scope="session",
+                user_id="u1",
+                session_id="s1",
+                word_limit=200,
+                consolidated_content="VERSION: 1",
+                version=1,
+            )
+        )
         assert await rs.clear_session_memory(agent_id=None, user_id="u1", session_id="s1") == 2
         assert await rs.get_consolidated(scope="session", user_id="u1", session_id="s1") is None
         assert [r.content for r in await rs.list_reflections(scope="session", user_id="u1", session_id="s2")] == [
@@ -891,8 +917,9 @@ class ReflectionStoreContract:
         rs = reflection_store
         await rs.put_reflection(Reflection(content="r", scope="user", user_id="u1"))
         await rs.put_reflection(Reflection(content="r2", scope="user", user_id="u2"))
-        await rs.put_consolidated(ConsolidatedMemory(scope="user", user_id="u1", word_limit=300,
-                                                     consolidated_content="VERSION: 1", version=1))  # fmt: skip
+        await rs.put_consolidated(
+            ConsolidatedMemory(scope="user", user_id="u1", word_limit=300, consolidated_content="VERSION: 1", version=1)
+        )
         assert await rs.purge_user("u1") >= 2
         assert await rs.list_reflections(scope="user", user_id="u1") == []
         assert await rs.get_consolidated(scope="user", user_id="u1") is None

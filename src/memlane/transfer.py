@@ -113,11 +113,24 @@ class TransferReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "source": self.source, "target": self.target, "embedder": self.embedder, "dim": self.dim,
-            "ok": self.ok, "problems": self.problems,
-            "tables": [{"table": t.name, "source_rows": t.source_rows, "target_rows": t.target_rows,
-                        "copied": t.copied, "resumed": t.resumed, "ok": t.ok} for t in self.tables],
-        }  # fmt: skip
+            "source": self.source,
+            "target": self.target,
+            "embedder": self.embedder,
+            "dim": self.dim,
+            "ok": self.ok,
+            "problems": self.problems,
+            "tables": [
+                {
+                    "table": t.name,
+                    "source_rows": t.source_rows,
+                    "target_rows": t.target_rows,
+                    "copied": t.copied,
+                    "resumed": t.resumed,
+                    "ok": t.ok,
+                }
+                for t in self.tables
+            ],
+        }
 
 
 async def migrate(

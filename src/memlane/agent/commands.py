@@ -181,9 +181,12 @@ async def _remember(engine: AsyncMemory, who: Identity, fact: str) -> CommandRes
     try:  # the tool's limit: /remember stores one fact, not a document
         fact = inputs.clean_text(fact, "fact", max_chars=MAX_FACT_CHARS)
         stored = await engine.add(
-            fact, user_id=who.user_id, agent_id=who.namespace, session_id=who.session_id,
+            fact,
+            user_id=who.user_id,
+            agent_id=who.namespace,
+            session_id=who.session_id,
             metadata={"source": "command:remember"},
-        )  # fmt: skip
+        )
     except InvalidInputError as exc:  # the text itself (too long, invisible): nothing stored
         return CommandResult("remember", f"I could not store that: {exc}", ok=False)
     return CommandResult("remember", "Got it, I'll remember that.", data={"id": stored[0].id})
@@ -225,9 +228,10 @@ async def _reset(engine: AsyncMemory, who: Identity) -> CommandResult:
         result = await engine.reset_session(who.session_id, app=who.app)
     except FormationError as exc:
         return CommandResult(
-            "reset", f"I could not save this conversation to memory ({exc}); it was kept and will be retried.",
+            "reset",
+            f"I could not save this conversation to memory ({exc}); it was kept and will be retried.",
             ok=False,
-        )  # fmt: skip
+        )
     data: dict[str, Any] = {}
     if isinstance(result, FormationResult):  # always, with wait=True
         data = {"job_id": result.job_id, "turns": result.turns, "facts": len(result.facts), "cleared": result.cleared}

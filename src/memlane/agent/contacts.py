@@ -144,9 +144,13 @@ class Contact:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return {
-            "name": self.name, "relation": self.relation, "phones": list(self.phones), "emails": list(self.emails),
-            "handles": list(self.handles), "sources": list(self.sources),
-        }  # fmt: skip
+            "name": self.name,
+            "relation": self.relation,
+            "phones": list(self.phones),
+            "emails": list(self.emails),
+            "handles": list(self.handles),
+            "sources": list(self.sources),
+        }
 
 
 @dataclass(frozen=True)
@@ -169,10 +173,13 @@ class Resolution:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (a tool result)."""
         return {
-            "status": self.status, "reference": self.reference,
-            "contact": self.contact.to_dict() if self.contact else None, "address": self.address,
-            "candidates": [c.to_dict() for c in self.candidates], "question": self.question,
-        }  # fmt: skip
+            "status": self.status,
+            "reference": self.reference,
+            "contact": self.contact.to_dict() if self.contact else None,
+            "address": self.address,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "question": self.question,
+        }
 
 
 #: ``extractor(reference, facts)`` -> contacts: replaces the deterministic extraction (e.g. an LLM).
@@ -277,10 +284,13 @@ def _merge(contacts: Sequence[Contact]) -> list[Contact]:
 
     def join(a: Contact, b: Contact) -> Contact:
         return replace(
-            a, name=a.name or b.name,
-            phones=tuple(dict.fromkeys(a.phones + b.phones)), emails=tuple(dict.fromkeys(a.emails + b.emails)),
-            handles=tuple(dict.fromkeys(a.handles + b.handles)), sources=tuple(dict.fromkeys(a.sources + b.sources)),
-        )  # fmt: skip
+            a,
+            name=a.name or b.name,
+            phones=tuple(dict.fromkeys(a.phones + b.phones)),
+            emails=tuple(dict.fromkeys(a.emails + b.emails)),
+            handles=tuple(dict.fromkeys(a.handles + b.handles)),
+            sources=tuple(dict.fromkeys(a.sources + b.sources)),
+        )
 
     people: list[Contact] = []
     for c in [c for c in contacts if c.name] + [c for c in contacts if not c.name]:
@@ -308,8 +318,11 @@ def _you(reference: str) -> str:
 
 
 _WHAT: Final[dict[str, str]] = {
-    "any": "phone number or e-mail address", "phone": "phone number", "email": "e-mail address", "handle": "handle",
-}  # fmt: skip
+    "any": "phone number or e-mail address",
+    "phone": "phone number",
+    "email": "e-mail address",
+    "handle": "handle",
+}
 
 
 async def _resolve(

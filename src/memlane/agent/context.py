@@ -92,9 +92,16 @@ async def assemble_context(
         InvalidInputError: a bad id, budget or limit.
     """
     q = ContextQuery.checked(
-        session_id=session_id, user_id=user_id, agent_id=agent_id, budget_tokens=budget_tokens, profile=profile,
-        facts_limit=facts_limit, now=now, use_cache=use_cache, count_tokens=count_tokens,
-    )  # fmt: skip
+        session_id=session_id,
+        user_id=user_id,
+        agent_id=agent_id,
+        budget_tokens=budget_tokens,
+        profile=profile,
+        facts_limit=facts_limit,
+        now=now,
+        use_cache=use_cache,
+        count_tokens=count_tokens,
+    )
     await memory.open()
     return await build_context(memory.facts, memory.reflection_store, memory.contexts, _profile_of(memory), q)
 

@@ -247,9 +247,13 @@ class FunctionProvider(Provider):
         if not callable(fn):
             raise InvalidInputError(f"fn must be a coroutine function, got {inputs.show(fn)}")
         super().__init__(
-            name, position=position, dynamic=dynamic, relevance_keywords=relevance_keywords, private=private,
+            name,
+            position=position,
+            dynamic=dynamic,
+            relevance_keywords=relevance_keywords,
+            private=private,
             description=description or (fn.__doc__ or "").strip(),
-        )  # fmt: skip
+        )
         self.fn = fn
 
     async def get(self, message: StateMessage, ctx: ProviderContext) -> ProviderOutput:
@@ -357,9 +361,14 @@ class MemoryContextProvider(Provider):
         # foreign session id must not surface another conversation's reflections.
         session = await _owned_session(ctx.memory, message)
         text = await assemble_context(
-            ctx.memory, session_id=session.id if session is not None else None, user_id=message.user_id,
-            agent_id=message.agent_id, budget_tokens=self.budget_tokens, profile=self.profile, now=ctx.now,
-        )  # fmt: skip
+            ctx.memory,
+            session_id=session.id if session is not None else None,
+            user_id=message.user_id,
+            agent_id=message.agent_id,
+            budget_tokens=self.budget_tokens,
+            profile=self.profile,
+            now=ctx.now,
+        )
         return ProviderResult(text=text, values={"memory_context": text}, data={"context": text})
 
 
@@ -399,9 +408,7 @@ class RecentMessagesProvider(Provider):
         events = [e for e in window_events(events, last_n=self.limit) if e.id != message.id]
         lines = [f"{_speaker(e)}: {_one_entry(e.text)}" for e in events]
         text = "# Recent messages\n" + "\n".join(lines) if lines else ""
-        return ProviderResult(
-            text=text, values={"recent_messages": "\n".join(lines)}, data={"events": events}
-        )  # fmt: skip
+        return ProviderResult(text=text, values={"recent_messages": "\n".join(lines)}, data={"events": events})
 
 
 def _speaker(event: Event) -> str:
@@ -502,10 +509,15 @@ class StateComposer:
         def decorate(fn: ProviderFunction) -> ProviderFunction:
             self.register(
                 FunctionProvider(
-                    name, fn, position=position, dynamic=dynamic, relevance_keywords=relevance_keywords,
-                    private=private, description=description,
+                    name,
+                    fn,
+                    position=position,
+                    dynamic=dynamic,
+                    relevance_keywords=relevance_keywords,
+                    private=private,
+                    description=description,
                 )
-            )  # fmt: skip
+            )
             return fn
 
         return decorate
@@ -687,7 +699,7 @@ class SyncStateComposer:
         self._memory = memory
         self.composer = StateComposer(
             memory.engine, providers, builtins=builtins, cache_size=cache_size, timeout=timeout
-        )  # fmt: skip
+        )
 
     def register(self, provider: Provider, *, replace: bool = False) -> Provider:
         """See :meth:`StateComposer.register`."""

@@ -311,15 +311,22 @@ class MemoryTools:
         for name in self.tools:
             params = _copy(_PARAMETERS[name])
             if format == "openai":
-                out.append({
-                    "type": "function",
-                    "function": {"name": name, "description": _DESCRIPTIONS[name], "parameters": params},
-                })  # fmt: skip
+                out.append(
+                    {
+                        "type": "function",
+                        "function": {"name": name, "description": _DESCRIPTIONS[name], "parameters": params},
+                    }
+                )
             elif format == "openai_responses":
-                out.append({
-                    "type": "function", "name": name, "description": _DESCRIPTIONS[name], "parameters": params,
-                    "strict": False,
-                })  # fmt: skip
+                out.append(
+                    {
+                        "type": "function",
+                        "name": name,
+                        "description": _DESCRIPTIONS[name],
+                        "parameters": params,
+                        "strict": False,
+                    }
+                )
             else:
                 out.append({"name": name, "description": _DESCRIPTIONS[name], "input_schema": params})
         return out
@@ -566,14 +573,22 @@ class MemoryTools:
         f = hit.fact
         when = _when(f)
         row: dict[str, Any] = {
-            "id": f.id, "content": f.content, "kind": f.kind, "scope": f.scope, "author": f.author,
-            "timestamp": when.isoformat(), "age": age(when, now), "score": round(hit.score, 6),
-        }  # fmt: skip
+            "id": f.id,
+            "content": f.content,
+            "kind": f.kind,
+            "scope": f.scope,
+            "author": f.author,
+            "timestamp": when.isoformat(),
+            "age": age(when, now),
+            "score": round(hit.score, 6),
+        }
         if debug:
             row.update(
-                keyword_rank=hit.keyword_rank, keyword_score=hit.keyword_score, vector_rank=hit.vector_rank,
+                keyword_rank=hit.keyword_rank,
+                keyword_score=hit.keyword_score,
+                vector_rank=hit.vector_rank,
                 vector_score=hit.vector_score,
-            )  # fmt: skip
+            )
         return row
 
     async def _load_memory(self, query: str) -> dict[str, Any]:
@@ -591,9 +606,13 @@ class MemoryTools:
     async def _remember(self, fact: str) -> dict[str, Any]:
         engine = self._binding.require("remember")
         stored = await engine.add(
-            fact, infer=False, session_id=self.identity.session_id, metadata={"source": "tool:remember"},
-            user_id=self.identity.user_id, agent_id=self.identity.namespace,
-        )  # fmt: skip
+            fact,
+            infer=False,
+            session_id=self.identity.session_id,
+            metadata={"source": "tool:remember"},
+            user_id=self.identity.user_id,
+            agent_id=self.identity.namespace,
+        )
         return {"status": "stored", "id": stored[0].id, "content": stored[0].content}
 
     async def _preload(self, query: str, system_text: str, limit: int) -> str:
@@ -638,9 +657,15 @@ def memory_tools(
         raise ConfigError("memory is enabled for this agent but no memory service was given (memory=None)")
     chosen: list[ToolName] = ["search_facts", *(t for t in tools if t != "search_facts")]
     return MemoryTools(
-        memory, user_id=user_id, agent_id=agent_id, session_id=session_id, app=app, tools=chosen,
-        recall_limit=recall_limit, preload_max_entries=preload_max_entries,
-    )  # fmt: skip
+        memory,
+        user_id=user_id,
+        agent_id=agent_id,
+        session_id=session_id,
+        app=app,
+        tools=chosen,
+        recall_limit=recall_limit,
+        preload_max_entries=preload_max_entries,
+    )
 
 
 def _names(entry: Mapping[str, Any], format: SchemaFormat) -> list[str]:

@@ -46,9 +46,16 @@ def document_fact(
         if value is not None:
             meta[name] = clean_text(value, name, max_chars=inputs.MAX_ID_CHARS * 4)
     return Fact(
-        content=body, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id, kind="document",
-        occurred_at=inputs.timestamp(timestamp), metadata=meta, hash=content_hash(f"document\x1f{body}"),
-    )  # fmt: skip
+        content=body,
+        scope=scope,
+        user_id=user_id,
+        agent_id=agent_id,
+        session_id=session_id,
+        kind="document",
+        occurred_at=inputs.timestamp(timestamp),
+        metadata=meta,
+        hash=content_hash(f"document\x1f{body}"),
+    )
 
 
 async def visible_fact(
@@ -148,9 +155,16 @@ class DocumentMethods(EngineState):
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         fact_scope = write_scope(scope, user_id, agent_id, session_id, "add_document()")
         doc = document_fact(
-            text, title=title, source=source, scope=fact_scope, user_id=user_id, agent_id=agent_id,
-            session_id=session_id, metadata=metadata, timestamp=timestamp,
-        )  # fmt: skip
+            text,
+            title=title,
+            source=source,
+            scope=fact_scope,
+            user_id=user_id,
+            agent_id=agent_id,
+            session_id=session_id,
+            metadata=metadata,
+            timestamp=timestamp,
+        )
         embed = inputs.embed_priority(embed)
         return (await self._writer.store_rows(document_rows(doc), embed))[0]
 

@@ -109,9 +109,15 @@ class PrivacyMethods(EngineState):
         inputs.choice(shared, "shared", ("erase", "keep"))
         sessions = inputs.flag(sessions, "sessions")
         removed = await forget(
-            user_id, shared=shared, sessions=sessions, facts=self.facts, reflections=self.reflection_store,
-            jobs=self.jobs, session_store=self.sessions, contexts=self.contexts,
-        )  # fmt: skip
+            user_id,
+            shared=shared,
+            sessions=sessions,
+            facts=self.facts,
+            reflections=self.reflection_store,
+            jobs=self.jobs,
+            session_store=self.sessions,
+            contexts=self.contexts,
+        )
         self._erasures += 1
         return removed
 

@@ -213,6 +213,9 @@ class StatusMethods(EngineState):
         scopes = await scope_stats(self.reflection_store, **ids)
         facts = await self.facts.stats(self._scope(user_id, agent_id) if (user_id or agent_id) else None)
         return MemoryStats(
-            scopes=scopes, facts=facts.facts, valid_facts=facts.valid_facts, jobs=await self.jobs.counts(),
+            scopes=scopes,
+            facts=facts.facts,
+            valid_facts=facts.valid_facts,
+            jobs=await self.jobs.counts(),
             usage=self.meter.snapshot(),
-        )  # fmt: skip
+        )

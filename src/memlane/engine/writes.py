@@ -85,9 +85,15 @@ class Writer:
                 raise UsageError("kind=, embed= and scope='room' apply to verbatim writes, not to infer=True")
             return await self._infer(messages, user_id, agent_id, session_id, meta, fact_scope, timestamp, wait)
         facts = messages_.to_facts(
-            messages, scope=fact_scope, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=meta,
-            timestamp=timestamp, kind=fact_kind,
-        )  # fmt: skip
+            messages,
+            scope=fact_scope,
+            user_id=user_id,
+            agent_id=agent_id,
+            session_id=session_id,
+            metadata=meta,
+            timestamp=timestamp,
+            kind=fact_kind,
+        )
         rows, firsts = split_documents(facts)
         stored = await self.store_rows(rows, priority)
         return [stored[i] for i in firsts]
@@ -103,10 +109,19 @@ class Writer:
         timestamp: datetime | None,
         wait: bool,
     ) -> list[Fact] | Job:
-        facts = [] if isinstance(messages, str | bytes) else messages_.to_facts(
-            messages, scope=scope, user_id=user_id, agent_id=agent_id, session_id=session_id, metadata=meta,
-            timestamp=timestamp,
-        )  # fmt: skip
+        facts = (
+            []
+            if isinstance(messages, str | bytes)
+            else messages_.to_facts(
+                messages,
+                scope=scope,
+                user_id=user_id,
+                agent_id=agent_id,
+                session_id=session_id,
+                metadata=meta,
+                timestamp=timestamp,
+            )
+        )
         turns = messages_.to_turns(messages, facts, timestamp=timestamp)
         job = await self.formation.enqueue_infer(
             turns, user_id=user_id, agent_id=agent_id, session_id=session_id, scope=scope, metadata=meta
@@ -124,9 +139,15 @@ class Writer:
         fact_scope = write_scope(b.scope, user_id, agent_id, session_id, "add_many()")
         metadata, timestamp = inputs.metadata(b.metadata), inputs.timestamp(b.timestamp)
         facts = messages_.to_facts(
-            b.messages, scope=fact_scope, user_id=user_id, agent_id=agent_id, session_id=session_id,
-            metadata=dict(metadata or {}), timestamp=timestamp, kind=inputs.memory_kind(b.kind),
-        )  # fmt: skip
+            b.messages,
+            scope=fact_scope,
+            user_id=user_id,
+            agent_id=agent_id,
+            session_id=session_id,
+            metadata=dict(metadata or {}),
+            timestamp=timestamp,
+            kind=inputs.memory_kind(b.kind),
+        )
         return split_documents(facts)
 
     async def store_rows(self, rows: Rows, embed: str) -> Rows:
@@ -173,8 +194,11 @@ class Writer:
             queued += [f.id for g in stored for f, created in g if created]
             return [[f for f, _ in g] for g in stored]
         # A document is not searched itself (its fragments are): it gets its first fragment's vector.
-        texts = [next(f.content for f in rows[i + 1 :]) if f.kind == "document" else f.content
-                 for rows in groups for i, f in enumerate(rows)]  # fmt: skip
+        texts = [
+            next(f.content for f in rows[i + 1 :]) if f.kind == "document" else f.content
+            for rows in groups
+            for i, f in enumerate(rows)
+        ]
         vectors = await self.embeddings.embed_or_defer(texts)
         stored = await self._put_groups(groups, vectors)
         if vectors is not None:

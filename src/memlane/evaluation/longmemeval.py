@@ -211,11 +211,13 @@ class Report:
             "search_p50_ms": round(float(np.percentile(ms, 50)), 2) if ms else 0.0,
             "search_p95_ms": round(float(np.percentile(ms, 95)), 2) if ms else 0.0,
             "by_type": {
-                t: {"questions": sum(1 for x, _ in self.per_question if x == t),
-                    **self._mean([s for x, s in self.per_question if x == t])}
+                t: {
+                    "questions": sum(1 for x, _ in self.per_question if x == t),
+                    **self._mean([s for x, s in self.per_question if x == t]),
+                }
                 for t in types
             },
-        }  # fmt: skip
+        }
 
 
 async def ingest(memory: AsyncMemory, question: Question, user_id: str) -> int:

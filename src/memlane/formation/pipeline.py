@@ -391,10 +391,17 @@ class Pipeline:
         if not said:
             return []
         rows = [
-            message_fact(e, i, scope="user", user_id=target.user_id, agent_id=target.agent_ns,
-                         session_id=target.session_id, metadata={"source": "session", "app": app})
+            message_fact(
+                e,
+                i,
+                scope="user",
+                user_id=target.user_id,
+                agent_id=target.agent_ns,
+                session_id=target.session_id,
+                metadata={"source": "session", "app": app},
+            )
             for i, e in enumerate(said)
-        ]  # fmt: skip
+        ]
         vectors = await self.embed([r.content for r in rows])
         return [f for f, _ in await self.facts.put_facts(rows, vectors, actor="formation")]
 

@@ -298,8 +298,12 @@ class FormationRunner:
         except Exception as exc:
             await _stop(heartbeat)
             if is_permanent(exc):
-                log.warning("memlane: formation job %s failed permanently (not retried): %s: %s",
-                            job.id, type(exc).__name__, exc)  # fmt: skip
+                log.warning(
+                    "memlane: formation job %s failed permanently (not retried): %s: %s",
+                    job.id,
+                    type(exc).__name__,
+                    exc,
+                )
                 await self.jobs.fail(job.id, f"{type(exc).__name__}: {exc}", retry_in=None)
                 raise
             delay = self._backoff(job.attempts)
@@ -398,8 +402,11 @@ class FormationRunner:
                 )
             if not announced:
                 announced = True
-                log.info("memlane: waiting for formation job %s (%s) or the job ahead of it on its session",
-                         job.id, current.status)  # fmt: skip
+                log.info(
+                    "memlane: waiting for formation job %s (%s) or the job ahead of it on its session",
+                    job.id,
+                    current.status,
+                )
             await asyncio.sleep(0.05)
 
     # ------------------------------------------------------------------ triggers
@@ -449,9 +456,15 @@ class FormationRunner:
         cursor = None if session is not None else await self.jobs.get_cursor(app, session_id)
         users = list(session.user_ids) if session is not None else cursor.user_ids if cursor else []
         payload: dict[str, Any] = {
-            "app": app, "session_id": session_id, "reason": reason, "upto": upto, "clear": clear, "final": final,
-            "activity_at": activity_at.isoformat() if activity_at else None, "user_ids": users,
-        }  # fmt: skip
+            "app": app,
+            "session_id": session_id,
+            "reason": reason,
+            "upto": upto,
+            "clear": clear,
+            "final": final,
+            "activity_at": activity_at.isoformat() if activity_at else None,
+            "user_ids": users,
+        }
         job = await self.jobs.enqueue(
             "form",
             session_key_of(app, session_id),
@@ -676,9 +689,13 @@ class FormationRunner:
         metadata: dict[str, Any],
     ) -> Job:
         payload = {
-            "turns": [t.model_dump(mode="json") for t in turns], "user_id": user_id, "agent_id": agent_id,
-            "session_id": session_id, "scope": scope, "metadata": metadata,
-        }  # fmt: skip
+            "turns": [t.model_dump(mode="json") for t in turns],
+            "user_id": user_id,
+            "agent_id": agent_id,
+            "session_id": session_id,
+            "scope": scope,
+            "metadata": metadata,
+        }
         key = f"infer\x1f{user_id or ''}\x1f{agent_id or ''}"
         job = await self.jobs.enqueue("infer", key, payload, user_id=user_id, max_attempts=self.config.max_attempts)
         self.kick()

@@ -227,10 +227,20 @@ def blend_fusion(
         kw = lists.get(f"keyword{q}", [])[:depth] if wk > 0 else []
         vec = lists.get(f"vector{q}", [])[:depth] if wv > 0 else []
         allcos = ((cosines or {}).get(f"vector{q}") or vec) if wv > 0 else []
-        kwn = dict(zip([k for k, _ in kw], _normalise([s for _, s in kw], config.keyword_norm,
-                                                      saturation=config.keyword_saturation), strict=True))  # fmt: skip
-        vn = dict(zip([k for k, _ in allcos], _normalise([s for _, s in allcos], config.vector_norm,
-                                                         floor=calibration_floor(config)), strict=True))  # fmt: skip
+        kwn = dict(
+            zip(
+                [k for k, _ in kw],
+                _normalise([s for _, s in kw], config.keyword_norm, saturation=config.keyword_saturation),
+                strict=True,
+            )
+        )
+        vn = dict(
+            zip(
+                [k for k, _ in allcos],
+                _normalise([s for _, s in allcos], config.vector_norm, floor=calibration_floor(config)),
+                strict=True,
+            )
+        )
         kmiss = min(0.0, *kwn.values()) if kwn else 0.0
         vmiss = min(vn.values()) if vn else 0.0
         krank = {k: r for r, (k, _) in enumerate(kw, start=1)}

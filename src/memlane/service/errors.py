@@ -201,8 +201,13 @@ async def _memlane_error(request: Request, exc: Exception) -> JSONResponse:
         log.warning("memlane service: %s %s -> %d %s: %s", request.method, request.url.path, status, code, exc)
     message = str(exc) or type(exc).__name__
     if status == 500:
-        log.error("memlane service: unexpected %s on %s %s", type(exc).__name__, request.method, request.url.path,
-                  exc_info=exc)  # fmt: skip
+        log.error(
+            "memlane service: unexpected %s on %s %s",
+            type(exc).__name__,
+            request.method,
+            request.url.path,
+            exc_info=exc,
+        )
         message = "internal error (logged on the server)"
         extra = {}
     return error_response(status, code, message, headers=headers, **extra)
@@ -249,8 +254,9 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     if code == "storage_unavailable":  # a database driver's connection error, not a bug
         log.warning("memlane service: %s on %s %s: %s", type(exc).__name__, request.method, request.url.path, exc)
         return error_response(status, code, "the store is unavailable (its server cannot be reached); retry later")
-    log.error("memlane service: unexpected %s on %s %s", type(exc).__name__, request.method, request.url.path,
-              exc_info=exc)  # fmt: skip
+    log.error(
+        "memlane service: unexpected %s on %s %s", type(exc).__name__, request.method, request.url.path, exc_info=exc
+    )
     return error_response(500, "internal_error", "internal error (logged on the server)")
 
 

@@ -329,8 +329,11 @@ class MemoryHub:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the server still starts; the tenant's next request opens it
-                log.warning("memlane: could not open tenant %r at start (%s); it is opened on its next request",
-                            tenant, " ".join(str(exc).split()) or type(exc).__name__)  # fmt: skip
+                log.warning(
+                    "memlane: could not open tenant %r at start (%s); it is opened on its next request",
+                    tenant,
+                    " ".join(str(exc).split()) or type(exc).__name__,
+                )
                 continue
             opened.append(tenant)
         return opened

@@ -171,9 +171,11 @@ def key_caller(agent_id: str | None = None) -> CallerResolver:
                 "(memlane keys create --user USER)"
             )
         return Caller(
-            tenant=str(claims["tenant"]), user_id=str(user_id), agent_id=agent_id,
+            tenant=str(claims["tenant"]),
+            user_id=str(user_id),
+            agent_id=agent_id,
             read_only=bool(claims.get("read_only", False)),
-        )  # fmt: skip
+        )
 
     return resolve
 
@@ -229,9 +231,14 @@ Kind = Literal["fact", "message", "document", "fragment", "description", "custom
 def _fact_row(fact: Fact) -> dict[str, Any]:
     when = fact.occurred_at or fact.formed_at
     return {
-        "id": fact.id, "content": fact.content, "kind": fact.kind, "scope": fact.scope, "author": fact.author,
-        "timestamp": when.isoformat(), "age": age(when, utcnow()),
-    }  # fmt: skip
+        "id": fact.id,
+        "content": fact.content,
+        "kind": fact.kind,
+        "scope": fact.scope,
+        "author": fact.author,
+        "timestamp": when.isoformat(),
+        "age": age(when, utcnow()),
+    }
 
 
 class _Refusal(ToolError):
@@ -389,8 +396,12 @@ def build_server(
 
         async def work(engine: AsyncMemory) -> dict[str, Any]:
             page = await engine.list(user_id=who.user_id, agent_id=who.agent_id, limit=limit, cursor=cursor, kind=kind)
-            return {"count": len(page.items), "total": page.total, "next_cursor": page.next_cursor,
-                    "memories": [_fact_row(f) for f in page.items]}  # fmt: skip
+            return {
+                "count": len(page.items),
+                "total": page.total,
+                "next_cursor": page.next_cursor,
+                "memories": [_fact_row(f) for f in page.items],
+            }
 
         return await run(who, work)
 
@@ -444,18 +455,25 @@ def build_server(
         return await run(who, work)
 
     functions: dict[str, Callable[..., Awaitable[CallToolResult]]] = {
-        "search": search, "remember": remember, "list": list_, "delete": delete, "context": context,
+        "search": search,
+        "remember": remember,
+        "list": list_,
+        "delete": delete,
+        "context": context,
         "profile": profile,
-    }  # fmt: skip
+    }
     tools = [
         _strict(
             Tool.from_function(
-                fn, name=tool_name, description=_DESCRIPTIONS[tool_name], annotations=_ANNOTATIONS[tool_name],
+                fn,
+                name=tool_name,
+                description=_DESCRIPTIONS[tool_name],
+                annotations=_ANNOTATIONS[tool_name],
                 structured_output=False,
             )
         )
         for tool_name, fn in functions.items()
-    ]  # fmt: skip
+    ]
     return _Server(
         name,
         instructions="Long-term memory of the current user: search it before answering from memory, remember "

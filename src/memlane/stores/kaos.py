@@ -81,9 +81,13 @@ class KaosNames:
             raise InvalidInputError("give KAOS's app_name= and user_id=, or memlane's app= and user_ids=, not both")
         users = [user_id] if user_id is not None else []
         session = await store.create_session(
-            app=app_name if app_name is not None else app, user_ids=users, agent_id=agent_id, channel=channel,
-            session_id=session_id, state=state,
-        )  # fmt: skip
+            app=app_name if app_name is not None else app,
+            user_ids=users,
+            agent_id=agent_id,
+            channel=channel,
+            session_id=session_id,
+            state=state,
+        )
         return session.id
 
     @overload
@@ -129,9 +133,12 @@ class KaosNames:
         if app != "default" or user_ids:
             raise InvalidInputError("give KAOS's app_name= and user_id=, or memlane's app= and user_ids=, not both")
         session = await store.get_or_create_session(
-            session_id=session_id, app=app_name if app_name is not None else app,
-            user_ids=[user_id] if user_id is not None else [], agent_id=agent_id, channel=channel,
-        )  # fmt: skip
+            session_id=session_id,
+            app=app_name if app_name is not None else app,
+            user_ids=[user_id] if user_id is not None else [],
+            agent_id=agent_id,
+            channel=channel,
+        )
         return session.id
 
     def create_event(self, event_type: str, content: Any, metadata: Mapping[str, Any] | None = None) -> Event:

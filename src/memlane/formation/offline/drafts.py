@@ -15,6 +15,9 @@ from memlane.formation.offline.text import _CLAUSE_OPENERS, _SPACES, _TRAIL_PUNC
 from memlane.formation.schemas import word_count
 from memlane.retrieval.text import words
 
+# The word tables below keep their packed layout (the formatter skips them): one word a line, as the
+# formatter would have them, makes a list of 60 words 60 lines long and no easier to read.
+
 
 @dataclass(frozen=True, slots=True)
 class _Draft:

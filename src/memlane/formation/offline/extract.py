@@ -46,6 +46,9 @@ from memlane.formation.schemas import (
 )
 from memlane.retrieval.text import words
 
+# The word tables below keep their packed layout (the formatter skips them): one word a line, as the
+# formatter would have them, makes a list of 60 words 60 lines long and no easier to read.
+
 _FIRST_PERSON = re.compile(r"\b(?:I|my|me)\b|'s\s", _I)
 _ASSISTANT_MARKER = re.compile(
     r"\b(?:you(?:\s+have)?\s+(?:mentioned|said|told\s+me|noted|shared|indicated|stated)|as\s+you\s+(?:mentioned|said)|"
@@ -141,8 +144,15 @@ def _extract(inp: ExtractionInput) -> ExtractionReport:
             drafts, foreign = _assistant_drafts(turn.text)
             statement = False
         if foreign is not None:
-            unread.append(UnreadTurn(index=index, event_id=turn.event_id, role=turn.role,
-                                     reason=f"language not supported: {foreign}", language=foreign))  # fmt: skip
+            unread.append(
+                UnreadTurn(
+                    index=index,
+                    event_id=turn.event_id,
+                    role=turn.role,
+                    reason=f"language not supported: {foreign}",
+                    language=foreign,
+                )
+            )
         elif statement and not drafts:
             unread.append(UnreadTurn(index=index, event_id=turn.event_id, role=turn.role, reason="no pattern matched"))
         suffix = ""

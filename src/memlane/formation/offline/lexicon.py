@@ -9,6 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+# The word tables below keep their packed layout (the formatter skips them): one word a line, as the
+# formatter would have them, makes a list of 60 words 60 lines long and no easier to read.
+
 _I = re.IGNORECASE
 _SPEAKER = "\x00"
 """Placeholder for the speaker's name inside a draft fact (resolved once the batch is read)."""

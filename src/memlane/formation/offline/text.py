@@ -9,6 +9,9 @@ from memlane.formation.offline.lexicon import _DATE_RE, _I, _MONTHS_FULL, _RELAT
 from memlane.formation.schemas import word_count
 from memlane.retrieval.text import STOPWORDS, words
 
+# The word tables below keep their packed layout (the formatter skips them): one word a line, as the
+# formatter would have them, makes a list of 60 words 60 lines long and no easier to read.
+
 _QUOTES = str.maketrans({"’": "'", "‘": "'", "“": '"', "”": '"', "\u00a0": " "})
 _ABBREV = re.compile(r"\b(Mr|Mrs|Ms|Dr|St|Mt|Jr|Sr|Prof|vs|etc|approx|Ave|Rd|Blvd|No)\.", re.IGNORECASE)
 _SENT_SPLIT = re.compile(r"(?<=[.!?…])\s+|\n+")

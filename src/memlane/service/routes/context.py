@@ -78,9 +78,16 @@ async def stats(memory: Engine, caller: Caller, user_id: str | None = None, agen
     user = authorize(caller, user_id=user_id, write=False)
     st = await memory.stats(user_id=user, agent_id=agent_id)
     return StatsOut(
-        facts=st.facts, valid_facts=st.valid_facts, partitions=st.partitions, reflections=st.reflections,
-        consolidated=st.consolidated, sessions=st.sessions, events=st.events, embedder=st.embedder, dim=st.dim,
-    )  # fmt: skip
+        facts=st.facts,
+        valid_facts=st.valid_facts,
+        partitions=st.partitions,
+        reflections=st.reflections,
+        consolidated=st.consolidated,
+        sessions=st.sessions,
+        events=st.events,
+        embedder=st.embedder,
+        dim=st.dim,
+    )
 
 
 @router.get("/consolidation-status", operation_id="consolidation_status", response_model=ConsolidationStatus)

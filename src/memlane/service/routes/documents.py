@@ -39,9 +39,16 @@ async def add_document(body: DocumentCreate, memory: Engine, caller: Caller) -> 
     user = authorize(caller, user_id=body.user_id, write=True, scope=body.scope)
     await check_room(memory, caller, body.session_id, body.app)
     doc = await memory.add_document(
-        body.text, title=body.title, source=body.source, user_id=user, agent_id=body.agent_id,
-        session_id=body.session_id, scope=body.scope, metadata=body.metadata, timestamp=body.timestamp,
-    )  # fmt: skip
+        body.text,
+        title=body.title,
+        source=body.source,
+        user_id=user,
+        agent_id=body.agent_id,
+        session_id=body.session_id,
+        scope=body.scope,
+        metadata=body.metadata,
+        timestamp=body.timestamp,
+    )
     return FactOut.of(doc)
 
 

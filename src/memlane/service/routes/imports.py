@@ -84,9 +84,12 @@ async def import_turns(body: ImportRequest, memory: Engine, caller: Caller, resp
         jobs = [job.id for job in await importers.queue_formation(memory, plan)]
     response.headers["Location"] = "/v1/embeddings"
     return ImportAccepted(
-        imported=plan.turns, sessions=len(plan.sessions), format=plan.format,
-        jobs=jobs, embedding_status_url="/v1/embeddings",
-    )  # fmt: skip
+        imported=plan.turns,
+        sessions=len(plan.sessions),
+        format=plan.format,
+        jobs=jobs,
+        embedding_status_url="/v1/embeddings",
+    )
 
 
 @router.get("/v1/embeddings", operation_id="embedding_progress")

@@ -43,12 +43,20 @@ class JobOut(BaseModel):
     def of(cls, job: Job) -> JobOut:
         app, session_id = job.payload.get("app"), job.payload.get("session_id")
         return cls(
-            id=job.id, kind=job.kind, status=job.status, user_id=job.user_id,
-            app=app if isinstance(app, str) else None, session_id=session_id if isinstance(session_id, str) else None,
-            attempts=job.attempts, max_attempts=job.max_attempts, last_error=job.last_error,
+            id=job.id,
+            kind=job.kind,
+            status=job.status,
+            user_id=job.user_id,
+            app=app if isinstance(app, str) else None,
+            session_id=session_id if isinstance(session_id, str) else None,
+            attempts=job.attempts,
+            max_attempts=job.max_attempts,
+            last_error=job.last_error,
             result=_without_vectors(job.result),
-            created_at=job.created_at, updated_at=job.updated_at, next_run_at=job.next_run_at,
-        )  # fmt: skip
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            next_run_at=job.next_run_at,
+        )
 
 
 def _without_vectors(result: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -96,9 +96,13 @@ async def add_memories(
         raise InvalidInputError("give exactly one of text or messages")
     what: Any = body.text if body.text is not None else [m.model_dump(exclude_none=True) for m in body.messages or []]
     common: dict[str, Any] = {
-        "user_id": user, "agent_id": body.agent_id, "session_id": body.session_id, "metadata": body.metadata,
-        "scope": body.scope, "timestamp": body.timestamp,
-    }  # fmt: skip
+        "user_id": user,
+        "agent_id": body.agent_id,
+        "session_id": body.session_id,
+        "metadata": body.metadata,
+        "scope": body.scope,
+        "timestamp": body.timestamp,
+    }
     if body.infer:
         job = await memory.add(what, infer=True, wait=False, **common)
         assert isinstance(job, Job)
@@ -127,9 +131,13 @@ async def list_memories(
     ids = await scoped.ids(memory, caller, write=False)
     filters = {k: v for k, v in (("author", author), ("scope", scope)) if v is not None}
     result = await memory.list(
-        **ids, limit=page(request, limit), cursor=cursor, include_invalid=include_invalid, kind=kind,
+        **ids,
+        limit=page(request, limit),
+        cursor=cursor,
+        include_invalid=include_invalid,
+        kind=kind,
         filters=filters or None,
-    )  # fmt: skip
+    )
     return MemoryPage(
         memories=[FactOut.of(f) for f in result.items], next_cursor=result.next_cursor, total=result.total
     )

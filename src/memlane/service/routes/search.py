@@ -61,8 +61,15 @@ async def search(body: SearchRequest, memory: Engine, caller: Caller) -> SearchR
     user = authorize(caller, user_id=body.user_id, write=False)
     await check_room(memory, caller, body.session_id, body.app)
     result = await memory.search(
-        body.query, user_id=user, agent_id=body.agent_id, session_id=body.session_id, top_k=body.top_k,
-        filters=body.filters, debug=body.debug, mode=body.mode, match_threshold=body.match_threshold,
+        body.query,
+        user_id=user,
+        agent_id=body.agent_id,
+        session_id=body.session_id,
+        top_k=body.top_k,
+        filters=body.filters,
+        debug=body.debug,
+        mode=body.mode,
+        match_threshold=body.match_threshold,
         unique=body.unique,
-    )  # fmt: skip
+    )
     return SearchResponse.of(result)

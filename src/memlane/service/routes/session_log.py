@@ -39,8 +39,13 @@ class KaosEvent(BaseModel):
 
     @classmethod
     def of(cls, event: Event) -> KaosEvent:
-        return cls(event_id=event.id, timestamp=event.timestamp, event_type=event.type.value, content=event.content,
-                   metadata=event.metadata)  # fmt: skip
+        return cls(
+            event_id=event.id,
+            timestamp=event.timestamp,
+            event_type=event.type.value,
+            content=event.content,
+            metadata=event.metadata,
+        )
 
 
 class KaosEvents(BaseModel):

@@ -112,9 +112,13 @@ async def create_session(body: SessionCreate, memory: Engine, caller: Caller) ->
         raise taken
     try:
         return await memory.sessions.create_session(
-            app=app, user_ids=users, agent_id=body.agent_id, channel=body.channel, session_id=session_id,
+            app=app,
+            user_ids=users,
+            agent_id=body.agent_id,
+            channel=body.channel,
+            session_id=session_id,
             state=body.state,
-        )  # fmt: skip
+        )
     except InvalidInputError:
         if session_id is not None and await memory.sessions.get_session(session_id, app=app) is not None:
             raise taken from None  # created concurrently by another request
@@ -166,8 +170,12 @@ async def add_event(
     """Append an event; the formation triggers run (a formation job may be queued)."""
     found = await memory.sessions.get_session(session_id, app=app)
     check_session(caller, found, session_id, app, write=True)
-    fields: dict[str, Any] = {"type": body.type, "content": body.content, "author": body.author,
-                              "metadata": body.metadata}  # fmt: skip
+    fields: dict[str, Any] = {
+        "type": body.type,
+        "content": body.content,
+        "author": body.author,
+        "metadata": body.metadata,
+    }
     if body.timestamp is not None:
         fields["timestamp"] = body.timestamp
     if body.id is not None:

@@ -40,6 +40,10 @@ async def open_stores(location: str) -> Stores:
     finally:
         db.release_sync()
     return Stores(
-        facts=facts, reflections=facts, jobs=jobs, sessions=sessions, location=location,
+        facts=facts,
+        reflections=facts,
+        jobs=jobs,
+        sessions=sessions,
+        location=location,
         contexts=SqliteContextCache(db),
-    )  # fmt: skip
+    )

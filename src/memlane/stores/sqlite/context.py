@@ -25,9 +25,14 @@ class SqliteContextCache:
             if r is None:
                 return None
             return CachedContext(
-                key=r[0], stamp=r[1], text=r[2], built_at=datetime.fromisoformat(r[3]),
-                user_id=r[4], agent_id=r[5], session_id=r[6],
-            )  # fmt: skip
+                key=r[0],
+                stamp=r[1],
+                text=r[2],
+                built_at=datetime.fromisoformat(r[3]),
+                user_id=r[4],
+                agent_id=r[5],
+                session_id=r[6],
+            )
 
         return await self._db.run(op)
 

@@ -364,9 +364,12 @@ class Database:
         for (line,) in rows:
             problems += [p for p in str(line).splitlines() if p.strip() and p != "ok" and not p.startswith("***")]
         try:
-            tables = [r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL TABLE%USING fts5%'"
-            )]  # fmt: skip
+            tables = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL TABLE%USING fts5%'"
+                )
+            ]
         except sqlite3.DatabaseError as exc:
             return [*problems, f"schema: {exc}"]
         for name in tables:

@@ -38,19 +38,39 @@ def _dt(text: str) -> datetime:
 
 def _job(r: Sequence[Any]) -> Job:
     return Job(
-        id=r[0], kind=r[1], key=r[2], user_id=r[3], status=r[4], payload=json.loads(r[5]), state=json.loads(r[6]),
-        result=json.loads(r[7]) if r[7] else None, attempts=r[8], max_attempts=r[9], last_error=r[10],
-        next_run_at=_dt(r[11]), created_at=_dt(r[12]), updated_at=_dt(r[13]), worker=r[14],
+        id=r[0],
+        kind=r[1],
+        key=r[2],
+        user_id=r[3],
+        status=r[4],
+        payload=json.loads(r[5]),
+        state=json.loads(r[6]),
+        result=json.loads(r[7]) if r[7] else None,
+        attempts=r[8],
+        max_attempts=r[9],
+        last_error=r[10],
+        next_run_at=_dt(r[11]),
+        created_at=_dt(r[12]),
+        updated_at=_dt(r[13]),
+        worker=r[14],
         lease_until=_dt(r[15]) if r[15] else None,
-    )  # fmt: skip
+    )
 
 
 def _cursor(r: Sequence[Any]) -> FormationCursor:
     return FormationCursor(
-        app=r[0], session_id=r[1], user_ids=json.loads(r[2]), agent_id=r[3], tier=r[4], last_event_id=r[5],
-        formed_events=r[6], pending_messages=r[7], pending_tokens=r[8],
-        last_activity_at=_dt(r[9]), last_formed_at=_dt(r[10]) if r[10] else None,
-    )  # fmt: skip
+        app=r[0],
+        session_id=r[1],
+        user_ids=json.loads(r[2]),
+        agent_id=r[3],
+        tier=r[4],
+        last_event_id=r[5],
+        formed_events=r[6],
+        pending_messages=r[7],
+        pending_tokens=r[8],
+        last_activity_at=_dt(r[9]),
+        last_formed_at=_dt(r[10]) if r[10] else None,
+    )
 
 
 class SqliteJobStore:
@@ -96,9 +116,23 @@ class SqliteJobStore:
                 jid = new_id()
                 c.execute(
                     f"INSERT INTO jobs ({_JOB_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (jid, kind, key, user_id, "queued", json.dumps(payload), "{}", None, 0, max_attempts, None,
-                     now, now, now),
-                )  # fmt: skip
+                    (
+                        jid,
+                        kind,
+                        key,
+                        user_id,
+                        "queued",
+                        json.dumps(payload),
+                        "{}",
+                        None,
+                        0,
+                        max_attempts,
+                        None,
+                        now,
+                        now,
+                        now,
+                    ),
+                )
                 return _job(c.execute(f"SELECT {_JOB_READ} FROM jobs WHERE id=?", (jid,)).fetchone())
 
         return await self._db.run(op)
@@ -186,9 +220,15 @@ class SqliteJobStore:
                 c.execute(
                     "UPDATE jobs SET status=?, attempts=?, last_error=?, next_run_at=?, lease_until=NULL, updated_at=?"
                     " WHERE id=?",
-                    ("failed" if give_up else "queued", attempts, error[:2000], due.isoformat(), now.isoformat(),
-                     job_id),
-                )  # fmt: skip
+                    (
+                        "failed" if give_up else "queued",
+                        attempts,
+                        error[:2000],
+                        due.isoformat(),
+                        now.isoformat(),
+                        job_id,
+                    ),
+                )
                 return _job(c.execute(f"SELECT {_JOB_READ} FROM jobs WHERE id=?", (job_id,)).fetchone())
 
         return await self._db.run(op)
@@ -290,9 +330,21 @@ class SqliteJobStore:
                     " pending_messages=pending_messages+excluded.pending_messages,"
                     " pending_tokens=pending_tokens+excluded.pending_tokens,"
                     " last_activity_at=excluded.last_activity_at",
-                    (app, session_id, json.dumps(list(user_ids)), agent_id, tier or 0, None, 0, messages, tokens, now,
-                     None, tier),
-                )  # fmt: skip
+                    (
+                        app,
+                        session_id,
+                        json.dumps(list(user_ids)),
+                        agent_id,
+                        tier or 0,
+                        None,
+                        0,
+                        messages,
+                        tokens,
+                        now,
+                        None,
+                        tier,
+                    ),
+                )
                 return _cursor(
                     c.execute(
                         f"SELECT {_CURSOR_COLS} FROM formation_cursors WHERE app=? AND session_id=?", (app, session_id)

@@ -127,8 +127,17 @@ class SqliteSide:
                         continue
                     n += 1
                     if table.name == "facts" and r["invalid_at"] is None:  # the index holds valid facts only
-                        c.execute(fts, (cur.lastrowid, partition_token(r["partition"]), (r["author"] or "").lower(),
-                                        r["search_text"], r["ctx"], r["date_words"]))  # fmt: skip
+                        c.execute(
+                            fts,
+                            (
+                                cur.lastrowid,
+                                partition_token(r["partition"]),
+                                (r["author"] or "").lower(),
+                                r["search_text"],
+                                r["ctx"],
+                                r["date_words"],
+                            ),
+                        )
                 c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", checkpoint)
             return n
 

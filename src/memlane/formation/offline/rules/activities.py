@@ -19,6 +19,9 @@ from memlane.formation.offline.lexicon import _DATE_RE, _I, _NAME, _REL, _VAL, _
 from memlane.formation.offline.lexicon import _SPEAKER as _S
 from memlane.formation.offline.text import _SPACES, _content
 
+# The word tables below keep their packed layout (the formatter skips them): one word a line, as the
+# formatter would have them, makes a list of 60 words 60 lines long and no easier to read.
+
 _RULES: list[_Rule] = []
 _rule = _registry(_RULES)
 

@@ -28,6 +28,9 @@ from memlane.formation.offline.lexicon import (
 from memlane.formation.offline.lexicon import _SPEAKER as _S
 from memlane.formation.offline.text import _SPACES
 
+# The word tables below keep their packed layout (the formatter skips them): one word a line, as the
+# formatter would have them, makes a list of 60 words 60 lines long and no easier to read.
+
 _RULES: list[_Rule] = []
 _rule = _registry(_RULES)
 
