@@ -790,3 +790,14 @@ async def test_vectors_stay_in_the_row(db: PgDatabase) -> None:
         await conn.execute("ALTER TABLE facts ALTER COLUMN embedding SET STORAGE EXTERNAL")
         await conn.execute("ALTER TABLE facts RESET (toast_tuple_target)")
     assert await _toasted_after_insert(db) > 0
+
+
+async def test_keyword_counts_accumulate_across_queries(store: _Store) -> None:
+    await _fill_words(store, 400)
+    store.keyword_split_min_rows, store.keyword_budget = 100, 25
+    await store.keyword_search(_pf(), ["zeppelin"], limit=10)  # every match scored: counts cached
+    await store.keyword_search(_pf(), ["quokka", "marzipan"], limit=10)  # new terms only: counted, kept
+    (stats,) = store._search_cache().stats.values()
+    assert {"zeppelin", "quokka", "marzipan"} <= set(stats.dfs)
+    await store.keyword_search(_pf(), ["coffee"], limit=10)
+    assert store._split(stats, ["coffee", "zeppelin"]) == (["zeppelin"], ["coffee"])

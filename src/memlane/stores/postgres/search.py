@@ -73,6 +73,10 @@ _MAXROW_SQL = (
 _CHANGES_SQL = "(SELECT COALESCE(sum(changes), 0) FROM partitions WHERE partition = ANY(%(parts)s))"
 
 
+#: Document frequencies kept per cached keyword statistics entry.
+_MAX_TERMS = 10_000
+
+
 def partitions_now_sql(pf: PartitionFilter) -> tuple[str, dict[str, Any]]:
     """An SQL expression for the stored partitions under ``pf``'s prefixes (``text[]``, NULL
     without prefixes), with its named parameters: a search statement returns it so the store
@@ -151,6 +155,11 @@ class _Stats:
     changes: int
     n: float
     dfs: dict[str, int]
+
+    def stands(self, now: _Stats, tolerance: float) -> bool:
+        """Whether these counts still stand at ``now``'s highest rowid and change counters (the
+        same test the keyword statement makes)."""
+        return (now.maxrow - self.maxrow) + abs(now.changes - self.changes) <= tolerance * self.n
 
 
 @dataclass
@@ -337,10 +346,15 @@ class PgSearchMixin:
                         continue
                     dfs = dict(zip(terms, (int(x) for x in meta[9]), strict=True))
                     if split is None:
-                        if float(meta[8]) >= self.keyword_split_min_rows:
-                            cache.put_stats(key, _Stats(int(meta[6]), int(meta[7]), float(meta[8]), dfs))
+                        fresh = _Stats(int(meta[6]), int(meta[7]), float(meta[8]), dfs)
+                        if stats is not None and stats.stands(fresh, self.df_tolerance) and len(stats.dfs) < _MAX_TERMS:
+                            stats.dfs.update(dfs)  # the older counts' stamp stays: tolerance from the oldest
+                        elif fresh.n >= self.keyword_split_min_rows:
+                            cache.put_stats(key, fresh)
                     else:
                         assert stats is not None
+                        if len(stats.dfs) >= _MAX_TERMS:  # bounded: forgotten terms are counted again
+                            stats.dfs.clear()
                         stats.dfs.update({t: dfs[t] for t in split[0]})
                     self.last_keyword_scored = int(meta[10])
                     found.sort(key=lambda r: (-float(r[2]), int(r[4])))
