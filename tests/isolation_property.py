@@ -153,12 +153,18 @@ writes_strategy = st.lists(
 #: capped store: 4 x FLOOD sessions).
 ATTACKS: list[list[Write]] = [
     [("acme", "alice", "event", False, 0, "default"), ("acme", "alice|x", "import", False, 0, "default")],
-    [("acme", "alice", "event", False, 0, "default"), ("acme", "alice", "reset", False, 0, "default"),
-     ("acme", "alice|x", "event", False, 0, "default")],
-    [("acme", "alice", "event", False, 1, "default"), ("acme", "alice", "room", True, 1, "default"),
-     ("acme", "alice|x", "event", False, 1, "other")],
+    [
+        ("acme", "alice", "event", False, 0, "default"),
+        ("acme", "alice", "reset", False, 0, "default"),
+        ("acme", "alice|x", "event", False, 0, "default"),
+    ],
+    [
+        ("acme", "alice", "event", False, 1, "default"),
+        ("acme", "alice", "room", True, 1, "default"),
+        ("acme", "alice|x", "event", False, 1, "other"),
+    ],
     [("acme", "alice", "event", False, 0, "default")] + [("acme", "alice|x", "flood", False, 0, "default")] * 4,
-]  # fmt: skip
+]
 
 
 def attacks(test: Any) -> Any:
@@ -243,8 +249,9 @@ def _write(world: World, ex: int, writes: list[Write]) -> Outcome:
                     continue  # 507: the store is full of other users' sessions; nothing changed
                 if user not in users and wide:
                     continue  # a tenant-wide key may write anywhere in its tenant: not an attack
-                r = c.post(f"/v1/sessions/{sid}/events", params={"app": app},
-                           json={"content": f"zq{ex} {token} said hi"})  # fmt: skip
+                r = c.post(
+                    f"/v1/sessions/{sid}/events", params={"app": app}, json={"content": f"zq{ex} {token} said hi"}
+                )
                 if user not in users:  # bob's bound key into alice's session
                     assert r.status_code == 404, r.text
                     continue
@@ -270,8 +277,16 @@ def _write(world: World, ex: int, writes: list[Write]) -> Outcome:
                     out.jobs |= {j: (tenant, frozenset([user])) for j in r.json()["jobs"]}
             elif what == "room":
                 with _client(world, world.wide[tenant]) as w:
-                    r = w.post("/v1/memories", json={"text": f"zq{ex} {token} room towels", "scope": "room",
-                                                      "agent_id": AGENT, "session_id": sid, "app": app})  # fmt: skip
+                    r = w.post(
+                        "/v1/memories",
+                        json={
+                            "text": f"zq{ex} {token} room towels",
+                            "scope": "room",
+                            "agent_id": AGENT,
+                            "session_id": sid,
+                            "app": app,
+                        },
+                    )
                 assert r.status_code == 201, r.text
                 out.rooms[token] = (tenant, sid)
             elif what == "reset":
@@ -426,8 +441,16 @@ COMPLETE = {"list", "export", "mcp list"}
 #: Routes that take no user: a tenant-wide key reads them for the whole tenant (every session
 #: and job of the tenant, every room); a user-bound key only for the sessions its user takes
 #: part in (rooms: in every session carrying the room's id; jobs: when the job was queued).
-TENANT_LEVEL = {"session events", "kaos events", "kaos sessions", "jobs list", "job get",
-                "room list", "room search", "room tool"}  # fmt: skip
+TENANT_LEVEL = {
+    "session events",
+    "kaos events",
+    "kaos sessions",
+    "jobs list",
+    "job get",
+    "room list",
+    "room search",
+    "room tool",
+}
 
 
 def _room_members(world: World, tenant: str, sid: str) -> set[str]:

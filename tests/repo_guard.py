@@ -46,8 +46,10 @@ def untracked(root: Path) -> set[str] | None:
     for extra in ([], ["--ignored", "--exclude-standard"]):
         out = subprocess.run(
             [git, "-C", str(root), "ls-files", "--others", "--directory", "-z", *extra],
-            capture_output=True, check=True, timeout=60,
-        ).stdout  # fmt: skip
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
         found.update(p for p in out.decode(errors="surrogateescape").split("\0") if p and not _is_cache(p))
     return found
 

@@ -202,9 +202,15 @@ async def test_visible_text_with_invisible_characters_is_kept() -> None:
 
 @pytest.mark.parametrize(
     ("query", "match"),
-    [(None, "query must be a text or a list"), (42, "query must be"), ({"q": 1}, "query must be"), ([], "give 1 to 3"),
-     (["a", "b", "c", "d"], "give 1 to 3"), ([None], "query must be text")],
-)  # fmt: skip
+    [
+        (None, "query must be a text or a list"),
+        (42, "query must be"),
+        ({"q": 1}, "query must be"),
+        ([], "give 1 to 3"),
+        (["a", "b", "c", "d"], "give 1 to 3"),
+        ([None], "query must be text"),
+    ],
+)
 async def test_bad_query(seeded: tuple[AsyncMemory, Path, str], query: object, match: str) -> None:
     m, db, _ = seeded
     await rejected(db, m.search(query, user_id="u"), match=match)  # type: ignore[arg-type]
@@ -268,10 +274,14 @@ async def test_reflection_scope_needs_its_id(seeded: tuple[AsyncMemory, Path, st
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"status": "bogus"}, "status must be one of 'queued', 'running', 'done', 'failed'"),
-     ({"status": 1}, "status must be one of"), ({"limit": -1}, "limit must be from 1"),
-     ({"limit": 0}, "limit must be"), ({"limit": "5"}, "limit must be")],
-)  # fmt: skip
+    [
+        ({"status": "bogus"}, "status must be one of 'queued', 'running', 'done', 'failed'"),
+        ({"status": 1}, "status must be one of"),
+        ({"limit": -1}, "limit must be from 1"),
+        ({"limit": 0}, "limit must be"),
+        ({"limit": "5"}, "limit must be"),
+    ],
+)
 async def test_bad_list_jobs_arguments_raise(
     seeded: tuple[AsyncMemory, Path, str], kwargs: dict[str, Any], match: str
 ) -> None:
@@ -318,8 +328,26 @@ def test_sync_facade_raises_the_same_typed_errors(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- property test
 
-TRICKY_STRINGS = ["", " ", "\t\n", "\u200b", "\u200b\u200d\ufeff", "\ud800", "bogus", "yesterday", "-1", "5",
-                  "9" * 23, "x" * 40_000, "u", "s1", "user", "agent", "session", "done"]  # fmt: skip
+TRICKY_STRINGS = [
+    "",
+    " ",
+    "\t\n",
+    "\u200b",
+    "\u200b\u200d\ufeff",
+    "\ud800",
+    "bogus",
+    "yesterday",
+    "-1",
+    "5",
+    "9" * 23,
+    "x" * 40_000,
+    "u",
+    "s1",
+    "user",
+    "agent",
+    "session",
+    "done",
+]
 BAD = st.one_of(
     st.none(),
     st.booleans(),
@@ -345,13 +373,35 @@ BAD = st.one_of(
 #: Each public method with valid arguments; the property test replaces some of them.
 Call = tuple[str, tuple[str, ...], dict[str, Any]]
 METHODS: dict[str, dict[str, Any]] = {
-    "add": {"messages": "Sam waters the roses", "user_id": "u", "agent_id": None, "session_id": "s1",
-            "metadata": {"source": "chat"}, "infer": False, "scope": "user", "timestamp": NOW, "wait": True},
-    "search": {"query": "roses", "user_id": "u", "agent_id": None, "session_id": None, "top_k": 5,
-               "filters": None, "debug": False},
+    "add": {
+        "messages": "Sam waters the roses",
+        "user_id": "u",
+        "agent_id": None,
+        "session_id": "s1",
+        "metadata": {"source": "chat"},
+        "infer": False,
+        "scope": "user",
+        "timestamp": NOW,
+        "wait": True,
+    },
+    "search": {
+        "query": "roses",
+        "user_id": "u",
+        "agent_id": None,
+        "session_id": None,
+        "top_k": 5,
+        "filters": None,
+        "debug": False,
+    },
     "get": {"fact_id": "FACT", "user_id": "u", "agent_id": None},
-    "list": {"user_id": "u", "agent_id": None, "session_id": None, "limit": 10, "cursor": None,
-             "include_invalid": False},
+    "list": {
+        "user_id": "u",
+        "agent_id": None,
+        "session_id": None,
+        "limit": 10,
+        "cursor": None,
+        "include_invalid": False,
+    },
     "update": {"fact_id": "FACT", "text": "Sam waters the tulips", "user_id": "u", "agent_id": None},
     "delete": {"fact_id": "FACT", "user_id": "u", "agent_id": None},
     "history": {"fact_id": "FACT", "user_id": "u", "agent_id": None},
@@ -364,9 +414,20 @@ METHODS: dict[str, dict[str, Any]] = {
     "get_consolidation_status": {"user_id": "u", "agent_id": None, "session_id": None},
     "get_memory_stats": {"user_id": "u", "agent_id": None, "session_id": None},
     "get_job": {"job_id": "nojob"},
-}  # fmt: skip
-POSITIONAL = {"add": 1, "search": 1, "get": 1, "update": 2, "delete": 1, "history": 1, "forget": 1,
-              "reflections": 1, "consolidated": 1, "profile": 1, "get_job": 1}  # fmt: skip
+}
+POSITIONAL = {
+    "add": 1,
+    "search": 1,
+    "get": 1,
+    "update": 2,
+    "delete": 1,
+    "history": 1,
+    "forget": 1,
+    "reflections": 1,
+    "consolidated": 1,
+    "profile": 1,
+    "get_job": 1,
+}
 
 
 @st.composite
@@ -396,8 +457,12 @@ def test_only_typed_errors_escape_and_rejections_change_nothing(tmp_path: Path) 
         cleanup.callback(lambda: runner.run(stack.aclose()))
         [fact] = runner.run(m.add("Sam waters the roses", user_id="u", session_id="s1"))
 
-        @settings(max_examples=300, deadline=None, database=None,
-                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+        @settings(
+            max_examples=300,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
         @given(bad_calls())
         def check(call: tuple[str, dict[str, Any]]) -> None:
             method, args = call

@@ -211,14 +211,23 @@ class ToolModel(JsonHandler):
                 text = f"Stored: {result.get('content')}"
             message = {"role": "assistant", "content": text}
         elif "remember" in last["content"].lower():
-            message = {"role": "assistant", "content": None, "tool_calls": [
-                _tool_call(f"c{n}", "remember", {"fact": "Sam's cat is called Miso"})]}  # fmt: skip
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [_tool_call(f"c{n}", "remember", {"fact": "Sam's cat is called Miso"})],
+            }
         elif "kim" in last["content"].lower():  # a model trying to read another user's memory
-            message = {"role": "assistant", "content": None, "tool_calls": [
-                _tool_call(f"c{n}", "search_facts", {"query": ["cat"], "user_id": "kim"})]}  # fmt: skip
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [_tool_call(f"c{n}", "search_facts", {"query": ["cat"], "user_id": "kim"})],
+            }
         else:
-            message = {"role": "assistant", "content": None, "tool_calls": [
-                _tool_call(f"c{n}", "search_facts", {"query": ["cat"]})]}  # fmt: skip
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [_tool_call(f"c{n}", "search_facts", {"query": ["cat"]})],
+            }
         reply = {"choices": [{"message": message, "finish_reason": "stop"}], "usage": {"prompt_tokens": 1}}
         self._send(Reply(200, reply))
 

@@ -87,11 +87,16 @@ def test_import_jsonl_then_sessions_and_stats(
 ) -> None:
     f = tmp_path / "turns.jsonl"
     rows = [
-        {"user_id": "kim", "session_id": "k1", "role": "user", "content": "My cat is called Miso",
-         "timestamp": "2024-05-01T10:00:00+00:00"},
+        {
+            "user_id": "kim",
+            "session_id": "k1",
+            "role": "user",
+            "content": "My cat is called Miso",
+            "timestamp": "2024-05-01T10:00:00+00:00",
+        },
         {"user_id": "kim", "session_id": "k1", "role": "assistant", "content": "Cute name!"},
         {"user_id": "lee", "session_id": "l1", "role": "user", "content": "I work at the bakery"},
-    ]  # fmt: skip
+    ]
     f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     code, out, _ = run(capsys, "import", str(f), *db)
     assert code == 0 and "imported 3 turns (jsonl)" in out

@@ -259,10 +259,14 @@ def test_import_form_of_a_long_session_leaves_no_job_behind(
     no trigger job is left queued in the user's database."""
     f = tmp_path / "long.jsonl"
     rows = [
-        {"user_id": "zed", "session_id": "z1", "role": "assistant" if i % 2 else "user",
-         "content": "Nice!" if i % 2 else f"I visited city number {i} last year."}
+        {
+            "user_id": "zed",
+            "session_id": "z1",
+            "role": "assistant" if i % 2 else "user",
+            "content": "Nice!" if i % 2 else f"I visited city number {i} last year.",
+        }
         for i in range(60)
-    ]  # fmt: skip
+    ]
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     code, out, err = run(capsys, "import", str(f), "--form", "--llm", "offline", *db)
     assert code == 0, err
@@ -281,8 +285,10 @@ def test_broken_pipe_exits_quietly(tmp_path: Path) -> None:
             m.sessions.add_event("s1", Event(author="u1", content=f"line {i} " + "x" * 240))
     proc = subprocess.Popen(
         [*CLI, "sessions", "s1", "--db", str(path), "--embedder", "hash", "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     assert b"line 0" in proc.stdout.readline()  # like `| head -1`: read a line, then hang up
     proc.stdout.close()

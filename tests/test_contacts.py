@@ -66,9 +66,12 @@ async def test_synonyms_and_two_facts_joined_by_name(mem: AsyncMemory) -> None:
 
 async def test_same_person_in_several_facts_is_one_match(mem: AsyncMemory) -> None:
     await remember(
-        mem, "alice", "My girlfriend is Dana", "Dana is my girlfriend; her number is +1 555 0100",
+        mem,
+        "alice",
+        "My girlfriend is Dana",
+        "Dana is my girlfriend; her number is +1 555 0100",
         "My girlfriend's number is +1 555 0100",
-    )  # fmt: skip
+    )
     r = await resolve_contact(mem, "my girlfriend", user_id="alice")
     assert r.status == "resolved" and r.contact is not None and r.contact.name == "Dana"
 

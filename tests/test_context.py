@@ -69,22 +69,36 @@ async def test_full_context_has_eden_sections_in_order(mem: AsyncMemory) -> None
     await mem.add("Mars Festival budget is $50,000", agent_id="eden", scope="agent")
     await _consolidate(mem, "agent", "VERSION: 3\n[CURRENT PROJECTS]\n- Mars Festival: Phase 2", agent_id="eden")
     await _reflect(mem, "agent", "User mentioned new deadline for Phase 3", agent_id="eden")
-    await _consolidate(mem, "user", "VERSION: 2\n[PREFERENCES]\n- Prefers concise responses", agent_id="eden",
-                       user_id="alice")  # fmt: skip
-    await _consolidate(mem, "session", "VERSION: 1\n[CURRENT GOAL]\n- Debugging the login issue", agent_id="eden",
-                       user_id="alice", session_id="s1")  # fmt: skip
-    await _reflect(mem, "session", "Tried approach #3, still failing", agent_id="eden", user_id="alice",
-                   session_id="s1")  # fmt: skip
+    await _consolidate(
+        mem, "user", "VERSION: 2\n[PREFERENCES]\n- Prefers concise responses", agent_id="eden", user_id="alice"
+    )
+    await _consolidate(
+        mem,
+        "session",
+        "VERSION: 1\n[CURRENT GOAL]\n- Debugging the login issue",
+        agent_id="eden",
+        user_id="alice",
+        session_id="s1",
+    )
+    await _reflect(
+        mem, "session", "Tried approach #3, still failing", agent_id="eden", user_id="alice", session_id="s1"
+    )
 
     text = await mem.context(session_id="s1", user_id="alice", agent_id="eden")
 
     assert _tags(text) == [
-        "MemoryContext", "USER_PROFILE",
-        "AgentMemory", "Consolidated", "RecentReflections",
-        "UserMemory", "Consolidated",
-        "SessionMemory", "Consolidated", "RecentReflections",
+        "MemoryContext",
+        "USER_PROFILE",
+        "AgentMemory",
+        "Consolidated",
+        "RecentReflections",
+        "UserMemory",
+        "Consolidated",
+        "SessionMemory",
+        "Consolidated",
+        "RecentReflections",
         "Facts",
-    ]  # fmt: skip
+    ]
     root = ET.fromstring(text)
     agent = root.find("AgentMemory")
     assert agent is not None
@@ -126,10 +140,22 @@ async def test_facts_fifo_newest_first_within_seven_days_at_most_forty(mem: Asyn
 
 def test_format_age() -> None:
     now = utcnow()
-    assert [format_age(now - d, now) for d in (timedelta(seconds=5), timedelta(minutes=12), timedelta(hours=5),
-                                                  timedelta(days=3), timedelta(days=-1))] == [
-        "just now", "12m ago", "5h ago", "3d ago", "just now",
-    ]  # fmt: skip
+    assert [
+        format_age(now - d, now)
+        for d in (
+            timedelta(seconds=5),
+            timedelta(minutes=12),
+            timedelta(hours=5),
+            timedelta(days=3),
+            timedelta(days=-1),
+        )
+    ] == [
+        "just now",
+        "12m ago",
+        "5h ago",
+        "3d ago",
+        "just now",
+    ]
 
 
 # --------------------------------------------------------------------------- hostile content
@@ -146,12 +172,17 @@ async def test_hostile_content_cannot_change_the_structure(mem: AsyncMemory) -> 
     text = await mem.context(session_id="s", user_id="alice", agent_id="eden")
 
     assert _tags(text) == [
-        "MemoryContext", "USER_PROFILE",
-        "AgentMemory", "RecentReflections",
-        "UserMemory", "Consolidated", "RecentReflections",
-        "SessionMemory", "RecentReflections",
+        "MemoryContext",
+        "USER_PROFILE",
+        "AgentMemory",
+        "RecentReflections",
+        "UserMemory",
+        "Consolidated",
+        "RecentReflections",
+        "SessionMemory",
+        "RecentReflections",
         "Facts",
-    ]  # fmt: skip
+    ]
     root = ET.fromstring(text)
     # One line per memory: the hostile line break did not add a bullet.
     assert len(root.findtext("Facts", "").strip().splitlines()) == len(HOSTILE)
@@ -181,10 +212,16 @@ def test_any_text_stays_inside_its_element(text: str) -> None:
 
 async def _rich_memory(m: AsyncMemory) -> None:
     for i in range(30):
-        await m.add(f"Alice fact {i}: she owns a {i}-speed bicycle and likes route {i}", user_id="alice",
-                    agent_id="eden")  # fmt: skip
-    await _consolidate(m, "user", "VERSION: 2\n" + "\n".join(f"- preference {i} is strong" for i in range(20)),
-                       agent_id="eden", user_id="alice")  # fmt: skip
+        await m.add(
+            f"Alice fact {i}: she owns a {i}-speed bicycle and likes route {i}", user_id="alice", agent_id="eden"
+        )
+    await _consolidate(
+        m,
+        "user",
+        "VERSION: 2\n" + "\n".join(f"- preference {i} is strong" for i in range(20)),
+        agent_id="eden",
+        user_id="alice",
+    )
     for i in range(5):
         await _reflect(m, "agent", f"agent learned lesson {i}", agent_id="eden")
 
@@ -322,8 +359,12 @@ async def test_one_users_context_never_shows_anothers(mem: AsyncMemory) -> None:
     alice = await mem.context(session_id="s", user_id="alice", agent_id="eden")
     assert "1234" in alice and "surprise" in alice and "session secret" in alice and "private blob" in alice
     await mem.add("Bob likes chess", user_id="bob", agent_id="eden")
-    for kwargs in ({"user_id": "bob", "agent_id": "eden"}, {"user_id": "bob"}, {"agent_id": "eden"},
-                   {"session_id": "s", "user_id": "bob", "agent_id": "eden"}):  # fmt: skip
+    for kwargs in (
+        {"user_id": "bob", "agent_id": "eden"},
+        {"user_id": "bob"},
+        {"agent_id": "eden"},
+        {"session_id": "s", "user_id": "bob", "agent_id": "eden"},
+    ):
         text = await mem.context(**kwargs)  # type: ignore[arg-type]
         for secret in ("1234", "surprise", "session secret", "private blob"):
             assert secret not in text, (kwargs, secret)
@@ -334,8 +375,9 @@ async def test_one_users_context_never_shows_anothers(mem: AsyncMemory) -> None:
     st.lists(st.tuples(st.sampled_from(["u1", "u2", "u3"]), st.sampled_from(["a", "b"])), min_size=1, max_size=8),
     st.sampled_from(["u1", "u2", "u3"]),
 )
-def test_context_isolation_property(tmp_path_factory: pytest.TempPathFactory, writes: list[tuple[str, str]],
-                                    reader: str) -> None:  # fmt: skip
+def test_context_isolation_property(
+    tmp_path_factory: pytest.TempPathFactory, writes: list[tuple[str, str]], reader: str
+) -> None:
     path = tmp_path_factory.mktemp("ctx") / "m.db"
     with Memory(path, embedder="hash") as m:
         for i, (user, agent) in enumerate(writes):
@@ -355,8 +397,9 @@ async def test_window_replays_last_user_turns_or_last_events(mem: AsyncMemory) -
     for i in range(35):
         await mem.sessions.add_event(s.id, Event(type=EventType.USER_MESSAGE, content=f"q{i}"), app="chat")
         await mem.sessions.add_event(s.id, Event(type=EventType.TOOL_CALL, author="bot", content=f"t{i}"), app="chat")
-        await mem.sessions.add_event(s.id, Event(type=EventType.AGENT_RESPONSE, author="bot", content=f"a{i}"),
-                                     app="chat")  # fmt: skip
+        await mem.sessions.add_event(
+            s.id, Event(type=EventType.AGENT_RESPONSE, author="bot", content=f"a{i}"), app="chat"
+        )
     gaia = await mem.window(s.id, app="chat", last_n=None)  # the last 30 user turns
     assert len(gaia) == 90 and gaia[0].content == "q5" and gaia[-1].content == "a34"
     kaos = await mem.window(s.id, app="chat", user_turns=None, last_n=6)
@@ -378,8 +421,14 @@ async def test_window_replays_last_user_turns_or_last_events(mem: AsyncMemory) -
 async def test_bad_input_is_refused(mem: AsyncMemory) -> None:
     with pytest.raises(ScopeError):
         await mem.context()
-    for kwargs in ({"budget_tokens": 0}, {"budget_tokens": "10"}, {"facts_limit": -1}, {"now": "yesterday"},
-                   {"user_id": ""}, {"profile": "yes"}):  # fmt: skip
+    for kwargs in (
+        {"budget_tokens": 0},
+        {"budget_tokens": "10"},
+        {"facts_limit": -1},
+        {"now": "yesterday"},
+        {"user_id": ""},
+        {"profile": "yes"},
+    ):
         with pytest.raises(InvalidInputError):
             await mem.context(**{"user_id": "alice", **kwargs})  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError):

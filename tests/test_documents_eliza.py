@@ -55,8 +55,14 @@ async def test_a_short_document_is_still_a_document_with_one_fragment(m: AsyncMe
 
 
 async def test_a_long_document_is_split_at_headings_linked_and_deleted_whole(m: AsyncMemory) -> None:
-    doc = await m.add_document(GUIDE, title="User Guide", source="filesystem", agent_id="bot", scope="shared",
-                               metadata={"documentPath": "./docs/guide.md"})  # fmt: skip
+    doc = await m.add_document(
+        GUIDE,
+        title="User Guide",
+        source="filesystem",
+        agent_id="bot",
+        scope="shared",
+        metadata={"documentPath": "./docs/guide.md"},
+    )
     assert doc.scope == "agent" and doc.metadata["documentPath"] == "./docs/guide.md"
     fragments = await m.fragments(doc.id, agent_id="bot")
     assert len(fragments) == doc.metadata["fragments"] >= 2
@@ -113,8 +119,12 @@ async def test_typed_memories_are_stored_and_filtered_by_kind(tmp_path: Path) ->
     db = tmp_path / "kinds.db"
     async with AsyncMemory(db, embedder="hash:64", sessions="null") as m:
         await m.add("Ann is a botanist who studies orchids", user_id="ann", kind="description")
-        await m.add("approval request: orchids greenhouse budget", user_id="ann", kind="custom",
-                    metadata={"type": "approval_request"})  # fmt: skip
+        await m.add(
+            "approval request: orchids greenhouse budget",
+            user_id="ann",
+            kind="custom",
+            metadata={"type": "approval_request"},
+        )
         await m.add([{"role": "user", "content": "I watered the orchids today"}], user_id="ann", session_id="s1")
         await m.add("Ann waters orchids on Sundays", user_id="ann")
         await m.add_document("Orchids need indirect light.", user_id="ann")
@@ -233,15 +243,20 @@ def test_visibility_matches_the_model(tmp_path: Path, writes: list[tuple[str, st
             stored.append((fact.id, user, scope, room))
         for reader in USERS:
             for named in (None, *ROOMS):
-                got = {h.fact.id for h in mem.search("marker", user_id=reader, agent_id="bot", session_id=named,
-                                                    top_k=100).hits}  # fmt: skip
+                got = {
+                    h.fact.id
+                    for h in mem.search("marker", user_id=reader, agent_id="bot", session_id=named, top_k=100).hits
+                }
                 want = {
                     fid
                     for fid, user, scope, room in stored
                     if (named is None or room == named)
-                    and ((scope == "private" and user == reader) or scope == "shared"
-                         or (scope == "room" and room == named))
-                }  # fmt: skip
+                    and (
+                        (scope == "private" and user == reader)
+                        or scope == "shared"
+                        or (scope == "room" and room == named)
+                    )
+                }
                 assert got == want, (reader, named)
 
 
@@ -268,9 +283,15 @@ TELEGRAM = {
 
 
 async def test_rich_metadata_is_stored_returned_and_filterable(m: AsyncMemory) -> None:
-    await m.add([{"role": "user", "name": "johndoe", "content": "the release ships friday", "metadata": DISCORD},
-                 {"role": "user", "name": "ann", "content": "the release notes are ready", "metadata": TELEGRAM}],
-                user_id="ann", agent_id="bot", session_id="room-1")  # fmt: skip
+    await m.add(
+        [
+            {"role": "user", "name": "johndoe", "content": "the release ships friday", "metadata": DISCORD},
+            {"role": "user", "name": "ann", "content": "the release notes are ready", "metadata": TELEGRAM},
+        ],
+        user_id="ann",
+        agent_id="bot",
+        session_id="room-1",
+    )
     [first] = [h.fact for h in (await m.search("ships friday", user_id="ann", agent_id="bot")).hits[:1]]
     assert first.metadata == DISCORD  # returned as stored, nested objects included
 

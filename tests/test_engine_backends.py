@@ -469,8 +469,16 @@ async def test_export_covers_the_user_and_nothing_of_others(tmp_path: Path, back
     async with backend.memory(formation=cfg(**AGENT_CONF)) as m:
         await m.forget("ann")
         after = await m.export_user("ann")
-    for key in ("facts", "shared_changes", "reflections", "consolidated", "shared", "sessions", "jobs",
-                "formation_cursors"):  # fmt: skip
+    for key in (
+        "facts",
+        "shared_changes",
+        "reflections",
+        "consolidated",
+        "shared",
+        "sessions",
+        "jobs",
+        "formation_cursors",
+    ):
         assert after[key] == [], key
 
 
@@ -491,8 +499,7 @@ async def test_context_cache_sees_a_write_of_another_replica(
         [fact] = await b.add("Alice moved to Porto", user_id="alice", agent_id="eden")
         text = await a.context(session_id="s", user_id="alice", agent_id="eden")
         assert "Porto" in text and counter.calls == calls + 1
-        await test_context._reflect(b, "session", "goal: find a flat", agent_id="eden", user_id="alice",
-                                    session_id="s")  # fmt: skip
+        await test_context._reflect(b, "session", "goal: find a flat", agent_id="eden", user_id="alice", session_id="s")
         text = await a.context(session_id="s", user_id="alice", agent_id="eden")
         assert "find a flat" in text and counter.calls == calls + 2
         await b.delete(fact.id, user_id="alice", agent_id="eden")
@@ -510,8 +517,11 @@ async def test_check_and_stats(backend: Backend, capsys: pytest.CaptureFixture[s
 
     async with backend.memory() as m:
         await m.add("Sam is vegetarian", user_id="sam")
-        await m.add([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
-                    user_id="sam", session_id="s1")  # fmt: skip
+        await m.add(
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+            user_id="sam",
+            session_id="s1",
+        )
         [f] = await m.add("Ann likes tea", user_id="ann", agent_id="bot")
         await m.delete(f.id, user_id="ann", agent_id="bot")
         await m.add("Office is in Paris", agent_id="bot", scope="agent")
@@ -586,11 +596,15 @@ async def test_separator_in_ids_does_not_leak_on_postgres(tmp_path: Path, pg_url
 async def _observe(m: AsyncMemory) -> dict[str, Any]:
     """A fixed workload's observable results."""
     await m.add(
-        [{"role": "user", "content": "I adopted a beagle named Rex", "name": "Ann"},
-         {"role": "assistant", "content": "Lovely! How old is he?"},
-         {"role": "user", "content": "Two years old, he loves the park", "name": "Ann"}],
-        user_id="ann", session_id="s1", metadata={"source": "chat", "sender": {"id": "7"}},
-    )  # fmt: skip
+        [
+            {"role": "user", "content": "I adopted a beagle named Rex", "name": "Ann"},
+            {"role": "assistant", "content": "Lovely! How old is he?"},
+            {"role": "user", "content": "Two years old, he loves the park", "name": "Ann"},
+        ],
+        user_id="ann",
+        session_id="s1",
+        metadata={"source": "chat", "sender": {"id": "7"}},
+    )
     for text in ("Ann works as a nurse in Porto", "Ann's sister lives in Lyon", "Ann drinks green tea daily"):
         await m.add(text, user_id="ann", metadata={"source": "profile"})
     [f] = await m.add("Ann drives a red Volvo", user_id="ann")
@@ -660,8 +674,12 @@ async def test_cli_on_a_redis_session_deployment(
         await m.add_event("dora-chat", Event(type=EventType.USER_MESSAGE, author="Dora", content=f"code {canary}"))
         await m.add(f"Dora likes {canary} tea", user_id="dora")
         await m.end_session("dora-chat")  # a formation job in the Redis queue
-    for name, value in {"MEMORY_TYPE": "redis", "MEMORY_REDIS_URL": backend.redis,
-                        "MEMLANE_QUEUE": backend.redis, "MEMLANE_EMBEDDER": "hash"}.items():  # fmt: skip
+    for name, value in {
+        "MEMORY_TYPE": "redis",
+        "MEMORY_REDIS_URL": backend.redis,
+        "MEMLANE_QUEUE": backend.redis,
+        "MEMLANE_EMBEDDER": "hash",
+    }.items():
         monkeypatch.setenv(name, value)
     assert main(["sessions", "--db", backend.db]) == 0
     assert "dora-chat" in capsys.readouterr().out

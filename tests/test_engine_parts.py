@@ -27,15 +27,40 @@ def test_embedding_progress_reads_as_its_old_dict() -> None:
 
 def test_status_reports_keep_eden_keys() -> None:
     when = datetime(2026, 1, 2, tzinfo=UTC)
-    c = ConsolidationStatus(buffer_size=2, threshold=4, needs_consolidation=False, word_limit=300,
-                            current_word_count=0, version=0, last_consolidated_at=when)  # fmt: skip
-    assert list(c.model_dump()) == ["buffer_size", "threshold", "needs_consolidation", "word_limit",
-                                    "current_word_count", "version", "last_consolidated_at"]  # fmt: skip
+    c = ConsolidationStatus(
+        buffer_size=2,
+        threshold=4,
+        needs_consolidation=False,
+        word_limit=300,
+        current_word_count=0,
+        version=0,
+        last_consolidated_at=when,
+    )
+    assert list(c.model_dump()) == [
+        "buffer_size",
+        "threshold",
+        "needs_consolidation",
+        "word_limit",
+        "current_word_count",
+        "version",
+        "last_consolidated_at",
+    ]
     s = MemoryStats(
-        scopes={"user": ScopeStats(consolidated_words=0, version=1, reflections=2, unabsorbed=1,
-                                   last_reflection_at=None, last_consolidated_at=None)},
-        facts=3, valid_facts=2, jobs={"done": 1}, usage={},
-    )  # fmt: skip
+        scopes={
+            "user": ScopeStats(
+                consolidated_words=0,
+                version=1,
+                reflections=2,
+                unabsorbed=1,
+                last_reflection_at=None,
+                last_consolidated_at=None,
+            )
+        },
+        facts=3,
+        valid_facts=2,
+        jobs={"done": 1},
+        usage={},
+    )
     assert s["scopes"]["user"]["unabsorbed"] == 1 and s["jobs"] == {"done": 1}
     assert list(s.model_dump()) == ["scopes", "facts", "valid_facts", "jobs", "usage"]
 

@@ -110,11 +110,19 @@ async def _write_everything(
         for sid in (f"ended-{who}", f"open-{who}"):
             await m.sessions.create_session(app="club", user_ids=[who], session_id=sid)
             await _chat(
-                m, sid, "club",
-                [f"I love {canary.title()} music", "Nice", f"My dog is called {canary.title()}", "Great",
-                 "I work as a nurse in Porto", "ok"],
+                m,
+                sid,
+                "club",
+                [
+                    f"I love {canary.title()} music",
+                    "Nice",
+                    f"My dog is called {canary.title()}",
+                    "Great",
+                    "I work as a nurse in Porto",
+                    "ok",
+                ],
                 who.title(),
-            )  # fmt: skip
+            )
         await m.end_session(f"ended-{who}", app="club")
         # reads bump access counts: rows rewritten while still holding the canary
         assert (await m.search(canary, user_id=who, agent_id="club")).hits
@@ -261,10 +269,20 @@ async def test_forget_refreshes_the_context_of_kept_neighbours(
     """Verbatim agent-scope turns of two users in one session: forgetting one leaves the
     other's turns without the forgotten words in their context."""
     async with open_memory(tmp_path / "p.db", embedder="none") as m:
-        await m.add([{"role": "user", "content": "Bob opens the meeting"}], user_id="bob", agent_id="club",
-                    scope="agent", session_id="s")  # fmt: skip
-        await m.add([{"role": "user", "content": f"Ann says {CA}"}], user_id="ann", agent_id="club",
-                    scope="agent", session_id="s")  # fmt: skip
+        await m.add(
+            [{"role": "user", "content": "Bob opens the meeting"}],
+            user_id="bob",
+            agent_id="club",
+            scope="agent",
+            session_id="s",
+        )
+        await m.add(
+            [{"role": "user", "content": f"Ann says {CA}"}],
+            user_id="ann",
+            agent_id="club",
+            scope="agent",
+            session_id="s",
+        )
         assert len((await m.search(CA, agent_id="club")).hits) == 2
         await m.forget("ann")
         assert (await m.search(CA, agent_id="club")).hits == []

@@ -71,11 +71,26 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str, str]] = [
 async def test_mcp_tool_errors_are_json_in_the_error_shape(tmp_path: Path) -> None:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "memlane.cli.main", "mcp", "--user", "alice", "--db", str(tmp_path / "m.db"),
-              "--embedder", "hash", "--llm", "offline"],
-        env={"MEMLANE_KEYS_FILE": str(tmp_path / "keys.db"), "XDG_DATA_HOME": str(tmp_path / "xdg"),
-             "MEMLANE_CONFIG": "", "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        args=[
+            "-m",
+            "memlane.cli.main",
+            "mcp",
+            "--user",
+            "alice",
+            "--db",
+            str(tmp_path / "m.db"),
+            "--embedder",
+            "hash",
+            "--llm",
+            "offline",
+        ],
+        env={
+            "MEMLANE_KEYS_FILE": str(tmp_path / "keys.db"),
+            "XDG_DATA_HOME": str(tmp_path / "xdg"),
+            "MEMLANE_CONFIG": "",
+            "PATH": "/usr/bin:/bin",
+        },
+    )
     with (tmp_path / "stderr.log").open("a") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
             await session.initialize()

@@ -92,8 +92,11 @@ async def test_export_covers_every_exported_table_and_nothing_of_others(tmp_path
         (r[0], r[1]) for r in _q(db, "SELECT app, session_id FROM session_users WHERE user_id='ann'")
     }
     solo = [s for s in out["sessions"] if not s["group"]]
-    n_events = _q(db, "SELECT COUNT(*) FROM events e JOIN sessions s ON s.app=e.app AND s.id=e.session_id"
-                  " WHERE s.user_ids='[\"ann\"]'")[0][0]  # fmt: skip
+    n_events = _q(
+        db,
+        "SELECT COUNT(*) FROM events e JOIN sessions s ON s.app=e.app AND s.id=e.session_id"
+        " WHERE s.user_ids='[\"ann\"]'",
+    )[0][0]
     assert sum(len(s["events"]) for s in solo) == n_events > 0
     grp = sessions[("club", "grp")]
     assert grp["group"] and [e["content"] for e in grp["events"]] == [f"ann here {CA}"]
@@ -112,8 +115,16 @@ async def test_export_after_forget_is_empty(tmp_path: Path) -> None:
     async with AsyncMemory(db, embedder="hash", formation=cfg(**AGENT_CONF)) as m:
         await m.forget("ann")
         out = await m.export_user("ann")
-    for key in ("facts", "shared_changes", "reflections", "consolidated", "shared", "sessions", "jobs",
-                "formation_cursors"):  # fmt: skip
+    for key in (
+        "facts",
+        "shared_changes",
+        "reflections",
+        "consolidated",
+        "shared",
+        "sessions",
+        "jobs",
+        "formation_cursors",
+    ):
         assert out[key] == [], key
     assert CA not in json.dumps(out)
 

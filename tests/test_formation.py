@@ -96,8 +96,11 @@ async def test_dedup_add_update_delete_none(brain_mem: tuple[AsyncMemory, Brain,
     assert updated.id == email.id and updated.version == 2 and updated.content == "Sam's email is sam@new.com"
     hist = await m.history(email.id, user_id="sam")
     assert [(h.event, h.old_content, h.new_content, h.actor) for h in hist][-1] == (
-        "UPDATE", "Sam's email is sam@old.com", "Sam's email is sam@new.com", "formation",
-    )  # fmt: skip
+        "UPDATE",
+        "Sam's email is sam@old.com",
+        "Sam's email is sam@new.com",
+        "formation",
+    )
 
     # contradiction: DELETE invalidates the old fact (kept, invalid_at set) and stores the new one
     brain.queue("extract", ["Sam dislikes pizza"])
@@ -238,8 +241,10 @@ async def test_session_formation_reflections_and_consolidation(
 
 async def test_consolidation_respects_word_limit_and_versions(tmp_path: Path) -> None:
     brain = Brain()
-    conf = cfg(word_limit={"agent": 1200, "user": 300, "session": 20}, consolidation_threshold={
-        "agent": 10, "user": 4, "session": 1})  # fmt: skip
+    conf = cfg(
+        word_limit={"agent": 1200, "user": 300, "session": 20},
+        consolidation_threshold={"agent": 10, "user": 4, "session": 1},
+    )
     async with AsyncMemory(tmp_path / "w.db", embedder="hash", llm=brain, formation=conf) as m:
         await m.sessions.create_session(user_ids=["sam"], session_id="s")
         for v in (1, 2):
@@ -567,8 +572,9 @@ async def test_extraction_sees_both_sides_and_the_steering_instructions(tmp_path
         inp = next(i for t, i in brain.calls if t == "extract")
         assert [t.role for t in inp.conversation] == ["user", "assistant"] * 2
         assert inp.instructions == DEFAULT_EXTRACTION_INSTRUCTIONS
-    async with AsyncMemory(tmp_path / "st2.db", embedder="hash", llm=brain,
-                           formation=cfg(extraction_instructions=custom)) as m:  # fmt: skip
+    async with AsyncMemory(
+        tmp_path / "st2.db", embedder="hash", llm=brain, formation=cfg(extraction_instructions=custom)
+    ) as m:
         await m.sessions.create_session(user_ids=["sam"], session_id="s")
         await chat(m, "s", 2)
         await m.form("s")

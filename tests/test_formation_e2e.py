@@ -256,7 +256,8 @@ async def test_process_killed_mid_formation_loses_nothing(server: Server, tmp_pa
         (job,) = await m.list_jobs()
         assert job.status == "done"
         assert sorted(f.content for f in (await m.list(user_id="sam")).items) == [
-            "Sam is vegetarian", "Sam lives in Lisbon",
-        ]  # fmt: skip
+            "Sam is vegetarian",
+            "Sam lives in Lisbon",
+        ]
         assert len(server.requests) == 3  # the replay reused the checkpointed extraction: only reflect again
         assert await m.sessions.get_session("s") is not None

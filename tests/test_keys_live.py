@@ -58,8 +58,11 @@ class Live:
         """Run ``memlane ARGS`` in another process against this server's keys file."""
         done = subprocess.run(
             [sys.executable, "-m", "memlane.cli.main", *args],
-            env=_env(self.tmp, self.keys_file), capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            env=_env(self.tmp, self.keys_file),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -73,8 +76,11 @@ def _start(tmp: Path, command: list[str], keys_file: Path, port: int) -> tuple[s
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "memlane.cli.main", *command],
-            env=_env(tmp, keys_file), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            env=_env(tmp, keys_file),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     deadline = time.monotonic() + 90  # readiness wait, not a timing assertion
     while True:
         if proc.poll() is not None:
@@ -103,8 +109,16 @@ def live_http(tmp_path: Path) -> Iterator[Live]:
     """``memlane serve`` with ``MEMLANE_KEYS_FILE`` naming a file that does not exist yet."""
     keys_file = tmp_path / "keys.db"
     port = _free_port()
-    command = ["serve", "--port", str(port), "--db", str(tmp_path / "default.db"),
-               "--tenants-dir", str(tmp_path / "tenants"), *ENGINE_ARGS]  # fmt: skip
+    command = [
+        "serve",
+        "--port",
+        str(port),
+        "--db",
+        str(tmp_path / "default.db"),
+        "--tenants-dir",
+        str(tmp_path / "tenants"),
+        *ENGINE_ARGS,
+    ]
     proc, log = _start(tmp_path, command, keys_file, port)
     try:
         yield Live(f"http://127.0.0.1:{port}", tmp_path, keys_file, proc, log)
@@ -239,10 +253,22 @@ def test_a_corrupt_keys_file_stops_the_server_from_starting(tmp_path: Path) -> N
     keys_file = tmp_path / "keys.db"
     keys_file.write_bytes(b"garbage" * 500)
     done = subprocess.run(
-        [sys.executable, "-m", "memlane.cli.main", "serve", "--port", str(_free_port()),
-         "--db", str(tmp_path / "d.db"), *ENGINE_ARGS],
-        env=_env(tmp_path, keys_file), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "memlane.cli.main",
+            "serve",
+            "--port",
+            str(_free_port()),
+            "--db",
+            str(tmp_path / "d.db"),
+            *ENGINE_ARGS,
+        ],
+        env=_env(tmp_path, keys_file),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0
     assert "keys file" in done.stderr
 
@@ -257,9 +283,11 @@ def _mcp_post(url: str, body: dict[str, object], headers: dict[str, str]) -> htt
 
 
 INIT = {
-    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}  # fmt: skip
+}
 
 
 def _sse_json(r: httpx.Response) -> dict[str, object]:
@@ -343,10 +371,13 @@ def test_create_app_from_the_environment_enforces_the_keys_file(
 
     keys_file = tmp_path / "keys.db"
     for name, value in {
-        "MEMLANE_KEYS_FILE": str(keys_file), "MEMLANE_DB": str(tmp_path / "m.db"),
-        "MEMLANE_TENANTS_DIR": str(tmp_path / "tenants"), "MEMLANE_EMBEDDER": "hash", "MEMLANE_LLM": "offline",
+        "MEMLANE_KEYS_FILE": str(keys_file),
+        "MEMLANE_DB": str(tmp_path / "m.db"),
+        "MEMLANE_TENANTS_DIR": str(tmp_path / "tenants"),
+        "MEMLANE_EMBEDDER": "hash",
+        "MEMLANE_LLM": "offline",
         "MEMLANE_CONFIG": "",
-    }.items():  # fmt: skip
+    }.items():
         monkeypatch.setenv(name, value)
     with serve(create_app()) as srv:
         assert srv.client.get("/v1/sessions").status_code == 200  # no keys yet: loopback, default tenant

@@ -46,10 +46,14 @@ async def test_filters_are_pushed_into_the_query(mem: AsyncMemory) -> None:
 
 async def test_author_session_and_scope_filters(mem: AsyncMemory) -> None:
     await mem.add(
-        [{"role": "user", "name": "Ann", "content": "Ann: pizza on Friday"},
-         {"role": "assistant", "name": "bot", "content": "bot: noted"}],
-        user_id="ann", agent_id="bot", session_id="room-1",
-    )  # fmt: skip
+        [
+            {"role": "user", "name": "Ann", "content": "Ann: pizza on Friday"},
+            {"role": "assistant", "name": "bot", "content": "bot: noted"},
+        ],
+        user_id="ann",
+        agent_id="bot",
+        session_id="room-1",
+    )
     await mem.add("Ann's own pizza note", user_id="ann", agent_id="bot")
     await mem.add("The bot's rule: orders close at 9pm", agent_id="bot", scope="shared")
     await mem.add("Room rule: no pineapple", agent_id="bot", session_id="room-1", scope="room")
@@ -57,8 +61,9 @@ async def test_author_session_and_scope_filters(mem: AsyncMemory) -> None:
     ann = {"user_id": "ann", "agent_id": "bot"}
     assert await _contents(mem, **ann, filters={"author": "Ann"}) == ["Ann: pizza on Friday"]
     assert sorted(await _contents(mem, **ann, filters={"session_id": "room-1"})) == [
-        "Ann: pizza on Friday", "bot: noted",
-    ]  # fmt: skip
+        "Ann: pizza on Friday",
+        "bot: noted",
+    ]
     assert await _contents(mem, **ann, filters={"scope": "shared"}) == ["The bot's rule: orders close at 9pm"]
     assert await _contents(mem, **ann, filters={"scope": "private", "kind": "fact"}) == ["Ann's own pizza note"]
     assert await _contents(mem, **ann, filters={"scope": "room"}) == []  # no room named

@@ -64,8 +64,13 @@ async def test_documents_over_the_hard_cap_are_refused_whole(
 ) -> None:
     async with open_memory(tmp_path / "c.db", embedder=None, sessions="null") as m:
         with pytest.raises(InvalidInputError, match="limit"):
-            await m.add([{"role": "user", "content": "x " * (MAX_DOCUMENT_CHARS // 2 + 1)},
-                         {"role": "assistant", "content": "ok"}], user_id="u")  # fmt: skip
+            await m.add(
+                [
+                    {"role": "user", "content": "x " * (MAX_DOCUMENT_CHARS // 2 + 1)},
+                    {"role": "assistant", "content": "ok"},
+                ],
+                user_id="u",
+            )
         assert (await m.stats(user_id="u")).facts == 0
 
 

@@ -344,8 +344,12 @@ async def test_embedder_that_learns_its_dimension_on_first_call(
 
 async def test_filters_are_applied_in_the_store_not_after_fusion(mem: AsyncMemory) -> None:
     """100 chat notes plus one e-mail memory: the filter finds it (it was cut by the over-fetch)."""
-    await mem.add([{"role": "user", "content": f"chat note {i} about the email thread"} for i in range(100)],
-                  user_id="u", session_id="chat", metadata={"source": "chat"})  # fmt: skip
+    await mem.add(
+        [{"role": "user", "content": f"chat note {i} about the email thread"} for i in range(100)],
+        user_id="u",
+        session_id="chat",
+        metadata={"source": "chat"},
+    )
     await mem.add("forwarded email about the thread", user_id="u", metadata={"source": "email"})
     res = await mem.search("email thread", user_id="u", top_k=3, filters={"source": "email"})
     assert [h.fact.content for h in res.hits] == ["forwarded email about the thread"]

@@ -38,14 +38,26 @@ async def _populate(db: Path) -> None:
     with neighbours, a formed conversation (facts, reflections, consolidated memory, a done
     job, an applied batch, a cursor) and a queued job."""
     brain = Brain()
-    brain.queue("extract", [{"content": "Sam is vegetarian", "scope": "user"},
-                            {"content": "Answers in Portuguese are welcome", "scope": "agent"}])  # fmt: skip
-    brain.queue("reflect", {"agent": ["users ask about food"], "user": ["Sam likes short answers"],
-                            "session": ["Sam talked about food and family"]})  # fmt: skip
+    brain.queue(
+        "extract",
+        [
+            {"content": "Sam is vegetarian", "scope": "user"},
+            {"content": "Answers in Portuguese are welcome", "scope": "agent"},
+        ],
+    )
+    brain.queue(
+        "reflect",
+        {
+            "agent": ["users ask about food"],
+            "user": ["Sam likes short answers"],
+            "session": ["Sam talked about food and family"],
+        },
+    )
     async with AsyncMemory(db, embedder="hash", formation=FORMATION, llm=brain) as m:
         when = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
-        await m.add("I like hiking in the mountains ☃", user_id="alice", metadata={"topic": "travel", "n": 1},
-                    timestamp=when)  # fmt: skip
+        await m.add(
+            "I like hiking in the mountains ☃", user_id="alice", metadata={"topic": "travel", "n": 1}, timestamp=when
+        )
         await m.add("Bob prefers tea over coffee", user_id="bob", metadata={"z": [1, 2], "a": {"b": None}})
         # PostgreSQL text cannot hold NUL: the copy encodes it (and the codec's escape) and back
         await m.add("a NUL \x00 here and the escape \U0010fffe there", user_id="n\x00ul", metadata={"k\x00": "v\x00"})
@@ -56,18 +68,28 @@ async def _populate(db: Path) -> None:
         gone = await m.add("something to delete", user_id="alice")
         assert isinstance(gone, list)
         await m.delete(gone[0].id, user_id="alice")
-        await m.add_document("# Guide\n\nInstallation steps: unpack, configure, run.\n\n" + "More words. " * 50,
-                             title="guide", user_id="alice")  # fmt: skip
-        chat = [{"role": "user", "content": "We rented a cabin by the lake"},
-                {"role": "assistant", "content": "Which lake?"},
-                {"role": "user", "content": "Lake Tahoe, the cabin is on the north shore"}]  # fmt: skip
+        await m.add_document(
+            "# Guide\n\nInstallation steps: unpack, configure, run.\n\n" + "More words. " * 50,
+            title="guide",
+            user_id="alice",
+        )
+        chat = [
+            {"role": "user", "content": "We rented a cabin by the lake"},
+            {"role": "assistant", "content": "Which lake?"},
+            {"role": "user", "content": "Lake Tahoe, the cabin is on the north shore"},
+        ]
         await m.add(chat, user_id="carol", session_id="trip")
         for sid, user in (("s1", "sam"), ("s2", "sam")):
-            await m.sessions.create_session(user_ids=[user], session_id=sid, agent_id="helper",
-                                            state={"ü": 1, "a": "b"})  # fmt: skip
+            await m.sessions.create_session(
+                user_ids=[user], session_id=sid, agent_id="helper", state={"ü": 1, "a": "b"}
+            )
             for text in ("I'm vegetarian", "I live in Lisbon", "my sister is called Ana"):
-                await m.add_event(sid, Event(type=EventType.USER_MESSAGE, author="Sam", content=text,
-                                             metadata={"client": "cli", "ß": True}))  # fmt: skip
+                await m.add_event(
+                    sid,
+                    Event(
+                        type=EventType.USER_MESSAGE, author="Sam", content=text, metadata={"client": "cli", "ß": True}
+                    ),
+                )
                 await m.add_event(sid, Event(type=EventType.AGENT_RESPONSE, author="bot", content="Noted."))
         await m.end_session("s1")  # formed now: facts, reflections, consolidated, applied batch, done job
         await m.form("s2", wait=False)  # stays queued

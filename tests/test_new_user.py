@@ -67,8 +67,12 @@ def test_script_ending_without_close_is_quiet_and_loses_nothing(tmp_path: Path) 
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, str(script), str(db), str(ROOT / "tests")],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # no "formation worker error (cannot schedule new futures ...)"
     first, second = proc.stdout.split()
@@ -90,9 +94,13 @@ def test_peers_defaults_follow_the_checkout_and_the_system_temp(tmp_path: Path) 
     temp.mkdir()
     env = {**os.environ, "TMPDIR": str(temp), "COLUMNS": "1000"}
     proc = subprocess.run(
-        [sys.executable, str(bench / "peers.py"), "--help"], capture_output=True, text=True, env=env,
-        timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, str(bench / "peers.py"), "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     defaults = dict(re.findall(r"--(data|venv|workdir) \S+ .*: (\S+)\)", proc.stdout))
     assert defaults == {

@@ -197,9 +197,14 @@ async def test_other_script_query_needs_keyword_evidence(tmp_path: Path, stored:
 @needs_minilm
 @pytest.mark.parametrize(
     ("stored", "query"),
-    [("私の名前は太郎です", "太郎"), ("我喜欢机器学习", "机器学习"), ("私はPythonでADKを使っています", "使って"),
-     ("제 이름은 민수입니다", "민수입니다"), ("Меня зовут Алексей", "Алексей")],
-)  # fmt: skip
+    [
+        ("私の名前は太郎です", "太郎"),
+        ("我喜欢机器学习", "机器学习"),
+        ("私はPythonでADKを使っています", "使って"),
+        ("제 이름은 민수입니다", "민수입니다"),
+        ("Меня зовут Алексей", "Алексей"),
+    ],
+)
 async def test_other_script_query_still_finds_its_words(tmp_path: Path, stored: str, query: str) -> None:
     async with AsyncMemory(tmp_path / "w.db", sessions="null") as m:
         await m.add(stored, user_id="u", infer=False)

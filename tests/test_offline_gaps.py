@@ -62,8 +62,9 @@ ALLERGIC = re.compile(r"\bis allergic to shellfish", re.I)
 
 async def test_contradiction_in_one_batch_keeps_only_the_negation(tmp_path: Path) -> None:
     async with AsyncMemory(tmp_path / "a.db", embedder="hash", formation=cfg()) as m:
-        res = await session(m, "s1", "I'm allergic to shellfish.", "I live in Lisbon.",
-                            "I'm not allergic to shellfish anymore.")  # fmt: skip
+        res = await session(
+            m, "s1", "I'm allergic to shellfish.", "I live in Lisbon.", "I'm not allergic to shellfish anymore."
+        )
         assert [(c.event, c.fact.content) for c in res.changes] == [
             ("ADD", "Sam lives in Lisbon"),
             ("ADD", "Sam is not allergic to shellfish"),
@@ -117,17 +118,26 @@ async def test_new_email_in_a_later_batch_updates_the_old_fact(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ("My phone number is +351 912 345 678.", "I changed my number to +351 933 000 111.",
-         "Sam's phone number is +351 933 000 111"),
-        ("My address is 3 Elm Street, Lisbon.", "I've changed my address to 12 Rua Augusta, Porto.",
-         "Sam's address is 12 Rua Augusta, Porto"),
+        (
+            "My phone number is +351 912 345 678.",
+            "I changed my number to +351 933 000 111.",
+            "Sam's phone number is +351 933 000 111",
+        ),
+        (
+            "My address is 3 Elm Street, Lisbon.",
+            "I've changed my address to 12 Rua Augusta, Porto.",
+            "Sam's address is 12 Rua Augusta, Porto",
+        ),
         ("My email is sam@old.example", "I updated my email to sam@new.example", "Sam's email is sam@new.example"),
-        ("My job title is junior designer.", "My new job title is senior designer.",
-         "Sam's job title is senior designer"),
+        (
+            "My job title is junior designer.",
+            "My new job title is senior designer.",
+            "Sam's job title is senior designer",
+        ),
         ("I work at Acme.", "I now work at Globex.", "Sam works at Globex"),
         ("I live in Lisbon.", "I live in Porto now.", "Sam lives in Porto"),
     ],
-)  # fmt: skip
+)
 async def test_changed_single_valued_details_update(tmp_path: Path, old: str, new: str, expected: str) -> None:
     async with AsyncMemory(tmp_path / "f.db", embedder="hash", formation=cfg()) as m:
         await session(m, "s1", old)
@@ -142,9 +152,14 @@ async def test_a_multi_valued_detail_is_not_replaced(tmp_path: Path) -> None:
     async with AsyncMemory(tmp_path / "g.db", embedder="hash", formation=cfg()) as m:
         await session(m, "s1", "My sister is called Ana.", "I speak Portuguese.")
         await session(m, "s2", "My sister is called Rita.", "I speak German.")
-        assert await facts(m) == sorted([
-            "Sam's sister is named Ana", "Sam speaks Portuguese", "Sam's sister is named Rita", "Sam speaks German",
-        ])  # fmt: skip
+        assert await facts(m) == sorted(
+            [
+                "Sam's sister is named Ana",
+                "Sam speaks Portuguese",
+                "Sam's sister is named Rita",
+                "Sam speaks German",
+            ]
+        )
 
 
 # --------------------------------------------------------------------------- 3. first person plural
@@ -168,12 +183,23 @@ async def test_we_moved_replaces_the_residence(tmp_path: Path) -> None:
 
 async def test_we_sentences_in_one_batch(tmp_path: Path) -> None:
     async with AsyncMemory(tmp_path / "i.db", embedder="hash", formation=cfg()) as m:
-        await session(m, "s1", "I live in Lisbon.", "We're moving to Porto in June.", "We have two kids.",
-                      "We got married in 2019.", "Our address is 12 Rua Augusta, Porto.")  # fmt: skip
-        assert await facts(m) == sorted([
-            "Sam is moving to Porto in June", "Sam has two kids", "Sam got married in 2019",
-            "Sam's address is 12 Rua Augusta, Porto",
-        ])  # fmt: skip
+        await session(
+            m,
+            "s1",
+            "I live in Lisbon.",
+            "We're moving to Porto in June.",
+            "We have two kids.",
+            "We got married in 2019.",
+            "Our address is 12 Rua Augusta, Porto.",
+        )
+        assert await facts(m) == sorted(
+            [
+                "Sam is moving to Porto in June",
+                "Sam has two kids",
+                "Sam got married in 2019",
+                "Sam's address is 12 Rua Augusta, Porto",
+            ]
+        )
 
 
 async def test_we_is_not_the_speaker_everywhere() -> None:
@@ -196,14 +222,15 @@ async def test_unread_turns_are_reported_logged_and_stored_in_the_job(
     async with AsyncMemory(tmp_path / "j.db", embedder="hash", formation=cfg()) as m:
         with caplog.at_level(logging.INFO, logger="memlane.formation.offline"):
             res = await session(
-                m, "s1",
+                m,
+                "s1",
                 "Ich wohne in Berlin und arbeite bei Siemens.",  # 0
                 "我对花生过敏。",  # 2
                 "I live in Lisbon.",  # 4
                 "Our kids go to school in Porto now.",  # 6: a family detail no rule reads
                 "Haha ok, thanks!",  # 8: small talk, nothing to read: not reported
                 "Where should I eat tonight?",  # 10: a question: not reported
-            )  # fmt: skip
+            )
         assert [c.fact.content for c in res.changes] == ["Sam lives in Lisbon"]
         session_events = [u.event_id for u in res.unread]
         assert [(u.index, u.role, u.reason, u.language) for u in res.unread] == [
@@ -261,16 +288,27 @@ async def test_a_mixed_turn_is_read_in_english_and_reported_for_the_rest() -> No
 @pytest.mark.parametrize(
     ("text", "lang"),
     [
-        ("Ich wohne in Berlin.", "de"), ("Wir sind nach Porto umgezogen.", "de"), ("我住在上海。", "zh"),
-        ("私は東京に住んでいます", "ja"), ("저는 서울에 살아요", "ko"), ("Je suis végétarien.", "fr"),
-        ("Yo vivo en Madrid con mi familia.", "es"), ("Eu moro em Lisboa.", "pt"), ("Ik woon in Amsterdam.", "nl"),
-        ("Я живу в Москве", "ru"), ("I live in Lisbon.", "en"), ("My son José lives in Madrid.", "en"),
+        ("Ich wohne in Berlin.", "de"),
+        ("Wir sind nach Porto umgezogen.", "de"),
+        ("我住在上海。", "zh"),
+        ("私は東京に住んでいます", "ja"),
+        ("저는 서울에 살아요", "ko"),
+        ("Je suis végétarien.", "fr"),
+        ("Yo vivo en Madrid con mi familia.", "es"),
+        ("Eu moro em Lisboa.", "pt"),
+        ("Ik woon in Amsterdam.", "nl"),
+        ("Я живу в Москве", "ru"),
+        ("I live in Lisbon.", "en"),
+        ("My son José lives in Madrid.", "en"),
         ("I love Die Hard.", "en"),
         ("Je me suis marié en juin.", "fr"),
         ("Me llamo Juan y vivo en Madrid.", "es"),
-        ("We moved to Porto.", "en"), ("Danke!", None), ("ok", None), ("🙂", None),
+        ("We moved to Porto.", "en"),
+        ("Danke!", None),
+        ("ok", None),
+        ("🙂", None),
     ],
-)  # fmt: skip
+)
 async def test_language_guess(text: str, lang: str | None) -> None:
     assert _language(text) == lang
 

@@ -84,19 +84,21 @@ EXTRACTION_CASES: list[tuple[str, list[str]]] = [
     ("I'm not vegetarian anymore.", ["Caroline is not vegetarian"]),
     ("I don't eat meat.", ["Caroline does not eat meat"]),
     ("My goal is to open an animal shelter.", ["Caroline's goal is to open an animal shelter"]),
-    ("I went to a LGBTQ support group yesterday and it was so powerful.", [
-        "Caroline went to a LGBTQ support group yesterday"
-    ]),
-    ("Last Friday, I ran a charity race for mental health.", [
-        "Caroline ran a charity race for mental health last Friday"
-    ]),
+    (
+        "I went to a LGBTQ support group yesterday and it was so powerful.",
+        ["Caroline went to a LGBTQ support group yesterday"],
+    ),
+    (
+        "Last Friday, I ran a charity race for mental health.",
+        ["Caroline ran a charity race for mental health last Friday"],
+    ),
     ("I'm a nurse and I live in Lisbon.", ["Caroline is a nurse", "Caroline lives in Lisbon"]),
     ("I'm learning German now.", ["Caroline is learning German"]),
     ("Meet my puppy, Toby!", ["Toby is Caroline's puppy"]),
     ("My dogs Luna and Oliver love the park.", ["Luna and Oliver are Caroline's dogs"]),
     ("I have celiac disease.", ["Caroline has celiac disease"]),
     ("I’m Portuguese.", ["Caroline is Portuguese"]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("text", "expected"), EXTRACTION_CASES, ids=[c[0][:40] for c in EXTRACTION_CASES])

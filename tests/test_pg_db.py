@@ -130,8 +130,13 @@ def test_driver_connection_errors_are_503_storage_unavailable_not_500() -> None:
 
     from memlane.service.errors import status_and_code
 
-    for exc in (psycopg.errors.AdminShutdown("gone"), psycopg.OperationalError("x"), redis.ConnectionError("x"),
-                redis.TimeoutError("x"), StorageError("x")):  # fmt: skip
+    for exc in (
+        psycopg.errors.AdminShutdown("gone"),
+        psycopg.OperationalError("x"),
+        redis.ConnectionError("x"),
+        redis.TimeoutError("x"),
+        StorageError("x"),
+    ):
         assert status_and_code(exc) == (503, "storage_unavailable"), exc
     assert status_and_code(psycopg.errors.UniqueViolation("bug")) == (500, "internal_error")
     assert status_and_code(ValueError("bug")) == (500, "internal_error")

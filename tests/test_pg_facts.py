@@ -140,8 +140,9 @@ async def test_write_through_one_replica_is_read_through_another(pg_url: str) ->
     try:
         assert a.db is not b.db
         scope = Scope(user_id="u1")
-        [(f, created)] = await a.put_facts([_fact("hotel zulu", kind="message", session_id="s")],
-                                           _EMB.embed_sync(["hotel zulu"]))  # fmt: skip
+        [(f, created)] = await a.put_facts(
+            [_fact("hotel zulu", kind="message", session_id="s")], _EMB.embed_sync(["hotel zulu"])
+        )
         assert created
         got = await b.get_fact(f.id, scope)
         assert got is not None and got.content == "hotel zulu" and got.seq == 0
@@ -233,10 +234,14 @@ async def test_dotted_metadata_filters_compare_json_values_in_sql(pg_url: str) -
     [store] = await _replicas(pg_url, 1)
     try:
         await store.put_facts(
-            [_fact("from ann", metadata={"sender": {"id": "ann", "n": 2}}), _fact("from bo", metadata={"sender": "bo"}),
-             _fact("numeric text", metadata={"sender": {"id": "2"}}), _fact("null one", metadata={"x": None})],
+            [
+                _fact("from ann", metadata={"sender": {"id": "ann", "n": 2}}),
+                _fact("from bo", metadata={"sender": "bo"}),
+                _fact("numeric text", metadata={"sender": {"id": "2"}}),
+                _fact("null one", metadata={"x": None}),
+            ],
             None,
-        )  # fmt: skip
+        )
         scope = Scope(user_id="u1")
 
         async def listed(*pairs: tuple[str, object]) -> list[str]:

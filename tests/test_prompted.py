@@ -213,8 +213,9 @@ async def test_generate_propagates_provider_errors_unchanged() -> None:
 
 async def test_generate_passes_sampling_options() -> None:
     llm = ScriptedLLM(['{"a": 1}'])
-    await generate(llm, [ChatMessage(role="user", content="q")], Pair, task="t", meter=None, temperature=0.7,
-                   max_tokens=99)  # fmt: skip
+    await generate(
+        llm, [ChatMessage(role="user", content="q")], Pair, task="t", meter=None, temperature=0.7, max_tokens=99
+    )
     assert (llm.calls[0]["temperature"], llm.calls[0]["max_tokens"]) == (0.7, 99)
 
 
@@ -335,8 +336,12 @@ async def test_extract_facts_prompt_and_output() -> None:
 
 
 async def test_extract_facts_default_instructions_and_group_scope() -> None:
-    llm = ScriptedLLM(['{"facts": [{"content": "Bob lives in Oslo", "scope": "user"}, {"content": "Ann owns a cat"'
-                       ', "scope": "agent"}]}'])  # fmt: skip
+    llm = ScriptedLLM(
+        [
+            '{"facts": [{"content": "Bob lives in Oslo", "scope": "user"}, {"content": "Ann owns a cat"'
+            ', "scope": "agent"}]}'
+        ]
+    )
     out = await PromptedModel(llm).extract_facts(_extraction(instructions="  ", allow_user_scope=False))
     assert [f.content for f in out.facts] == ["Ann owns a cat"]  # user scope is not allowed in a group
     system = llm.calls[0]["messages"][0]["content"]
@@ -458,8 +463,16 @@ async def test_consolidate_prompt_and_header() -> None:
     assert await model.consolidate(inp) == "VERSION: 3\n[PREFERENCES]\n- Likes coffee"  # a wrong number is fixed
     assert await model.consolidate(inp) == "VERSION: 3\n[PREFERENCES]\n- Likes coffee"
     prompt = _all_text(llm, 0)
-    for needle in ("VERSION: 2\n[PREFERENCES]\n- Likes tea", "- Switched to coffee", "VERSION: 3", "300 words",
-                   "[SECTION NAME]", "new information wins", "Never invent", "Garbage-collect"):  # fmt: skip
+    for needle in (
+        "VERSION: 2\n[PREFERENCES]\n- Likes tea",
+        "- Switched to coffee",
+        "VERSION: 3",
+        "300 words",
+        "[SECTION NAME]",
+        "new information wins",
+        "Never invent",
+        "Garbage-collect",
+    ):
         assert needle in prompt, needle
     assert meter.snapshot()["consolidate"]["calls"] == 3
 
@@ -530,8 +543,14 @@ async def test_distill_profile_prompt_and_output() -> None:
     out = await PromptedModel(llm, meter=meter).distill_profile(inp)
     assert out.bullets == ["The user's name is Itay", "Follows football"]
     prompt = _all_text(llm)
-    for needle in ("At most 2 bullets", "importance", "verbatim", "- Build the garden shed", "Itay watched football",
-                   "one line"):  # fmt: skip
+    for needle in (
+        "At most 2 bullets",
+        "importance",
+        "verbatim",
+        "- Build the garden shed",
+        "Itay watched football",
+        "one line",
+    ):
         assert needle in prompt, needle
     assert meter.snapshot()["profile"]["calls"] == 1
 

@@ -125,15 +125,17 @@ def test_two_authorization_headers_with_different_keys_are_401(tmp_path: Path) -
         app = create_app(settings(rate_limit=0), hub=make_hub(tmp_path), keys=keys)
         with serve(app) as srv:
             stored = srv.client.post(
-                "/v1/memories", json={"text": "acme only", "user_id": "u"},
+                "/v1/memories",
+                json={"text": "acme only", "user_id": "u"},
                 headers={"Authorization": f"Bearer {acme.secret}"},
-            )  # fmt: skip
+            )
             assert stored.status_code == 201
             for first, second in ((acme, globex), (globex, acme)):
                 r = srv.client.get(
-                    "/v1/memories", params={"user_id": "u"},
+                    "/v1/memories",
+                    params={"user_id": "u"},
                     headers=[("Authorization", f"Bearer {first.secret}"), ("Authorization", f"Bearer {second.secret}")],
-                )  # fmt: skip
+                )
                 assert r.status_code == 401, r.text
                 assert r.json()["error"]["code"] == "unauthenticated"
                 assert r.headers["WWW-Authenticate"].startswith("Bearer")

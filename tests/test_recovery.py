@@ -77,11 +77,30 @@ def _serve(tmp_path: Path, *flags: str) -> Iterator[subprocess.Popen[bytes]]:
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memlane.cli.main", "serve", "--port", str(port), "--db",
-             str(tmp_path / "memlane.db"), "--tenants-dir", str(tmp_path / "tenants"), "--keys",
-             str(tmp_path / "keys.db"), "--embedder", "hash", "--log-level", "warning", *flags],
-            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "memlane.cli.main",
+                "serve",
+                "--port",
+                str(port),
+                "--db",
+                str(tmp_path / "memlane.db"),
+                "--tenants-dir",
+                str(tmp_path / "tenants"),
+                "--keys",
+                str(tmp_path / "keys.db"),
+                "--embedder",
+                "hash",
+                "--log-level",
+                "warning",
+                *flags,
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     try:
         deadline = time.monotonic() + PATIENCE
         while True:  # /health only: it touches no tenant's store
@@ -194,8 +213,9 @@ async def test_the_engine_serves_every_call_once_restarted_postgres_and_redis_ar
     def start_redis() -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         while not _redis_up("127.0.0.1", port):
             assert proc.poll() is None, "redis-server exited"
             time.sleep(0.05)

@@ -96,10 +96,18 @@ class FakeSide:
     identity = "fake://source"
     label = "fake://source"
     ROWS: ClassVar[list[dict[str, Any]]] = [
-        {"app": "default", "id": f"s{i}", "user_ids": ["sam"], "agent_id": None, "channel": None, "state": {},
-         "created_at": datetime(2025, 1, i, tzinfo=UTC), "updated_at": datetime(2025, 1, i, tzinfo=UTC)}
+        {
+            "app": "default",
+            "id": f"s{i}",
+            "user_ids": ["sam"],
+            "agent_id": None,
+            "channel": None,
+            "state": {},
+            "created_at": datetime(2025, 1, i, tzinfo=UTC),
+            "updated_at": datetime(2025, 1, i, tzinfo=UTC),
+        }
         for i in (1, 2)
-    ]  # fmt: skip
+    ]
 
     def _rows(self, table: Table) -> list[dict[str, Any]]:
         return self.ROWS if table.name == "sessions" else []
@@ -161,11 +169,16 @@ def test_the_row_answers_for_a_backend_every_caller_asks() -> None:
     assert backend_of("plain/path.db") is None and backend_of("mongodb://h/x") is None
     assert backend_for_scheme("POSTGRES") is pg
     assert not next(b for b in BACKENDS if b.name == "sqlite").shared
-    assert unavailable_errors() == {("psycopg", "OperationalError"), ("redis", "ConnectionError"),
-                                    ("redis", "TimeoutError")}  # fmt: skip
+    assert unavailable_errors() == {
+        ("psycopg", "OperationalError"),
+        ("redis", "ConnectionError"),
+        ("redis", "TimeoutError"),
+    }
     # the former tables are views of the rows
-    assert STORES == {"sqlite": ("memlane.stores.sqlite", "open_stores", "core"),
-                      "postgresql": ("memlane.stores.postgres", "open_stores", "postgres")}  # fmt: skip
+    assert STORES == {
+        "sqlite": ("memlane.stores.sqlite", "open_stores", "core"),
+        "postgresql": ("memlane.stores.postgres", "open_stores", "postgres"),
+    }
     assert list(SESSION_STORES) == ["local", "null", "sqlite", "postgresql", "redis", "rediss", "unix"]
     assert JOB_STORES["unix"] == ("memlane.stores.redis.jobs", "RedisJobStore", "redis")
     with pytest.raises(ConfigError, match="Redis holds sessions and the job queue, not long-term memory"):

@@ -13,8 +13,9 @@ from memlane import AsyncMemory, InvalidInputError, Memory, NotFoundError, Scope
 
 
 async def _room_memory(mem: AsyncMemory) -> str:
-    (fact,) = await mem.add("Pizza night is on Friday", user_id="ann", agent_id="bot", session_id="room-1",
-                            scope="room")  # fmt: skip
+    (fact,) = await mem.add(
+        "Pizza night is on Friday", user_id="ann", agent_id="bot", session_id="room-1", scope="room"
+    )
     return fact.id
 
 
@@ -26,8 +27,9 @@ async def test_update_and_history_of_a_room_memory_name_the_room(mem: AsyncMemor
     assert got.content == "Pizza night moved to Saturday"
     history = await mem.history(fid, user_id="ann", agent_id="bot", session_id="room-1")
     assert [(h.old_content, h.new_content) for h in history][-1] == (
-        "Pizza night is on Friday", "Pizza night moved to Saturday",
-    )  # fmt: skip
+        "Pizza night is on Friday",
+        "Pizza night moved to Saturday",
+    )
     assert [h.event for h in await mem.history(fid, agent_id="bot", session_id="room-1")] == [
         h.event for h in history
     ]  # the room's memory, whoever names the room
@@ -37,8 +39,12 @@ async def test_update_and_history_of_a_room_memory_name_the_room(mem: AsyncMemor
 
 async def test_without_the_room_or_in_another_room_nothing_is_found_or_changed(mem: AsyncMemory) -> None:
     fid = await _room_memory(mem)
-    for where in ({"user_id": "ann", "agent_id": "bot"}, {"user_id": "ann", "agent_id": "bot", "session_id": "room-2"},
-                  {"agent_id": "bot", "session_id": "room-2"}, {"user_id": "ann", "session_id": "room-1"}):  # fmt: skip
+    for where in (
+        {"user_id": "ann", "agent_id": "bot"},
+        {"user_id": "ann", "agent_id": "bot", "session_id": "room-2"},
+        {"agent_id": "bot", "session_id": "room-2"},
+        {"user_id": "ann", "session_id": "room-1"},
+    ):
         with pytest.raises(NotFoundError):
             await mem.update(fid, "hijacked", **where)  # type: ignore[arg-type]
         with pytest.raises(NotFoundError):
@@ -48,8 +54,7 @@ async def test_without_the_room_or_in_another_room_nothing_is_found_or_changed(m
 
 async def test_another_user_in_the_room_edits_it_without_learning_who_wrote_it(mem: AsyncMemory) -> None:
     fid = await _room_memory(mem)
-    updated = await mem.update(fid, "Pizza night is on Friday at 7", user_id="bob", agent_id="bot",
-                               session_id="room-1")  # fmt: skip
+    updated = await mem.update(fid, "Pizza night is on Friday at 7", user_id="bob", agent_id="bot", session_id="room-1")
     assert updated.content == "Pizza night is on Friday at 7"
     assert updated.user_id is None  # ann contributed it: hidden from bob, as get hides it
     assert (await mem.get(fid, user_id="ann", agent_id="bot", session_id="room-1")).user_id == "ann"

@@ -181,8 +181,11 @@ def _spawn(name: str, args: list[str], env: dict[str, str], tmp: Path, url: str 
     with log.open("wb") as out:
         popen = subprocess.Popen(
             [sys.executable, "-m", "memlane.cli.main", *args],
-            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     return Proc(name, popen, log, url)
 
 
@@ -265,12 +268,27 @@ def deployment(pg_server: str, redis_server: str, tmp_path_factory: pytest.TempP
         replica_env = env | {"MEMLANE_FORMATION_WORKER": "false"}
         try:
             ports = [_free_port() for _ in range(3)]
-            a = _spawn("serve-a", ["serve", "--port", str(ports[0]), "--no-formation-worker", "--log-level",
-                                   "warning"], env, tmp, f"http://127.0.0.1:{ports[0]}")  # fmt: skip
-            b = _spawn("serve-b", ["serve", "--port", str(ports[1]), "--log-level", "warning"], replica_env, tmp,
-                       f"http://127.0.0.1:{ports[1]}")  # fmt: skip
-            mcp = _spawn("mcp", ["mcp", "--transport", "http", "--port", str(ports[2])], replica_env, tmp,
-                         f"http://127.0.0.1:{ports[2]}")  # fmt: skip
+            a = _spawn(
+                "serve-a",
+                ["serve", "--port", str(ports[0]), "--no-formation-worker", "--log-level", "warning"],
+                env,
+                tmp,
+                f"http://127.0.0.1:{ports[0]}",
+            )
+            b = _spawn(
+                "serve-b",
+                ["serve", "--port", str(ports[1]), "--log-level", "warning"],
+                replica_env,
+                tmp,
+                f"http://127.0.0.1:{ports[1]}",
+            )
+            mcp = _spawn(
+                "mcp",
+                ["mcp", "--transport", "http", "--port", str(ports[2])],
+                replica_env,
+                tmp,
+                f"http://127.0.0.1:{ports[2]}",
+            )
             procs += [a, b, mcp]
             workers = [
                 _spawn(
@@ -378,8 +396,12 @@ def test_killing_a_worker_mid_job_loses_nothing_and_applies_nothing_twice(deploy
         locker_id = r.json()["memories"][0]["id"]
         llm.hold = True
         assert a.post("/v1/sessions", json={"session_id": sid, "user_ids": ["sam"]}).status_code == 201
-        turns = [("user_message", f"My locker code changed to {new}."), ("agent_response", "Noted."),
-                 ("user_message", f"And my bike lock code is {bike}."), ("agent_response", "Got it.")]  # fmt: skip
+        turns = [
+            ("user_message", f"My locker code changed to {new}."),
+            ("agent_response", "Noted."),
+            ("user_message", f"And my bike lock code is {bike}."),
+            ("agent_response", "Got it."),
+        ]
         for n, (kind, text) in enumerate(turns):
             writer = a if n % 2 == 0 else b
             author = "sam" if kind == "user_message" else "agent"

@@ -198,8 +198,9 @@ def test_memories_and_search_follow_the_key(keyed: ServiceServer, keys: KeyStore
     admin, beta, bob = keys.create("acme"), keys.create("beta"), keys.create("acme", user_id="bob")
     reader = keys.create("acme", read_only=True)
     c = keyed.client
-    r = c.post("/v1/memories", json={"text": "alice's locker code is 4711", "user_id": "alice"},
-               headers=bearer(admin.secret))  # fmt: skip
+    r = c.post(
+        "/v1/memories", json={"text": "alice's locker code is 4711", "user_id": "alice"}, headers=bearer(admin.secret)
+    )
     assert r.status_code == 201, r.text
     fid = r.json()["memories"][0]["id"]
     query = {"query": "locker code", "user_id": "alice"}

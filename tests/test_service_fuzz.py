@@ -118,8 +118,10 @@ def _negatable(op: Any) -> bool:
     raw = op.definition.raw
     if raw.get("requestBody"):
         return True
-    return any(p["in"] != "path" or p.get("schema") != {"title": p.get("schema", {}).get("title"), "type": "string"}
-               for p in raw.get("parameters", []))  # fmt: skip
+    return any(
+        p["in"] != "path" or p.get("schema") != {"title": p.get("schema", {}).get("title"), "type": "string"}
+        for p in raw.get("parameters", [])
+    )
 
 
 CASES = [(op, "positive") for op in OPERATIONS] + [(op, "negative") for op in OPERATIONS if _negatable(op)]

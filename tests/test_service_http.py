@@ -33,9 +33,12 @@ def _app(tmp_path: Path, *, env: dict[str, str] | None = None, keys: KeyStore | 
 def _settings_env(tmp_path: Path, **env: str) -> dict[str, str]:
     """An environment for a server whose engines the settings build (everything under tmp_path)."""
     return {
-        "MEMLANE_DB": str(tmp_path / "memlane.db"), "MEMLANE_EMBEDDER": "hash",
-        "MEMLANE_KEYS_FILE": str(tmp_path / "keys.db"), "MEMLANE_TENANTS_DIR": str(tmp_path / "tenants"), **env,
-    }  # fmt: skip
+        "MEMLANE_DB": str(tmp_path / "memlane.db"),
+        "MEMLANE_EMBEDDER": "hash",
+        "MEMLANE_KEYS_FILE": str(tmp_path / "keys.db"),
+        "MEMLANE_TENANTS_DIR": str(tmp_path / "tenants"),
+        **env,
+    }
 
 
 @pytest.fixture
@@ -58,10 +61,12 @@ def _session(c: httpx.Client, sid: str, users: list[str], app: str = "hotel") ->
     assert r.status_code == 201, r.text
 
 
-def _say(c: httpx.Client, sid: str, text: str, *, type: str = "user_message", author: str = "user",
-         app: str = "hotel") -> httpx.Response:  # fmt: skip
-    return c.post(f"/v1/sessions/{sid}/events", params={"app": app},
-                  json={"type": type, "content": text, "author": author})  # fmt: skip
+def _say(
+    c: httpx.Client, sid: str, text: str, *, type: str = "user_message", author: str = "user", app: str = "hotel"
+) -> httpx.Response:
+    return c.post(
+        f"/v1/sessions/{sid}/events", params={"app": app}, json={"type": type, "content": text, "author": author}
+    )
 
 
 def _wait_job(c: httpx.Client, url: str) -> dict[str, Any]:
@@ -385,8 +390,9 @@ def test_user_bound_keys_see_only_their_sessions(keyed: tuple[ServiceServer, dic
     with _as(s, k["a"]) as admin, _as(s, k["a_alice"]) as alice, _as(s, k["a_bob"]) as bob:
         mine = alice.post("/v1/sessions", json={"app": "hotel", "session_id": "s-alice"})
         assert mine.status_code == 201 and mine.json()["user_ids"] == ["alice"]  # defaults to the key's user
-        _error(alice.post("/v1/sessions", json={"app": "hotel", "session_id": "x", "user_ids": ["bob"]}), 403,
-               "forbidden")  # fmt: skip
+        _error(
+            alice.post("/v1/sessions", json={"app": "hotel", "session_id": "x", "user_ids": ["bob"]}), 403, "forbidden"
+        )
         _say(alice, "s-alice", "alice's private note", author="alice")
         _session(admin, "s-group", ["alice", "bob"])
         _session(admin, "s-carol", ["carol"])
@@ -454,8 +460,22 @@ def _free_port() -> int:
 
 def test_memlane_serve_runs_a_loopback_server_without_keys(tmp_path: Path) -> None:
     port = _free_port()
-    cmd = [sys.executable, "-m", "memlane.cli.main", "serve", "--port", str(port), "--db", str(tmp_path / "m.db"),
-           "--embedder", "hash", "--keys", str(tmp_path / "keys.db"), "--log-level", "warning"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "memlane.cli.main",
+        "serve",
+        "--port",
+        str(port),
+        "--db",
+        str(tmp_path / "m.db"),
+        "--embedder",
+        "hash",
+        "--keys",
+        str(tmp_path / "keys.db"),
+        "--log-level",
+        "warning",
+    ]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "HOME": str(tmp_path)})
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as c:

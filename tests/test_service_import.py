@@ -51,8 +51,13 @@ def test_import_is_202_and_all_turns_become_searchable(keyed: ServiceServer, key
     h = {"Authorization": f"Bearer {keys.create('acme').secret}"}
     r = keyed.client.post("/v1/import", json={"content": TURNS}, headers=h)
     assert r.status_code == 202, r.text
-    assert r.json() == {"imported": 3, "sessions": 2, "format": "jsonl", "jobs": [],
-                        "embedding_status_url": "/v1/embeddings"}  # fmt: skip
+    assert r.json() == {
+        "imported": 3,
+        "sessions": 2,
+        "format": "jsonl",
+        "jobs": [],
+        "embedding_status_url": "/v1/embeddings",
+    }
     assert _wait_embedded(keyed, h)["done"] == 3
     found = keyed.client.post("/v1/search", json={"query": "tabby cat", "user_id": "ann"}, headers=h).json()
     assert [hit["fact"]["content"] for hit in found["hits"]][:1] == ["My cat Miso is a tabby"]
@@ -87,8 +92,13 @@ def test_a_bad_line_names_itself_and_nothing_is_written(keyed: ServiceServer, ke
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "invalid_input" and "body:4" in r.json()["error"]["message"]
     assert keyed.client.get("/v1/memories", params={"user_id": "ann"}, headers=h).json()["memories"] == []
-    for body in ({"content": "not json at all"}, {"content": "[1, 2]", "format": "locomo"}, {"content": ""},
-                 {"content": TURNS, "format": "xml"}, {"content": TURNS, "extra": 1}):  # fmt: skip
+    for body in (
+        {"content": "not json at all"},
+        {"content": "[1, 2]", "format": "locomo"},
+        {"content": ""},
+        {"content": TURNS, "format": "xml"},
+        {"content": TURNS, "extra": 1},
+    ):
         r = keyed.client.post("/v1/import", json=body, headers=h)
         assert r.status_code in (400, 422), (body, r.text)
 

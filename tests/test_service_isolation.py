@@ -111,11 +111,29 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         }
         log = (tmp / "mcp.log").open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memlane.cli.main", "mcp", "--transport", "http", "--port", str(port),
-             "--db", str(tmp / "memlane.db"), "--tenants-dir", str(tmp / "tenants"), "--embedder", "hash",
-             "--llm", "offline"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "memlane.cli.main",
+                "mcp",
+                "--transport",
+                "http",
+                "--port",
+                str(port),
+                "--db",
+                str(tmp / "memlane.db"),
+                "--tenants-dir",
+                str(tmp / "tenants"),
+                "--embedder",
+                "hash",
+                "--llm",
+                "offline",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         try:
             _wait_port(port, proc, tmp / "mcp.log")
             hub = MemoryHub(engine, str(tmp / "memlane.db"), tmp / "tenants")
@@ -199,10 +217,23 @@ async def _stdio(tmp: Path, user: str, errlog: Any) -> AsyncIterator[ClientSessi
 
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "memlane.cli.main", "mcp", "--transport", "stdio", "--user", user, "--db", str(tmp / "memlane.db"),
-              "--embedder", "hash", "--llm", "offline"],
+        args=[
+            "-m",
+            "memlane.cli.main",
+            "mcp",
+            "--transport",
+            "stdio",
+            "--user",
+            user,
+            "--db",
+            str(tmp / "memlane.db"),
+            "--embedder",
+            "hash",
+            "--llm",
+            "offline",
+        ],
         env={"XDG_DATA_HOME": str(tmp / "xdg")},
-    )  # fmt: skip
+    )
     async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session

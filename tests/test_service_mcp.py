@@ -225,8 +225,11 @@ def test_cli_refuses_to_start_without_a_user(tmp_path: Path) -> None:
     # no keys: loopback only, a public interface is refused before anything is served
     done = subprocess.run(
         [*base, "--transport", "http", "--user", "alice", "--host", "0.0.0.0", "--port", "1"],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "loopback" in done.stderr
 
 
@@ -256,10 +259,27 @@ def _start(tmp: Path, *args: str, keys_file: Path) -> _Started:
     env = _env(tmp) | {"MEMLANE_KEYS_FILE": str(keys_file), "PATH": "/usr/bin:/bin"}
     with (tmp / f"http-{port}.log").open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memlane.cli.main", "mcp", "--transport", "http", "--port", str(port),
-             "--db", str(tmp / "default.db"), "--tenants-dir", str(tmp / "tenants"), *ENGINE_ARGS, *args],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "memlane.cli.main",
+                "mcp",
+                "--transport",
+                "http",
+                "--port",
+                str(port),
+                "--db",
+                str(tmp / "default.db"),
+                "--tenants-dir",
+                str(tmp / "tenants"),
+                *ENGINE_ARGS,
+                *args,
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     deadline = time.monotonic() + 60  # readiness wait, not a timing assertion
     while True:
         if proc.poll() is not None:
@@ -393,18 +413,25 @@ async def test_http_session_cannot_be_taken_over_with_another_key(http_server: H
         data(await s.call_tool("remember", {"fact": "Alice's bank PIN hint: the cat"}))
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     init = {
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-    }  # fmt: skip
+    }
     r = httpx.post(http_server.url, json=init, headers=headers | {"Authorization": f"Bearer {keys['alice']}"})
     assert r.status_code == 200
     session_id = r.headers["mcp-session-id"]
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "list", "arguments": {}}}
     hijack = httpx.post(
-        http_server.url, json=call,
-        headers=headers | {"Authorization": f"Bearer {keys['bob']}", "mcp-session-id": session_id,
-                           "mcp-protocol-version": "2025-06-18"},
-    )  # fmt: skip
+        http_server.url,
+        json=call,
+        headers=headers
+        | {
+            "Authorization": f"Bearer {keys['bob']}",
+            "mcp-session-id": session_id,
+            "mcp-protocol-version": "2025-06-18",
+        },
+    )
     assert hijack.status_code in (403, 404), hijack.text
     assert "PIN" not in hijack.text
 

@@ -124,8 +124,10 @@ def test_bad_input_is_4xx_never_5xx(service: ServiceServer) -> None:
 
 def test_infer_returns_202_and_the_job_completes(service: ServiceServer) -> None:
     c = service.client
-    r = c.post("/v1/memories", json={"text": "My sister is called Ana and she lives in Lisbon", "user_id": "alice",
-                                     "infer": True})  # fmt: skip
+    r = c.post(
+        "/v1/memories",
+        json={"text": "My sister is called Ana and she lives in Lisbon", "user_id": "alice", "infer": True},
+    )
     acc = ok(r, 202)
     assert acc["job_id"] and acc["status_url"] == f"/v1/jobs/{acc['job_id']}" and r.headers["location"]
     job = wait_job(c, acc["status_url"])
@@ -236,8 +238,13 @@ def _reads(fid: str, doc: str, frag: str) -> list[tuple[str, str, dict[str, Any]
 
 def test_user_bound_and_tenant_isolation_on_every_read_route(keyed: tuple[ServiceServer, dict[str, str]]) -> None:
     srv, keys = keyed
-    with _as(srv, keys["alice"]) as alice, _as(srv, keys["bob"]) as bob, _as(srv, keys["globex"]) as globex, \
-            _as(srv, keys["admin"]) as admin, _as(srv, keys["alice_ro"]) as ro:  # fmt: skip
+    with (
+        _as(srv, keys["alice"]) as alice,
+        _as(srv, keys["bob"]) as bob,
+        _as(srv, keys["globex"]) as globex,
+        _as(srv, keys["admin"]) as admin,
+        _as(srv, keys["alice_ro"]) as ro,
+    ):
         fid = ok(alice.post("/v1/memories", json={"text": f"Alice's pin word is {CA}"}), 201)["memories"][0]["id"]
         doc = ok(alice.post("/v1/documents", json={"text": f"Notes on {CA} and more"}), 201)["id"]
         frag = ok(alice.get(f"/v1/documents/{doc}/fragments"))["fragments"][0]["id"]
@@ -276,8 +283,9 @@ def test_user_bound_and_tenant_isolation_on_every_read_route(keyed: tuple[Servic
         err(ro.delete("/v1/users/alice"), 403)
         # a user-bound key never writes the agent's shared memory
         err(alice.post("/v1/memories", json={"text": "for all", "agent_id": "club", "scope": "agent"}), 403)
-        shared = ok(admin.post("/v1/memories", json={"text": "Club opens at 9", "agent_id": "club",
-                                                     "scope": "agent"}), 201)["memories"][0]  # fmt: skip
+        shared = ok(
+            admin.post("/v1/memories", json={"text": "Club opens at 9", "agent_id": "club", "scope": "agent"}), 201
+        )["memories"][0]
         assert ok(alice.get(f"/v1/memories/{shared['id']}", params={"agent_id": "club"}))["id"] == shared["id"]
         err(alice.patch(f"/v1/memories/{shared['id']}", params={"agent_id": "club"}, json={"text": "x"}), 403)
         err(alice.delete(f"/v1/memories/{shared['id']}", params={"agent_id": "club"}), 403)

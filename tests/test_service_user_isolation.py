@@ -125,8 +125,9 @@ def test_a_room_is_not_readable_through_a_session_of_the_same_id_in_another_app(
     r = srv.client.post("/v1/sessions", json={"app": "hotel", "session_id": "S"}, headers=bob)
     assert r.status_code == 201, r.text
     room = {"agent_id": "concierge", "session_id": "S", "app": "hotel"}
-    r = srv.client.post("/v1/memories", json={"text": "room 12 asked for zqroom towels", "scope": "room", **room},
-                        headers=_key(keys))  # fmt: skip
+    r = srv.client.post(
+        "/v1/memories", json={"text": "room 12 asked for zqroom towels", "scope": "room", **room}, headers=_key(keys)
+    )
     assert r.status_code == 201, r.text
     seen = srv.client.get("/v1/memories", params=room, headers=bob).json()["memories"]
     assert ["zqroom" in m["content"] for m in seen] == [True]  # bob, in the room, reads it

@@ -100,11 +100,20 @@ class _ChatHandler(JsonHandler):
     def do_POST(self) -> None:
         body = self.read_json()
         self.server.state.append(body)
-        self._send(Reply(200, {
-            "id": "c1", "object": "chat.completion", "model": body.get("model", ""),
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "{}"}}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }))  # fmt: skip
+        self._send(
+            Reply(
+                200,
+                {
+                    "id": "c1",
+                    "object": "chat.completion",
+                    "model": body.get("model", ""),
+                    "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "{}"}}
+                    ],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                },
+            )
+        )
 
 
 def _models(world: World) -> list[str]:
@@ -331,11 +340,19 @@ def obs_body_timeout(world: World) -> Any:
     5 s (None: still waiting for the body). Driven through the ASGI interface directly."""
     app = _cli_serve(world)["app"]
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": "/v1/search", "raw_path": b"/v1/search", "query_string": b"", "root_path": "",
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/search",
+        "raw_path": b"/v1/search",
+        "query_string": b"",
+        "root_path": "",
         "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"content-length", b"100")],
-        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000),
-    }  # fmt: skip
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
 
     async def go() -> Any:
         chunks = [{"type": "http.request", "body": b'{"query": "te', "more_body": True}]
@@ -533,8 +550,10 @@ def test_kaos_memory_enabled_false_turns_sessions_off_and_config_show_says_why(
 
     off = load_settings(env={"MEMORY_ENABLED": "false", "MEMORY_TYPE": "redis"})  # KAOS: NullMemory whatever the type
     assert (off.memory.enabled, off.sessions.backend, off.source("sessions.backend")) == (
-        False, "null", "env:MEMORY_ENABLED",
-    )  # fmt: skip
+        False,
+        "null",
+        "env:MEMORY_ENABLED",
+    )
     on = load_settings(env={"MEMORY_ENABLED": "yes"})
     assert (on.memory.enabled, on.sessions.backend, on.source("sessions.backend")) == (True, "sqlite", "default")
     assert load_settings(env={}, overrides={"memory.enabled": False}).sessions.backend == "sqlite"  # Gaia's meaning

@@ -60,8 +60,9 @@ def test_every_model_timestamp_is_utc_aware() -> None:
     plus2 = datetime(2024, 1, 1, 14, 0, tzinfo=timezone(timedelta(hours=2)))
     for value in (naive, plus2):
         assert Event(timestamp=value).timestamp == datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
-        fact = Fact(content="x", occurred_at=value, formed_at=value, updated_at=value, valid_from=value,
-                    invalid_at=value)  # fmt: skip
+        fact = Fact(
+            content="x", occurred_at=value, formed_at=value, updated_at=value, valid_from=value, invalid_at=value
+        )
         for when in (fact.occurred_at, fact.formed_at, fact.updated_at, fact.valid_from, fact.invalid_at):
             assert when is not None and when.tzinfo is UTC and when.hour == 12
         assert Reflection(content="r", scope="user", formed_at=value).formed_at.tzinfo is UTC

@@ -137,8 +137,10 @@ async def test_load_memory_shape_and_recall_limit(mem: AsyncMemory) -> None:
         await t.remember(f"Alice visited museum number {i}")
     await mem.add(
         [{"role": "user", "content": "I loved the museum of modern art", "name": "alice"}],
-        user_id="alice", agent_id="chat", session_id="s9",
-    )  # fmt: skip
+        user_id="alice",
+        agent_id="chat",
+        session_id="s9",
+    )
     out = await t.load_memory("museum")
     json.dumps(out)
     assert list(out) == ["memories"] and len(out["memories"]) == 5  # Gaia's recall_limit
@@ -451,19 +453,36 @@ class ChatServer(JsonHandler):
         tool_msgs = [m for m in body["messages"] if m["role"] == "tool"]
         if not tool_msgs:
             msg = {
-                "role": "assistant", "content": None,
-                "tool_calls": [{"id": "call_1", "type": "function", "function": {
-                    "name": "search_facts", "arguments": json.dumps({"query": ["girlfriend", "locker code"]})}}],
-            }  # fmt: skip
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {
+                            "name": "search_facts",
+                            "arguments": json.dumps({"query": ["girlfriend", "locker code"]}),
+                        },
+                    }
+                ],
+            }
             finish = "tool_calls"
         else:
             found = json.loads(tool_msgs[-1]["content"])["results"]
             msg = {"role": "assistant", "content": "; ".join(r["content"] for r in found)}
             finish = "stop"
-        self._send(Reply(200, {
-            "id": "x", "object": "chat.completion", "created": 0, "model": "fake",
-            "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
-        }))  # fmt: skip
+        self._send(
+            Reply(
+                200,
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": "fake",
+                    "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                },
+            )
+        )
 
 
 async def test_openai_tool_loop_with_the_real_client(mem: AsyncMemory) -> None:

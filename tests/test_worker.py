@@ -36,8 +36,19 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _worker(tmp_path: Path, db: Path, *args: str, **env: str) -> list[str]:
-    return [sys.executable, "-m", "memlane.cli.main", "worker", "--db", str(db), "--embedder", "hash",
-            "--tenants-dir", str(tmp_path / "tenants"), *args]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "memlane.cli.main",
+        "worker",
+        "--db",
+        str(db),
+        "--embedder",
+        "hash",
+        "--tenants-dir",
+        str(tmp_path / "tenants"),
+        *args,
+    ]
 
 
 async def _queue_sessions(db: Path, users: list[str], *, formation: FormationConfig = QUEUE_ONLY) -> list[Job]:
@@ -102,8 +113,10 @@ def test_two_workers_on_one_file_run_each_job_exactly_once(tmp_path: Path) -> No
     users = [f"user{i:02d}" for i in range(16)]
     jobs = asyncio.run(_queue_sessions(db, users))
     cmd = [*_worker(tmp_path, db, "--once", "--concurrency", "2"), "--json"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
-             for _ in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
     per_worker = [_job_lines(out) for out, _ in outs]
@@ -155,8 +168,9 @@ class SlowModel:
 def _answer(body: dict[str, Any]) -> dict[str, Any]:
     system, convo = body["messages"][0]["content"], body["messages"][-1]["content"]
     if system.startswith("You extract FACTS"):
-        out: dict[str, Any] = {"facts": [{"content": "Sam is vegetarian", "scope": "user"}] if "vegetarian" in convo
-                               else []}  # fmt: skip
+        out: dict[str, Any] = {
+            "facts": [{"content": "Sam is vegetarian", "scope": "user"}] if "vegetarian" in convo else []
+        }
     elif system.startswith("You keep"):
         out = {"decisions": []}
     elif system.startswith("You form REFLECTIONS"):
@@ -238,8 +252,13 @@ def test_worker_help_and_bad_options(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["worker", "--concurrency", "0"])
     assert exc.value.code == 2
-    helptext = subprocess.run([sys.executable, "-m", "memlane.cli.main", "worker", "--help"], capture_output=True,
-                              text=True, env=_env(tmp_path), timeout=60).stdout  # fmt: skip
+    helptext = subprocess.run(
+        [sys.executable, "-m", "memlane.cli.main", "worker", "--help"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=60,
+    ).stdout
     for option in ("--concurrency", "--once", "--tenant", "--queue", "SIGTERM"):
         assert option in helptext
 
@@ -268,8 +287,20 @@ def test_worker_on_postgresql_with_a_redis_queue(tmp_path: Path, pg_url: str, re
             return statuses, facts
 
     jobs = asyncio.run(queue())
-    cmd = [sys.executable, "-m", "memlane.cli.main", "worker", "--db", pg_url, "--queue", redis_url,
-           "--embedder", "hash", "--once", "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "memlane.cli.main",
+        "worker",
+        "--db",
+        pg_url,
+        "--queue",
+        redis_url,
+        "--embedder",
+        "hash",
+        "--once",
+        "--json",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(tmp_path), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert _job_lines(proc.stdout) == {j.id: ["done"] for j in jobs}
@@ -304,18 +335,43 @@ def test_two_workers_on_postgresql_and_redis_run_each_job_exactly_once(
             db = m.facts.db  # type: ignore[attr-defined]
             async with db.connection() as conn:
                 applied = (await (await conn.execute("SELECT count(*) FROM applied_batches")).fetchone())[0]
-                doubled = (await (await conn.execute(
-                    "SELECT count(*) FROM (SELECT fact_id FROM history WHERE event='ADD' GROUP BY fact_id"
-                    " HAVING count(*) > 1) d")).fetchone())[0]  # fmt: skip
-                per_user = [r[0] for r in await (await conn.execute(
-                    "SELECT count(*) FROM facts WHERE invalid_at IS NULL GROUP BY user_id")).fetchall()]  # fmt: skip
+                doubled = (
+                    await (
+                        await conn.execute(
+                            "SELECT count(*) FROM (SELECT fact_id FROM history WHERE event='ADD' GROUP BY fact_id"
+                            " HAVING count(*) > 1) d"
+                        )
+                    ).fetchone()
+                )[0]
+                per_user = [
+                    r[0]
+                    for r in await (
+                        await conn.execute("SELECT count(*) FROM facts WHERE invalid_at IS NULL GROUP BY user_id")
+                    ).fetchall()
+                ]
             return statuses, applied, doubled, per_user
 
     jobs = asyncio.run(queue())
-    cmd = [sys.executable, "-m", "memlane.cli.main", "worker", "--db", pg_url, "--queue", redis_url,
-           "--embedder", "hash", "--once", "--concurrency", "2", "--json"]  # fmt: skip
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
-             for _ in range(2)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "memlane.cli.main",
+        "worker",
+        "--db",
+        pg_url,
+        "--queue",
+        redis_url,
+        "--embedder",
+        "hash",
+        "--once",
+        "--concurrency",
+        "2",
+        "--json",
+    ]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
     ran = [job for out, _ in outs for job, outcomes in _job_lines(out).items() for o in outcomes if o == "done"]
