@@ -58,11 +58,13 @@ def build_small(path: Path, n: int, embedder: str) -> str:
         words = ["camera", "garden", "hiking", "piano", "recipe", "travel", "museum", "coffee", "bicycle", "novel"]
         for s in range(n // 20):
             turns = [
-                {"role": "user" if i % 2 == 0 else "assistant",
-                 "content": f"Turn {i} of session {s}: I talked about the {words[(s + i) % 10]} and the "
-                 f"{words[(s * 3 + i) % 10]} again, number {s * 20 + i}."}
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"Turn {i} of session {s}: I talked about the {words[(s + i) % 10]} and the "
+                    f"{words[(s * 3 + i) % 10]} again, number {s * 20 + i}.",
+                }
                 for i in range(20)
-            ]  # fmt: skip
+            ]
             m.add(turns, user_id=user, session_id=f"s{s}")
     return user
 
@@ -95,20 +97,35 @@ def main() -> None:
     for i in range(a.trials):
         out = subprocess.run(
             [sys.executable, "-c", CHILD, str(db), a.embedder, user, f"{a.query} ({i})", a.query2],
-            env=env, capture_output=True, text=True, check=True,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"trial {i}: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in runs[-1].items() if k != "hits"))
     med = {k: round(statistics.median(r[k] for r in runs) * 1000, 1) for k in runs[0] if k != "hits"}
     print()
     print("| database | import | open (stores + embedder) | first search | second search | import -> first result |")
     print("|---|---:|---:|---:|---:|---:|")
-    print(f"| {db.name} | {med['import']} ms | {med['open']} ms | {med['first_search']} ms |"
-          f" {med['second_search']} ms | **{med['total']} ms** |")  # fmt: skip
+    print(
+        f"| {db.name} | {med['import']} ms | {med['open']} ms | {med['first_search']} ms |"
+        f" {med['second_search']} ms | **{med['total']} ms** |"
+    )
     out_path = Path(a.out) if a.out else Path(__file__).resolve().parent / "results" / "cold_start.json"
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps({"db": str(db), "embedder": a.embedder, "trials": runs, "median_ms": med,
-                                    "when": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2))  # fmt: skip
+    out_path.write_text(
+        json.dumps(
+            {
+                "db": str(db),
+                "embedder": a.embedder,
+                "trials": runs,
+                "median_ms": med,
+                "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            },
+            indent=2,
+        )
+    )
     if tmp is not None:
         tmp.cleanup()
 

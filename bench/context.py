@@ -45,18 +45,32 @@ def _words(n: int, tag: str) -> str:
 
 async def _fill(m: AsyncMemory, n: int) -> None:
     facts = [
-        Fact(content=f"Fact {i}: the user mentioned item {i} at place {i % 97}", user_id="u", agent_id="bot",
-             hash=content_hash(f"Fact {i}: the user mentioned item {i} at place {i % 97}"))
+        Fact(
+            content=f"Fact {i}: the user mentioned item {i} at place {i % 97}",
+            user_id="u",
+            agent_id="bot",
+            hash=content_hash(f"Fact {i}: the user mentioned item {i} at place {i % 97}"),
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
     for i in range(0, n, 5000):
         await m.facts.put_facts(facts[i : i + 5000], None)
     rs = m.reflection_store
-    blobs = [("agent", 1200, {"agent_id": "bot"}), ("user", 300, {"agent_id": "bot", "user_id": "u"}),
-             ("session", 200, {"agent_id": "bot", "user_id": "u", "session_id": "s"})]  # fmt: skip
+    blobs = [
+        ("agent", 1200, {"agent_id": "bot"}),
+        ("user", 300, {"agent_id": "bot", "user_id": "u"}),
+        ("session", 200, {"agent_id": "bot", "user_id": "u", "session_id": "s"}),
+    ]
     for scope, words, ids in blobs:
-        await rs.put_consolidated(ConsolidatedMemory(scope=scope, consolidated_content=_words(words, scope[0]),  # type: ignore[arg-type]
-                                                     word_limit=words, version=1, **ids))  # fmt: skip
+        await rs.put_consolidated(
+            ConsolidatedMemory(
+                scope=scope,
+                consolidated_content=_words(words, scope[0]),  # type: ignore[arg-type]
+                word_limit=words,
+                version=1,
+                **ids,
+            )
+        )
         for j in range(10 if scope == "agent" else 4):
             await rs.put_reflection(Reflection(content=f"{scope} reflection {j} about the project", scope=scope, **ids))  # type: ignore[arg-type]
 

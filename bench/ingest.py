@@ -61,9 +61,10 @@ def _parse_args() -> argparse.Namespace:
     ap.add_argument("--data", default="/work/shared/bench/locomo/locomo_dev.json")
     ap.add_argument("--repeats", type=int, default=None, help="runs per mode (default 3, quick 1)")
     ap.add_argument(
-        "--modes", default="none,hash,numpy,onnx-fp32,onnx-int8",
+        "--modes",
+        default="none,hash,numpy,onnx-fp32,onnx-int8",
         help="comma list of none,hash,local,numpy,onnx-fp32,onnx-int8",
-    )  # fmt: skip
+    )
     ap.add_argument("--paths", default="add,add_many,deferred", help="comma list of add,add_many,deferred")
     ap.add_argument("--conversations", type=int, default=None, help="only the first N conversations")
     ap.add_argument("--workdir", default="/tmp/memlane-bench")

@@ -51,18 +51,21 @@ def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="first conversation only")
     ap.add_argument(
-        "--data", default=str(SHARED_BENCH / "locomo" / "locomo_dev.json"),
+        "--data",
+        default=str(SHARED_BENCH / "locomo" / "locomo_dev.json"),
         help="LoCoMo-format JSON (default: ../shared/bench/locomo/locomo_dev.json next to the checkout: %(default)s)",
-    )  # fmt: skip
+    )
     ap.add_argument(
-        "--venv", default=str(TEMP / "mem0-venv"),
+        "--venv",
+        default=str(TEMP / "mem0-venv"),
         help="mem0's throwaway venv, made when missing (default: in the system temp folder: %(default)s)",
-    )  # fmt: skip
+    )
     ap.add_argument("--embedder", default="local", help="memlane's embedder spec (default local MiniLM)")
     ap.add_argument(
-        "--workdir", default=str(TEMP / "memlane-peers"),
+        "--workdir",
+        default=str(TEMP / "memlane-peers"),
         help="scratch databases (default: in the system temp folder: %(default)s)",
-    )  # fmt: skip
+    )
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/peers.json)")
     return ap.parse_args()
 
@@ -140,23 +143,37 @@ class Mem0Side:
             "model_dir": str(default_model_dir()),
             "workdir": str(self.dir),
             "conversations": [
-                {"user": c.sample_id, "turns": [{"dia_id": t.dia_id, "speaker": t.speaker, "text": t.text}
-                                                 for s in c.sessions for t in s]}
+                {
+                    "user": c.sample_id,
+                    "turns": [
+                        {"dia_id": t.dia_id, "speaker": t.speaker, "text": t.text} for s in c.sessions for t in s
+                    ],
+                }
                 for c in convs
             ],
-        }  # fmt: skip
+        }
         path = work / "mem0-spec.json"
         path.write_text(json.dumps(spec))
-        env = {**os.environ, "MEM0_TELEMETRY": "False", "MEM0_DIR": str(self.dir / "mem0dir"), "HF_HUB_OFFLINE": "1",
-               "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+        env = {
+            **os.environ,
+            "MEM0_TELEMETRY": "False",
+            "MEM0_DIR": str(self.dir / "mem0dir"),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = str(THREADS)
         self.log_path = work / "mem0-side.log"
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(
             [str(py), str(ROOT / "_mem0_side.py"), str(path)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env=env,
+        )
         self.ready: dict[str, Any] = self._read()
 
     def _read(self) -> dict[str, Any]:
@@ -279,8 +296,9 @@ async def main() -> None:
         "memlane vector-only": RetrievalConfig(**{**cfg.model_dump(), "keyword_weight": 0.0}),
         "memlane keyword-only": RetrievalConfig(**{**cfg.model_dump(), "vector_weight": 0.0}),
     }
-    m0_names = {thr: f"mem0 {MEM0_VERSION} search, threshold {thr}" + (" (default)" if thr == 0.1 else "")
-                for thr in THRESHOLDS}  # fmt: skip
+    m0_names = {
+        thr: f"mem0 {MEM0_VERSION} search, threshold {thr}" + (" (default)" if thr == 0.1 else "") for thr in THRESHOLDS
+    }
     ranked: dict[str, list[list[str | None]]] = {n: [] for n in [*modes, *m0_names.values()]}
     ms: dict[str, list[float]] = {n: [] for n in ranked}
     embed_ms: dict[str, list[float]] = {"memlane": [], "mem0": []}  # query embedding alone
@@ -372,26 +390,36 @@ async def main() -> None:
 def print_table(rep: dict[str, Any]) -> None:
     d = rep["data"]
     m, z = rep["memlane"], rep["mem0"]
-    print(f"\nLoCoMo {len(d['conversations'])} conversations, {d['turns']} turns, {d['questions']} questions; "
-          f"memlane {m['embedder']} ({m['backend']} {m['precision']}), "
-          f"mem0 {z['versions']['mem0ai']} (sentence-transformers, torch {z['versions']['torch']}); "
-          f"{rep['threads']} thread\n")  # fmt: skip
+    print(
+        f"\nLoCoMo {len(d['conversations'])} conversations, {d['turns']} turns, {d['questions']} questions; "
+        f"memlane {m['embedder']} ({m['backend']} {m['precision']}), "
+        f"mem0 {z['versions']['mem0ai']} (sentence-transformers, torch {z['versions']['torch']}); "
+        f"{rep['threads']} thread\n"
+    )
     print("| system | R@1 | R@5 | R@10 | hit@10 | search p50 ms | p95 ms |")
     print("|---|---|---|---|---|---|---|")
     for r in rep["reports"]:
-        print(f"| {r['mode']} | {r['recall@1']:.3f} | {r['recall@5']:.3f} | {r['recall@10']:.3f} | "
-              f"{r['hit@10']:.3f} | {r['search_p50_ms']:.2f} | {r['search_p95_ms']:.2f} |")  # fmt: skip
-    print(f"\ningest: memlane {m['ingest_s']} s ({m['ingest_turns_per_s']} turns/s, {m['ingest_path']}), "
-          f"mem0 {z['ingest_s']} s ({z['ingest_turns_per_s']} turns/s); "
-          f"start-up: memlane {m['init_s']} s, mem0 {z['init_s']} s")  # fmt: skip
+        print(
+            f"| {r['mode']} | {r['recall@1']:.3f} | {r['recall@5']:.3f} | {r['recall@10']:.3f} | "
+            f"{r['hit@10']:.3f} | {r['search_p50_ms']:.2f} | {r['search_p95_ms']:.2f} |"
+        )
+    print(
+        f"\ningest: memlane {m['ingest_s']} s ({m['ingest_turns_per_s']} turns/s, {m['ingest_path']}), "
+        f"mem0 {z['ingest_s']} s ({z['ingest_turns_per_s']} turns/s); "
+        f"start-up: memlane {m['init_s']} s, mem0 {z['init_s']} s"
+    )
     r = rep["ratio"]
-    print(f"mem0 p50 / memlane p50 = {r['search_p50_mem0_over_memlane']}x, p95 {r['search_p95_mem0_over_memlane']}x; "
-          f"recall@10 memlane - mem0 = {r['recall@10_memlane_minus_mem0']:+.4f} "
-          f"(vs threshold 0: {r['recall@10_memlane_minus_mem0_threshold0']:+.4f}); "
-          f"ingest {r['ingest_turns_per_s_memlane_over_mem0']}x")  # fmt: skip
+    print(
+        f"mem0 p50 / memlane p50 = {r['search_p50_mem0_over_memlane']}x, p95 {r['search_p95_mem0_over_memlane']}x; "
+        f"recall@10 memlane - mem0 = {r['recall@10_memlane_minus_mem0']:+.4f} "
+        f"(vs threshold 0: {r['recall@10_memlane_minus_mem0_threshold0']:+.4f}); "
+        f"ingest {r['ingest_turns_per_s_memlane_over_mem0']}x"
+    )
     e = rep["query_embedding_ms"]
-    print(f"query embedding alone p50 / p95 ms: memlane {e['memlane']['p50']} / {e['memlane']['p95']}, "
-          f"mem0 {e['mem0']['p50']} / {e['mem0']['p95']}")  # fmt: skip
+    print(
+        f"query embedding alone p50 / p95 ms: memlane {e['memlane']['p50']} / {e['memlane']['p95']}, "
+        f"mem0 {e['mem0']['p50']} / {e['mem0']['p95']}"
+    )
     print("mem0: " + "; ".join(z["notes"]))
 
 

@@ -67,10 +67,22 @@ class PgRedisDeployment(sl.Deployment):
 
     def serve_args(self, port: int) -> list[str]:
         args = [
-            "serve", "--host", "127.0.0.1", "--port", str(port), "--db", self.store, "--embedder", "hash",
-            "--keys", str(self.workdir / "keys.db"), "--tenants-dir", str(self.workdir / "tenants"),
-            "--log-level", "warning",
-        ]  # fmt: skip
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--db",
+            self.store,
+            "--embedder",
+            "hash",
+            "--keys",
+            str(self.workdir / "keys.db"),
+            "--tenants-dir",
+            str(self.workdir / "tenants"),
+            "--log-level",
+            "warning",
+        ]
         if self.workers:
             args.append("--no-formation-worker")
         return args
@@ -79,8 +91,16 @@ class PgRedisDeployment(sl.Deployment):
         super().start(count)
         for i in range(self.workers):
             log = self.workdir / f"worker{i}.log"
-            cmd = [*sl.memlane_cmd(), "worker", "--db", self.store, "--embedder", "hash",
-                   "--tenants-dir", str(self.workdir / "tenants")]  # fmt: skip
+            cmd = [
+                *sl.memlane_cmd(),
+                "worker",
+                "--db",
+                self.store,
+                "--embedder",
+                "hash",
+                "--tenants-dir",
+                str(self.workdir / "tenants"),
+            ]
             cmd += [a for c in self.callers for a in ("--tenant", c.tenant)]
             with log.open("wb") as out:
                 self.worker_procs.append(subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT))
@@ -257,9 +277,15 @@ def main(argv: list[str] | None = None) -> int:
             backend, _, n = case.partition("-")
             servers = int(n or "1")
             common = {
-                "servers": servers, "tenants": args.tenants, "users": args.users, "requests": args.requests,
-                "duration": args.duration, "concurrency": args.concurrency, "warmup": args.warmup, "seed": args.seed,
-            }  # fmt: skip
+                "servers": servers,
+                "tenants": args.tenants,
+                "users": args.users,
+                "requests": args.requests,
+                "duration": args.duration,
+                "concurrency": args.concurrency,
+                "warmup": args.warmup,
+                "seed": args.seed,
+            }
             with sl.workdir_for(str(work / f"replicas-{run_id}-{case}")) as workdir:
                 t = time.perf_counter()
                 meter.result = {}
@@ -270,12 +296,14 @@ def main(argv: list[str] | None = None) -> int:
                     schema = f"bench_rep_{run_id}_{servers}"
                     prefix = f"memlane-bench:{run_id}:{servers}:"
                     deployment = PgRedisDeployment(
-                        workdir, args.tenants, args.users,
+                        workdir,
+                        args.tenants,
+                        args.users,
                         store=with_query(pg_url, schema=schema),
                         sessions=with_query(redis_url, prefix=prefix),
                         queue=with_query(redis_url, prefix=prefix + "jobs:") if args.queue == "redis" else None,
                         workers=args.workers,
-                    )  # fmt: skip
+                    )
                     meter.deployment = deployment
                     try:
                         result = sl.run_case(workdir, deployment=deployment, **common)  # type: ignore[arg-type]

@@ -375,10 +375,22 @@ def serve_args(workdir: Path, port: int) -> list[str]:
     (no model load: the load is on the service, not on MiniLM); every server process of a case
     gets the same files."""
     return [
-        "serve", "--host", "127.0.0.1", "--port", str(port), "--db", str(workdir / "memlane.db"),
-        "--embedder", "hash", "--keys", str(workdir / "keys.db"), "--tenants-dir", str(workdir / "tenants"),
-        "--log-level", "warning",
-    ]  # fmt: skip
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--db",
+        str(workdir / "memlane.db"),
+        "--embedder",
+        "hash",
+        "--keys",
+        str(workdir / "keys.db"),
+        "--tenants-dir",
+        str(workdir / "tenants"),
+        "--log-level",
+        "warning",
+    ]
 
 
 def wait_ready(server: Server, timeout: float = 60.0) -> None:
