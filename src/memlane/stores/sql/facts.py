@@ -118,12 +118,19 @@ def put_facts(
     d: Dialect, facts: Sequence[Fact], vectors: Vector | None, actor: str, groups: Sequence[int] | None = None
 ) -> Program[list[tuple[Fact, bool]]]:
     """Store facts (all or none) under their partitions' locks: :func:`insert_facts`."""
-    yield from run_all(d.lock_partitions(sorted(set(partition_keys(facts)))))
-    return (yield from insert_facts(d, facts, vectors, actor, groups))
+    parts = partition_keys(facts)
+    yield from run_all(d.lock_partitions(sorted(set(parts))))
+    return (yield from insert_facts(d, facts, vectors, actor, groups, parts=parts))
 
 
 def insert_facts(
-    d: Dialect, facts: Sequence[Fact], vectors: Vector | None, actor: str, groups: Sequence[int] | None = None
+    d: Dialect,
+    facts: Sequence[Fact],
+    vectors: Vector | None,
+    actor: str,
+    groups: Sequence[int] | None = None,
+    *,
+    parts: Sequence[str] | None = None,
 ) -> Program[list[tuple[Fact, bool]]]:
     """Insert in bulk, idempotently by content hash within a partition: one de-dup query and
     one next-seq query per partition, turn numbers counted here, multi-row inserts, and each
@@ -133,10 +140,11 @@ def insert_facts(
 
     ``groups``: sizes of consecutive runs of ``facts`` that each count as one append of the
     partitions they add rows to (``add_many``: one per session, as one ``add`` per session
-    would); default: the whole call is one.
+    would); default: the whole call is one. ``parts``: :func:`partition_keys` of ``facts``
+    when the caller has them.
     """
     now = utcnow()
-    parts = partition_keys(facts)
+    parts = partition_keys(facts) if parts is None else parts
     hashes = [f.hash or content_hash(f.content) for f in facts]
     found: dict[tuple[str, str], Fact] = {}  # valid stored rows with an incoming (partition, hash)
     sessions: dict[str, set[str]] = {part: set() for part in dict.fromkeys(parts)}
