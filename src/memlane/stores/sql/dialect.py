@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from memlane.models import Fact, FactFilter
 from memlane.stores.base import Vector
@@ -59,9 +58,9 @@ def filter_conditions(
     return "".join(f" AND {s}" for s in sql), args
 
 
-@dataclass(frozen=True, slots=True)
-class NewFact:
-    """A fact about to be inserted, with what its keyword index row holds."""
+class NewFact(NamedTuple):
+    """A fact about to be inserted, with what its keyword index row holds (a tuple: one is
+    built per inserted row)."""
 
     rowid: int
     partition: str
