@@ -10,15 +10,22 @@ Layers, lowest first (a module may import its own layer and the layers below it)
 
 1. foundation: errors, models, inputs, the leaf helpers (``_env``, ``_cpu``, ``_native``,
    ``_portal``) and the pure settings objects (``formation.config``, ``agent.config``);
-2. parts: retrieval, providers, policy, session windows, documents, messages, bulk, the
-   formation models and prompts;
-3. stores: ``stores/``, the registry, transfer;
+2. parts: retrieval, providers, policy, session windows, ``ingest/`` (documents, messages,
+   bulk), the formation models and prompts;
+3. stores: ``stores/`` (transfer: ``memlane migrate``'s copy), the registry;
 4. settings: the settings model and the engine arguments it describes;
-5. engine parts: formation pipeline and runner, search, embedding queue, ``engine/``;
+5. engine parts: formation pipeline and runner, ``engine/`` (search orchestration:
+   ``engine/search.py``), the embedding queue (``ingest/embedding_queue.py``);
 6. engine: ``memory.py`` (``AsyncMemory``);
-7. facade and integrations: ``sync.py``, ``agent/``, ``adapters/``, importers, evaluation,
+7. facade and integrations: ``sync.py``, ``agent/``, ``adapters/``, importers
+   (``ingest/importers.py``), evaluation,
    the package root, ``memlane.testing``, ``memlane.compat`` (the seeds' names);
+
 8. edges: ``config.py`` (engines built from settings), ``service/``, ``cli/``, the dev server.
+
+The modules that moved into rooms (``memlane.search``, ``memlane.transfer``, ``memlane.messages``,
+...) stay importable under their old names (a module aliasing the moved one), each in its
+moved module's layer.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "memlane.documents",
             "memlane.messages",
             "memlane.bulk",
+            "memlane.ingest",
             "memlane.formation",
             "memlane.evaluation._files",
         ),
@@ -69,6 +77,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "memlane.formation.runner",
             "memlane.search",
             "memlane.embedding_queue",
+            "memlane.ingest.embedding_queue",
             "memlane.engine",
         ),
     ),
@@ -81,6 +90,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "memlane.agent",
             "memlane.adapters",
             "memlane.importers",
+            "memlane.ingest.importers",
             "memlane.evaluation",
             "memlane.testing",
             "memlane.compat",

@@ -10,7 +10,6 @@ always-in-context reflections, embedded on SQLite and offline by default.
 """
 
 from memlane.agent.config import RecallConfig
-from memlane.bulk import AddBatch
 from memlane.errors import (
     AuthenticationError,
     ConfigError,
@@ -37,6 +36,7 @@ from memlane.errors import (
 )
 from memlane.formation.config import FormationConfig
 from memlane.formation.runner import FormationResult
+from memlane.ingest.bulk import AddBatch
 from memlane.memory import AsyncMemory
 from memlane.models import (
     CheckReport,

@@ -4,7 +4,7 @@ Data flow: ``add`` validates input -> builds :class:`Fact` rows (verbatim turns 
 author, time, session position) -> one batched embedding call -> the fact store writes
 facts, keyword index and vectors in one transaction. ``search`` parses each query (up to
 three, run concurrently) -> keyword and vector candidates per scope partition -> weighted
-RRF -> facts fetched, access counts bumped (orchestrated by :mod:`memlane.search`).
+RRF -> facts fetched, access counts bumped (orchestrated by :mod:`memlane.engine.search`).
 
 The engine builds nothing backend-specific: stores come from :mod:`memlane.registry` by URL,
 opened on first use (:mod:`memlane.engine.opening`), so the constructor does no I/O. The
@@ -28,7 +28,6 @@ from typing import Any, Literal, overload
 from memlane import inputs
 from memlane._env import default_db_path, redact_url
 from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
-from memlane.bulk import AddBatch
 from memlane.engine import documents
 from memlane.engine.base import MAX_TIER as MAX_TIER  # re-exported
 from memlane.engine.base import EngineStores, opening
@@ -45,6 +44,7 @@ from memlane.engine.embeddings import EmbeddingLifecycle, EmbeddingMethods
 from memlane.engine.formation import FormationMethods
 from memlane.engine.opening import open_parts
 from memlane.engine.privacy import PrivacyMethods
+from memlane.engine.search import SEARCH_MODES, Searcher, SearchMode, fact_filter, redact_contributor
 from memlane.engine.status import StatusMethods
 from memlane.engine.writes import Writer
 from memlane.errors import (
@@ -57,10 +57,11 @@ from memlane.formation.config import FormationConfig
 from memlane.formation.model import FormationModel
 from memlane.formation.pipeline import Pipeline
 from memlane.formation.runner import FormationRunner
+from memlane.ingest.bulk import AddBatch
+from memlane.ingest.messages import MAX_BATCH as MAX_BATCH  # re-exported
+from memlane.ingest.messages import Message as Message  # re-exported
 from memlane.inputs import MAX_TEXT_CHARS as MAX_TEXT_CHARS  # re-exported
 from memlane.inputs import clean_text as _clean_text
-from memlane.messages import MAX_BATCH as MAX_BATCH  # re-exported
-from memlane.messages import Message as Message  # re-exported
 from memlane.models import (
     FACT_KINDS,
     CheckReport,
@@ -81,7 +82,6 @@ from memlane.registry import (
     store_location,
 )
 from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig
-from memlane.search import SEARCH_MODES, Searcher, SearchMode, fact_filter, redact_contributor
 from memlane.settings import MemlaneSettings, engine_arguments, load_settings
 from memlane.stores.base import (
     Checkable,
@@ -409,7 +409,7 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         ``embed="now"``, one embedding call per chunk across sessions.
 
         Args:
-            batches: :class:`~memlane.bulk.AddBatch` items (or dicts of their fields), one per
+            batches: :class:`~memlane.ingest.bulk.AddBatch` items (or dicts of their fields), one per
                 ``add`` call: ``AddBatch(messages, user_id=..., session_id=...)``.
             embed: ``"now"`` embeds each chunk before storing it; ``"high"`` / ``"normal"`` /
                 ``"low"`` store at keyword-index speed and queue the vectors for the background

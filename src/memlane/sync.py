@@ -15,12 +15,13 @@ from typing import Any, Literal, TypeVar, overload
 
 from memlane._portal import LoopThread
 from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
-from memlane.bulk import AddBatch
 from memlane.engine.context import FACTS_FIFO_LIMIT
+from memlane.engine.search import SearchMode
 from memlane.engine.status import ConsolidationStatus, EmbeddingProgress, MemoryStats
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.model import FormationModel
 from memlane.formation.runner import FormationResult
+from memlane.ingest.bulk import AddBatch
 from memlane.memory import AsyncMemory, Message
 from memlane.models import (
     CheckReport,
@@ -39,7 +40,6 @@ from memlane.models import (
 from memlane.providers.embed.base import Embedder
 from memlane.providers.llm.base import LLM
 from memlane.retrieval.hybrid import RetrievalConfig
-from memlane.search import SearchMode
 from memlane.settings import MemlaneSettings, engine_arguments, load_settings
 from memlane.stores.base import JobStore, SessionStore, StoreStats
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from memlane import __version__, importers
+from memlane import __version__
 from memlane.cli.config_cmd import add_parser as add_config_parser
 from memlane.cli.config_cmd import config_argument
 from memlane.cli.keys_cmd import add_parser as add_keys_parser
@@ -32,6 +32,7 @@ from memlane.config import MemlaneSettings, formation_config, load_settings, red
 from memlane.errors import CorruptDatabaseError, InvalidInputError, MemlaneError, NotFoundError, UsageError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.runner import FormationResult
+from memlane.ingest import importers
 from memlane.models import CheckReport, Fact, Job, utcnow
 from memlane.registry import parse_store_url
 from memlane.sync import Memory

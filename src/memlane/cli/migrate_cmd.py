@@ -4,7 +4,7 @@ SQLite to PostgreSQL (moving to a shared server), PostgreSQL to SQLite (a local 
 backup), SQLite to SQLite, PostgreSQL to PostgreSQL. Everything is copied (sessions, events,
 facts with their vectors and keyword index, history, reflections, consolidated memory, jobs,
 formation cursors, the embedder binding), in batches, resumably; the row counts are compared
-at the end. The logic is :func:`memlane.transfer.migrate`.
+at the end. The logic is :func:`memlane.stores.transfer.migrate`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ __all__ = ["add_parser", "cmd_migrate"]
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from memlane.transfer import migrate
+    from memlane.stores.transfer import migrate
 
     bars = not args.quiet and sys.stderr.isatty()
 

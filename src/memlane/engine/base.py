@@ -24,10 +24,10 @@ from memlane.stores.base import ContextCache, FactStore, JobStore, ReflectionSto
 
 if TYPE_CHECKING:
     from memlane.engine.embeddings import EmbeddingLifecycle
+    from memlane.engine.search import Searcher
     from memlane.engine.writes import Writer
     from memlane.formation.pipeline import Pipeline
     from memlane.formation.runner import FormationRunner
-    from memlane.search import Searcher
 
 __all__ = ["MAX_TIER", "EngineState", "EngineStores", "opening"]
 

@@ -51,8 +51,8 @@ from datetime import datetime, timedelta
 
 from memlane import inputs
 from memlane.agent.config import CONFIGURED, WINDOW_TURNS, ConfiguredInt, RecallConfig
-from memlane.documents import CHARS_PER_TOKEN
 from memlane.errors import InvalidInputError, NotFoundError, ScopeError
+from memlane.ingest.documents import CHARS_PER_TOKEN
 from memlane.models import Event, Fact, FactFilter, Scope, as_utc, utcnow
 from memlane.sessions import window_events
 from memlane.stores.base import CachedContext, ContextCache, FactStore, ReflectionKey, ReflectionStore, SessionStore

@@ -1,5 +1,5 @@
 """Documents (elizaOS ``DOCUMENT``) in the fact store: the document row, its fragments, and
-the reads between them. The splitting itself is :mod:`memlane.documents`.
+the reads between them. The splitting itself is :mod:`memlane.ingest.documents`.
 
 A ``document`` row keeps the whole text and is not searched itself; its ``fragment`` rows
 (~1,000 tokens, cut at headings and paragraphs first) are embedded and searched, each with
@@ -14,13 +14,13 @@ from datetime import datetime
 from typing import Any, Literal
 
 from memlane import inputs
-from memlane.documents import MAX_DOCUMENT_CHARS, document_rows
 from memlane.engine.base import EngineState, opening
+from memlane.engine.search import redact_contributor
 from memlane.engine.writes import write_scope
 from memlane.errors import InvalidInputError, NotFoundError
+from memlane.ingest.documents import MAX_DOCUMENT_CHARS, document_rows
 from memlane.inputs import clean_text
 from memlane.models import EmbedPriority, Fact, FactFilter, Scope, ScopeName, content_hash
-from memlane.search import redact_contributor
 from memlane.stores.base import FactStore
 
 __all__ = ["DocumentMethods", "document_fact", "fragment_ids", "read_fragments", "read_parent", "visible_fact"]
@@ -39,7 +39,7 @@ def document_fact(
     timestamp: datetime | None,
 ) -> Fact:
     """The (checked) ``document`` row of ``text``; its fragments are
-    :func:`memlane.documents.document_rows`. The same text hashes the same (idempotent)."""
+    :func:`memlane.ingest.documents.document_rows`. The same text hashes the same (idempotent)."""
     body = clean_text(text, "text", max_chars=MAX_DOCUMENT_CHARS)
     meta = inputs.metadata(metadata)
     for name, value in (("title", title), ("source", source)):

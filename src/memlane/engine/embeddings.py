@@ -1,5 +1,5 @@
 """The embedding lifecycle: embed for storage and for queries, defer on failure, backfill,
-the background queue (:mod:`memlane.embedding_queue`), its progress and drain.
+the background queue (:mod:`memlane.ingest.embedding_queue`), its progress and drain.
 
 A failing embedder never loses an ``add``: the rows are stored keyword-only and
 :attr:`EmbeddingLifecycle.pending` is set, so the next successful write (or the background
@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from memlane import inputs
-from memlane.embedding_queue import EmbeddingQueue, Priority
 from memlane.engine.base import EngineState, opening
 from memlane.engine.status import EmbeddingProgress
 from memlane.errors import ProviderError
+from memlane.ingest.embedding_queue import EmbeddingQueue, Priority
 from memlane.providers.embed.base import Embedder, Matrix, check_matrix, embed_query_texts
 from memlane.stores.base import FactStore
 

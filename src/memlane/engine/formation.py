@@ -16,7 +16,7 @@ from memlane.errors import InvalidInputError, NotFoundError
 from memlane.formation.config import ReflectionScopeName
 from memlane.formation.pipeline import Target, scope_key
 from memlane.formation.runner import FormationResult
-from memlane.messages import MAX_BATCH
+from memlane.ingest.messages import MAX_BATCH
 from memlane.models import ConsolidatedMemory, Event, Job, Reflection
 
 __all__ = ["FormationMethods"]

@@ -11,13 +11,13 @@ from datetime import datetime
 from typing import Any, Literal, cast
 
 from memlane import inputs
-from memlane import messages as messages_
-from memlane.bulk import CHUNK_ROWS, AddBatch, as_batch
-from memlane.documents import split_documents
 from memlane.engine.embeddings import EmbeddingLifecycle
 from memlane.errors import InvalidInputError, ScopeError, UsageError
 from memlane.formation.runner import FormationRunner
-from memlane.messages import Message
+from memlane.ingest import messages as messages_
+from memlane.ingest.bulk import CHUNK_ROWS, AddBatch, as_batch
+from memlane.ingest.documents import split_documents
+from memlane.ingest.messages import Message
 from memlane.models import Fact, Job, Scope
 from memlane.providers.embed.base import Matrix
 from memlane.stores.base import FactStore, GroupWritable

@@ -44,7 +44,7 @@ from memlane.formation.schemas import (
     UnreadTurn,
     word_count,
 )
-from memlane.messages import message_fact
+from memlane.ingest.messages import message_fact
 from memlane.models import (
     TEXT_EVENT_TYPES,
     ConsolidatedMemory,

@@ -26,8 +26,8 @@ from typing import Any, Literal
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from memlane import importers
 from memlane.errors import InvalidInputError
+from memlane.ingest import importers
 from memlane.service.deps import Caller, Engine, authorize
 
 router = APIRouter(tags=["import"])

@@ -7,8 +7,8 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from memlane.engine.search import SearchMode
 from memlane.models import SearchResult
-from memlane.search import SearchMode
 from memlane.service.deps import Caller, Engine, authorize
 from memlane.service.routes._memory_models import FactOut, check_room
 

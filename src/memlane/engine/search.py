@@ -1,0 +1,287 @@
+"""Search orchestration: one scope's hybrid search, from query text to ranked hits.
+
+Data flow: queries (up to 3) -> keyword candidates per query (the store's BM25, then the
+author boost here) and, concurrently, query embeddings -> vector candidates -> fusion
+(:func:`memlane.retrieval.hybrid.fuse`: normalised score blend by default, or weighted RRF)
+-> facts fetched in the scope -> access counts bumped. Filters
+are pushed down into the store's queries, so they cut candidates before ``limit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from memlane.errors import InvalidInputError, ProviderError
+from memlane.models import (
+    FACT_KINDS,
+    SCOPE_ALIASES,
+    Candidate,
+    Fact,
+    FactFilter,
+    FactScope,
+    Hit,
+    PartitionFilter,
+    Scope,
+    SearchResult,
+)
+from memlane.providers.embed.base import Matrix
+from memlane.retrieval.hybrid import RetrievalConfig, fuse
+from memlane.retrieval.text import mostly_non_latin, parse_query
+from memlane.stores.base import FactStore
+
+log = logging.getLogger("memlane")
+
+#: Keyword lists are fetched this many times deeper when the author boost may reorder them.
+BOOST_OVERFETCH = 3
+#: Filter keys that name fact fields; any other key filters on ``metadata``.
+FIELD_FILTERS = ("kind", "author", "session_id", "scope")
+#: ``search(mode=...)``: ``hybrid`` (keyword + vector, fused), ``keyword`` or ``vector`` alone,
+#: or ``substring`` (adk-rs's in-memory service: the memories holding the query, any case).
+SearchMode = Literal["hybrid", "keyword", "vector", "substring"]
+SEARCH_MODES: tuple[SearchMode, ...] = ("hybrid", "keyword", "vector", "substring")
+#: ``unique=True`` fuses this many times ``top_k`` candidates, so duplicates dropped still
+#: leave ``top_k`` hits when there are enough distinct ones.
+UNIQUE_OVERFETCH = 3
+#: ``mode="substring"`` reads the scope's memories in pages of this many.
+SUBSTRING_PAGE = 1000
+
+
+def fact_filter(filters: Mapping[str, Any] | None) -> tuple[FactFilter, FactScope | None]:
+    """``search(filters=...)`` as a pushed-down :class:`FactFilter`, plus the ``scope`` filter
+    (``"user"`` / ``"agent"`` / ``"room"``, or elizaOS's ``"private"`` / ``"shared"``), which
+    selects partitions instead."""
+    filters = dict(filters or {})
+    scope = filters.pop("scope", None)
+    scope = SCOPE_ALIASES.get(scope, scope) if isinstance(scope, str) else scope
+    if scope not in (None, "user", "agent", "room"):
+        raise InvalidInputError(f"filters['scope'] must be 'user', 'agent' or 'room', got {scope!r}")
+    fields = {k: filters.pop(k) for k in ("kind", "author", "session_id") if k in filters}
+    for key, value in fields.items():
+        if not isinstance(value, str):
+            raise InvalidInputError(f"filters[{key!r}] must be a string, got {type(value).__name__}")
+    if "kind" in fields and fields["kind"] not in FACT_KINDS:
+        raise InvalidInputError(f"filters['kind'] must be one of {', '.join(FACT_KINDS)}; got {fields['kind']!r}")
+    return FactFilter(metadata=tuple(sorted(filters.items())), **fields), scope
+
+
+def call_config(config: RetrievalConfig, mode: SearchMode, match_threshold: float | None) -> RetrievalConfig:
+    """The retrieval settings of one call: ``mode`` leaves a side out (``keyword``: no vectors;
+    ``vector``: no keywords), and ``match_threshold`` (elizaOS) is a hard cosine floor for
+    this call, replacing ``min_vector_score`` and the soft margin (a threshold under
+    ``vector_floor`` also lowers the cosine worth nothing:
+    :func:`memlane.retrieval.hybrid.calibration_floor`)."""
+    update: dict[str, Any] = {}
+    if mode == "keyword":
+        update["vector_weight"] = 0.0
+    elif mode == "vector":
+        update["keyword_weight"] = 0.0
+        if config.vector_weight <= 0:
+            update["vector_weight"] = 1.0
+    if match_threshold is not None:
+        update.update(min_vector_score=match_threshold, vector_margin=None)
+    return config.model_copy(update=update) if update else config
+
+
+def dedupe(hits: list[Hit]) -> list[Hit]:
+    """The best hit of each distinct text (elizaOS ``unique``: case and spacing ignored)."""
+    seen: set[str] = set()
+    out: list[Hit] = []
+    for h in hits:
+        key = " ".join(h.fact.content.split()).casefold()
+        if key not in seen:
+            seen.add(key)
+            out.append(h)
+    return out
+
+
+def redact_contributor(fact: Fact, reader: str | None) -> Fact:
+    """An agent's shared memory records which user it came from (so ``forget`` can erase it);
+    other readers see it without that user's id."""
+    if fact.scope != "user" and fact.user_id is not None and fact.user_id != reader:
+        return fact.model_copy(update={"user_id": None})
+    return fact
+
+
+class Searcher:
+    """Hybrid search over one :class:`FactStore` (the engine's ``search``).
+
+    Args:
+        facts: the store searched.
+        config: fusion settings (the engine swaps it between searches).
+        embed_queries: embeds query texts; None without an embedder (keyword-only).
+        latin_only: the embedder reads Latin-script text only (the default local MiniLM,
+            ``Embedder.latin_only``). Its cosines between texts in other scripts are noise
+            that clears the default floor (MiniLM: 0.36-0.54 between unrelated Japanese or
+            Chinese sentences, "天気" -> "私の名前は太郎です" 0.42), so a query mostly in another
+            script takes no vector evidence under the default floor: it is searched by keywords
+            alone. An explicit ``match_threshold`` is the caller's own floor and still applies.
+    """
+
+    def __init__(
+        self,
+        facts: FactStore,
+        config: RetrievalConfig,
+        embed_queries: Callable[[list[str]], Awaitable[Matrix | None]] | None,
+        *,
+        latin_only: bool = False,
+    ) -> None:
+        self.facts = facts
+        self.config = config
+        self.embed_queries = embed_queries
+        self.latin_only = latin_only
+
+    def vector_queries(self, queries: list[str], match_threshold: float | None) -> list[int]:
+        """Indexes of the queries the vector side searches: all of them, except, with a
+        Latin-only embedder under the default floor, those mostly in another script."""
+        if not self.latin_only or match_threshold is not None:
+            return list(range(len(queries)))
+        return [i for i, q in enumerate(queries) if not mostly_non_latin(q)]
+
+    async def keyword(
+        self, pf: PartitionFilter, query: str, authors: Sequence[str], *, limit: int, flt: FactFilter
+    ) -> list[Candidate]:
+        """BM25 candidates, then the author boost: memories by an author the query names
+        score ``author_boost`` times higher (core policy, not the store's)."""
+        cfg = self.config
+        kq = parse_query(query, authors, author_boost=cfg.author_boost)
+        boost = {a.lower() for a in kq.boost_authors}
+        fetch = limit * BOOST_OVERFETCH if boost else limit
+        found = await self.facts.keyword_search(pf, kq.terms, limit=fetch, filter=flt)
+        if not boost:
+            return found
+        for c in found:
+            if c.author is not None and c.author.lower() in boost:
+                c.score *= kq.author_boost
+        found.sort(key=lambda c: -c.score)
+        return found[:limit]
+
+    async def search(
+        self,
+        scope: Scope,
+        queries: list[str],
+        *,
+        top_k: int,
+        filters: Mapping[str, Any] | None,
+        debug: bool,
+        use_vectors: bool,
+        mode: SearchMode = "hybrid",
+        match_threshold: float | None = None,
+        unique: bool = False,
+    ) -> SearchResult:
+        t0 = time.perf_counter()
+        cfg = call_config(self.config, mode, match_threshold)
+        requested, only = fact_filter(filters)
+        narrowed = requested.in_session(scope.session_id)
+        if narrowed is None:  # filters name another session than session_id: nothing matches
+            return SearchResult(hits=[], debug={"timings": {}, "filter": requested} if debug else None)
+        flt, pf = narrowed, scope.partition_filter(only)
+        if mode == "substring":
+            return await self._substring(
+                scope, queries, top_k=top_k, flt=flt, only=only, unique=unique, t0=t0, debug=debug
+            )
+        wanted, top_k = top_k, top_k * UNIQUE_OVERFETCH if unique else top_k
+        depth = max(cfg.depth, top_k)
+        timings: dict[str, float] = {}
+        t = time.perf_counter()
+        authors = await self.facts.authors(pf)
+        qvecs: Matrix | None = None
+        readable = self.vector_queries(queries, match_threshold)
+        use_vectors = use_vectors and self.embed_queries is not None and cfg.vector_weight > 0 and bool(readable)
+        embed_task = (
+            asyncio.ensure_future(self.embed_queries([queries[i] for i in readable]))
+            if use_vectors and self.embed_queries
+            else None
+        )
+        if mode == "vector":  # keywords left out
+            kw_lists: list[list[Candidate]] = [[] for _ in queries]
+        else:
+            kw_lists = list(
+                await asyncio.gather(*(self.keyword(pf, q, authors, limit=depth, flt=flt) for q in queries))
+            )
+        timings["keyword_ms"] = (time.perf_counter() - t) * 1000
+        vec_lists: list[list[Candidate]] = []
+        if embed_task is not None:
+            try:
+                qvecs = await embed_task
+            except ProviderError as exc:
+                log.warning("memlane: query embedding failed (%s); keyword-only results", exc)
+            timings["embed_ms"] = (time.perf_counter() - t) * 1000 - timings["keyword_ms"]
+            if qvecs is not None:
+                t = time.perf_counter()
+                found_vec = await asyncio.gather(
+                    *(self.facts.vector_search(pf, qvecs[j], limit=depth, filter=flt) for j in range(len(readable)))
+                )
+                by_query = dict(zip(readable, found_vec, strict=True))
+                vec_lists = [by_query.get(i, []) for i in range(len(queries))]
+                timings["vector_ms"] = (time.perf_counter() - t) * 1000
+        t = time.perf_counter()
+        fused = fuse(kw_lists, vec_lists, cfg, top_k=top_k)
+        found = await self.facts.get_facts([f.key for f in fused], scope)
+        hits: list[Hit] = []
+        for f in fused:
+            fact = found.get(f.key)
+            if fact is None:
+                continue
+            fact = redact_contributor(fact, scope.user_id)
+            kr = min((r for n, r in f.ranks.items() if n.startswith("keyword")), default=None)
+            vr = min((r for n, r in f.ranks.items() if n.startswith("vector")), default=None)
+            ks = max((s for n, s in f.raw.items() if n.startswith("keyword")), default=None)
+            vs = max((s for n, s in f.raw.items() if n.startswith("vector")), default=None)
+            hits.append(
+                Hit(fact=fact, score=f.score, keyword_rank=kr, vector_rank=vr, keyword_score=ks, vector_score=vs)
+            )
+        if unique:
+            hits = dedupe(hits)
+        hits = hits[:wanted]
+        timings["fuse_fetch_ms"] = (time.perf_counter() - t) * 1000
+        await self.facts.record_access([h.fact.id for h in hits])
+        timings["total_ms"] = (time.perf_counter() - t0) * 1000
+        dbg = None
+        if debug:
+            dbg = {
+                "timings": timings,
+                "queries": queries,
+                "keyword": [[(c.fact_id, c.score) for c in lst] for lst in kw_lists],
+                "vector": [[(c.fact_id, c.score) for c in lst] for lst in vec_lists],
+                "config": cfg.model_dump(),
+                "vectors_used": qvecs is not None,
+                "filter": flt,
+            }
+        return SearchResult(hits=hits, debug=dbg)
+
+    async def _substring(
+        self,
+        scope: Scope,
+        queries: list[str],
+        *,
+        top_k: int,
+        flt: FactFilter,
+        only: FactScope | None,
+        unique: bool,
+        t0: float,
+        debug: bool,
+    ) -> SearchResult:
+        """adk-rs ``InMemoryMemoryService``: the memories whose text holds a query (any case),
+        newest first, each with score 1.0 (a match; there is no ranking)."""
+        needles = [q.casefold() for q in queries]
+        hits: list[Hit] = []
+        cursor: str | None = None
+        while len(hits) < top_k:
+            page = await self.facts.list_facts(scope, limit=SUBSTRING_PAGE, cursor=cursor, filter=flt, only=only)
+            for fact in page.items:
+                text = fact.content.casefold()
+                if any(n in text for n in needles):
+                    hits.append(Hit(fact=redact_contributor(fact, scope.user_id), score=1.0))
+            if unique:
+                hits = dedupe(hits)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        hits = hits[:top_k]
+        await self.facts.record_access([h.fact.id for h in hits])
+        dbg = {"timings": {"total_ms": (time.perf_counter() - t0) * 1000}, "queries": queries, "filter": flt}
+        return SearchResult(hits=hits, debug=dbg if debug else None)
