@@ -92,3 +92,65 @@ def test_each_long_term_memory_operation_is_written_once_in_the_core(name: str) 
         assert issubclass(store, SqlFactStore)
         owner = next(k for k in store.__mro__ if name in k.__dict__)
         assert owner in (SqlFactStore, SqlReflectionStore), f"{store.__name__}.{name} is defined in {owner}"
+
+
+SESSION_METHODS = [
+    "create_session", "get_or_create_session", "get_session", "list_sessions", "sessions_with_id",
+    "delete_session", "counts", "delete_user_sessions", "export_user", "add_event", "get_events", "pop_event",
+    "close",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SESSION_METHODS)
+def test_each_session_operation_is_written_once_in_the_core(name: str) -> None:
+    """The session rules live in memlane.stores.sql.sessions; a backend supplies encodings,
+    its row lock and runners only."""
+    from memlane.stores.sql.sessions import SqlSessionStore
+    from memlane.stores.sqlite.sessions import SqliteSessionStore
+
+    pg_sessions = pytest.importorskip("memlane.stores.postgres.sessions")
+    for store in (SqliteSessionStore, pg_sessions.PgSessionStore):
+        assert issubclass(store, SqlSessionStore)
+        owner = next(k for k in store.__mro__ if name in k.__dict__)
+        assert owner is SqlSessionStore, f"{store.__name__}.{name} is defined in {owner}"
+
+
+def _statements(program: Program[Any], results: Sequence[Any]) -> list[Stmt]:
+    """The statements a program yields when each is answered by the next of ``results``."""
+    seen: list[Stmt] = []
+    answers = iter(results)
+
+    def execute(stmt: Stmt) -> Any:
+        seen.append(stmt)
+        return next(answers)
+
+    drive(program, execute)
+    return seen
+
+
+def test_session_writers_lock_the_sessions_row_where_rows_lock() -> None:
+    """PostgreSQL: pop_event locks the session's row before it reads the newest event (a
+    concurrent add or pop waits); SQLite's write transaction already holds the file's lock."""
+    from memlane.stores.sql import sessions as score
+    from memlane.stores.sqlite.sessions import SqliteSessionDialect
+
+    pg_sessions = pytest.importorskip("memlane.stores.postgres.sessions")
+    pg = _statements(score.pop_event(pg_sessions.PgSessionDialect(), "app", "s"), [(1,), None])
+    assert pg[0].sql.endswith("FOR NO KEY UPDATE") and "FROM sessions" in pg[0].sql
+    assert "FROM events" in pg[1].sql
+    lite = _statements(score.pop_event(SqliteSessionDialect(), "app", "s"), [(1,), None])
+    assert "FOR" not in lite[0].sql
+
+
+def test_erasing_a_group_member_keeps_the_other_participants_in_order() -> None:
+    """delete_user_sessions on a group session: the member's own events and participation go,
+    the others stay in their order (the row re-read under its lock)."""
+    from memlane.stores.sql import sessions as score
+    from memlane.stores.sqlite.sessions import SqliteSessionDialect
+
+    d = SqliteSessionDialect()
+    stmts = _statements(
+        score.delete_user_sessions(d, "bob"), [0, [("app", "s")], 2, None, ('["ann", "bob", "cy"]',), None]
+    )
+    assert stmts[-1].sql.startswith("UPDATE sessions SET user_ids")
+    assert d.unjson(stmts[-1].args[0]) == ["ann", "cy"]
