@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from memlane import AsyncMemory
 from memlane.stores.sqlite.fts import partition_token
 
@@ -72,3 +74,32 @@ async def test_sessions_by_id_in_every_app_read_an_index(tmp_path: Path) -> None
         con.close()
     details = " ".join(str(row[-1]) for row in plan)
     assert "INDEX sessions_id" in details and "SCAN sessions" not in details, details
+
+
+SHARED_TABLES = [
+    "sessions",
+    "authors",
+    "history",
+    "reflections",
+    "contributors",
+    "jobs",
+    "formation_cursors",
+    "context_cache",
+]
+
+
+@pytest.mark.parametrize("name", SHARED_TABLES)
+def test_both_backends_create_the_shared_tables_from_one_definition(name: str) -> None:
+    """SQLite and PostgreSQL build these tables from memlane.stores.sql.schema (the same text
+    but for the column types), each statement exactly once; SQLite's file keeps that text."""
+    from memlane.stores.postgres import migrations as pg_migrations
+    from memlane.stores.sql import schema
+    from memlane.stores.sqlite import migrations as sqlite_migrations
+
+    for migrations, types in ((sqlite_migrations, schema.SQLITE_TYPES), (pg_migrations, schema.PG_TYPES)):
+        steps = [s for _, ss in migrations.MIGRATIONS for s in ss if isinstance(s, str)]
+        for stmt in getattr(schema, name)(types):
+            assert steps.count(stmt) == 1, stmt
+    sqlite_tables = [s for s in getattr(schema, name)(schema.SQLITE_TYPES) if s.startswith("CREATE TABLE")]
+    pg_tables = [s for s in getattr(schema, name)(schema.PG_TYPES) if s.startswith("CREATE TABLE")]
+    assert [s.split("(")[0] for s in sqlite_tables] == [s.split("(")[0] for s in pg_tables]

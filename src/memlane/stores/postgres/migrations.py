@@ -13,6 +13,11 @@ the event date in words (B) and the neighbouring turns of the session (C), under
 
 from __future__ import annotations
 
+from memlane.stores.sql import schema
+
+#: The column types of the tables shared with SQLite (:mod:`memlane.stores.sql.schema`).
+T = schema.PG_TYPES
+
 # retrieval.text.keyword_text in PL/pgSQL (for migration 0003): NFKC, ß as ss, every run of
 # CJK characters (the same ranges as retrieval.text._CJK_RUN) as " c1 c1c2 c2 c2c3 ... cn ".
 _KEYWORD_TEXT_FUNCTION = r"""CREATE FUNCTION pg_temp.memlane_keyword_text(t text) RETURNS text
@@ -56,36 +61,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
             "INSERT INTO meta (key, value) VALUES ('generation', '0')",
             # ---- short-term: sessions and events
-            """CREATE TABLE sessions (
-                app TEXT NOT NULL,
-                id TEXT NOT NULL,
-                user_ids JSONB NOT NULL DEFAULT '[]',
-                agent_id TEXT,
-                channel TEXT,
-                state JSONB NOT NULL DEFAULT '{}',
-                created_at TIMESTAMPTZ NOT NULL,
-                updated_at TIMESTAMPTZ NOT NULL,
-                PRIMARY KEY (app, id)
-            )""",
-            "CREATE INDEX sessions_updated ON sessions(app, updated_at)",
-            """CREATE TABLE session_users (
-                app TEXT NOT NULL, session_id TEXT NOT NULL, user_id TEXT NOT NULL,
-                PRIMARY KEY (app, user_id, session_id),
-                FOREIGN KEY (app, session_id) REFERENCES sessions(app, id) ON DELETE CASCADE
-            )""",
-            """CREATE TABLE events (
-                seq BIGSERIAL PRIMARY KEY,
-                app TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                id TEXT NOT NULL,
-                type TEXT NOT NULL,
-                ts TIMESTAMPTZ NOT NULL,
-                author TEXT NOT NULL,
-                content TEXT,
-                metadata JSONB NOT NULL DEFAULT '{}',
-                FOREIGN KEY (app, session_id) REFERENCES sessions(app, id) ON DELETE CASCADE
-            )""",
-            "CREATE INDEX events_session ON events(app, session_id, seq)",
+            *schema.sessions(T),
             # ---- long-term: facts (verbatim memories, extracted facts, documents, fragments)
             """CREATE TABLE facts (
                 rowid BIGSERIAL PRIMARY KEY,
@@ -131,107 +107,21 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
                 appends BIGINT NOT NULL DEFAULT 0,
                 changes BIGINT NOT NULL DEFAULT 0
             )""",
-            """CREATE TABLE authors (
-                partition TEXT NOT NULL, author TEXT NOT NULL, PRIMARY KEY (partition, author)
-            )""",
-            """CREATE TABLE history (
-                id TEXT PRIMARY KEY,
-                fact_id TEXT NOT NULL,
-                user_id TEXT,
-                event TEXT NOT NULL,
-                old_content TEXT,
-                new_content TEXT,
-                actor TEXT NOT NULL,
-                at TIMESTAMPTZ NOT NULL
-            )""",
-            "CREATE INDEX history_fact ON history(fact_id, at)",
-            "CREATE INDEX history_user ON history(user_id)",
+            *schema.authors(T),
+            *schema.history(T),
             # ---- always-in-context: reflections and consolidated blobs
-            """CREATE TABLE reflections (
-                id TEXT PRIMARY KEY,
-                content TEXT NOT NULL,
-                scope TEXT NOT NULL,
-                agent_id TEXT,
-                user_id TEXT,
-                session_id TEXT,
-                absorbed BOOLEAN NOT NULL DEFAULT FALSE,
-                formed_at TIMESTAMPTZ NOT NULL
-            )""",
-            "CREATE INDEX reflections_scope ON reflections(scope, agent_id, user_id, session_id, absorbed)",
-            """CREATE TABLE consolidated (
-                id TEXT PRIMARY KEY,
-                scope TEXT NOT NULL,
-                agent_id TEXT NOT NULL DEFAULT '',
-                user_id TEXT NOT NULL DEFAULT '',
-                session_id TEXT NOT NULL DEFAULT '',
-                consolidated_content TEXT NOT NULL,
-                word_limit INTEGER NOT NULL,
-                version INTEGER NOT NULL,
-                unabsorbed_ids JSONB NOT NULL DEFAULT '[]',
-                last_consolidated_at TIMESTAMPTZ,
-                UNIQUE (scope, agent_id, user_id, session_id)
-            )""",
+            *schema.reflections(T),
             # Who an agent-scope item was formed from (forget(user) finds what it erases).
-            """CREATE TABLE contributors (
-                user_id TEXT NOT NULL,
-                kind TEXT NOT NULL,
-                item_id TEXT NOT NULL,
-                PRIMARY KEY (user_id, kind, item_id)
-            )""",
-            "CREATE INDEX contributors_item ON contributors(kind, item_id)",
+            *schema.contributors(T),
             # ---- formation: durable jobs (claimed with FOR UPDATE SKIP LOCKED), cursors, batches
-            """CREATE TABLE jobs (
-                id TEXT PRIMARY KEY,
-                kind TEXT NOT NULL,
-                key TEXT NOT NULL,
-                user_id TEXT,
-                status TEXT NOT NULL,
-                payload JSONB NOT NULL,
-                state JSONB NOT NULL DEFAULT '{}',
-                result JSONB,
-                attempts INTEGER NOT NULL DEFAULT 0,
-                max_attempts INTEGER NOT NULL,
-                last_error TEXT,
-                next_run_at TIMESTAMPTZ NOT NULL,
-                lease_until TIMESTAMPTZ,
-                worker TEXT,
-                created_at TIMESTAMPTZ NOT NULL,
-                updated_at TIMESTAMPTZ NOT NULL
-            )""",
-            "CREATE INDEX jobs_due ON jobs(status, next_run_at)",
-            "CREATE INDEX jobs_key ON jobs(key, status)",
-            "CREATE INDEX jobs_user ON jobs(user_id)",
-            """CREATE TABLE formation_cursors (
-                app TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                user_ids JSONB NOT NULL DEFAULT '[]',
-                agent_id TEXT,
-                tier INTEGER NOT NULL DEFAULT 0,
-                last_event_id TEXT,
-                formed_events INTEGER NOT NULL DEFAULT 0,
-                pending_messages INTEGER NOT NULL DEFAULT 0,
-                pending_tokens DOUBLE PRECISION NOT NULL DEFAULT 0,
-                last_activity_at TIMESTAMPTZ NOT NULL,
-                last_formed_at TIMESTAMPTZ,
-                PRIMARY KEY (app, session_id)
-            )""",
-            "CREATE INDEX formation_cursors_idle ON formation_cursors(last_activity_at)",
+            *schema.jobs(T),
+            *schema.formation_cursors(T),
             """CREATE TABLE applied_batches (
                 key TEXT PRIMARY KEY, user_id TEXT, at TIMESTAMPTZ NOT NULL, result JSONB NOT NULL
             )""",
             "CREATE INDEX applied_batches_user ON applied_batches(user_id)",
             # ---- the assembled memory context, reused while its stamps match (5-minute TTL)
-            """CREATE TABLE context_cache (
-                key TEXT PRIMARY KEY,
-                stamp TEXT NOT NULL,
-                text TEXT NOT NULL,
-                built_at TIMESTAMPTZ NOT NULL,
-                user_id TEXT,
-                agent_id TEXT,
-                session_id TEXT
-            )""",
-            "CREATE INDEX context_cache_user ON context_cache(user_id)",
-            "CREATE INDEX context_cache_session ON context_cache(session_id)",
+            *schema.context_cache(T),
         ],
     ),
     (

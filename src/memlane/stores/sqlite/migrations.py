@@ -11,6 +11,11 @@ import sqlite3
 from collections.abc import Callable
 from urllib.parse import quote
 
+from memlane.stores.sql import schema
+
+#: The column types of the tables shared with PostgreSQL (:mod:`memlane.stores.sql.schema`).
+T = schema.SQLITE_TYPES
+
 
 def _rekey_partitions(c: sqlite3.Connection) -> None:
     """0003: partition keys joined ids with a bare ``\x1f``, so ids containing it collided
@@ -71,36 +76,7 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
         [
             "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
             # ---- short-term: sessions and events
-            """CREATE TABLE sessions (
-                app TEXT NOT NULL,
-                id TEXT NOT NULL,
-                user_ids TEXT NOT NULL DEFAULT '[]',
-                agent_id TEXT,
-                channel TEXT,
-                state TEXT NOT NULL DEFAULT '{}',
-                created_at TEXT NOT NULL,
-                updated_at TEXT NOT NULL,
-                PRIMARY KEY (app, id)
-            )""",
-            "CREATE INDEX sessions_updated ON sessions(app, updated_at)",
-            """CREATE TABLE session_users (
-                app TEXT NOT NULL, session_id TEXT NOT NULL, user_id TEXT NOT NULL,
-                PRIMARY KEY (app, user_id, session_id),
-                FOREIGN KEY (app, session_id) REFERENCES sessions(app, id) ON DELETE CASCADE
-            )""",
-            """CREATE TABLE events (
-                seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                app TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                id TEXT NOT NULL,
-                type TEXT NOT NULL,
-                ts TEXT NOT NULL,
-                author TEXT NOT NULL,
-                content TEXT,
-                metadata TEXT NOT NULL DEFAULT '{}',
-                FOREIGN KEY (app, session_id) REFERENCES sessions(app, id) ON DELETE CASCADE
-            )""",
-            "CREATE INDEX events_session ON events(app, session_id, seq)",
+            *schema.sessions(T),
             # ---- long-term: facts (verbatim memories and extracted facts)
             """CREATE TABLE facts (
                 rowid INTEGER PRIMARY KEY,
@@ -145,89 +121,19 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
                 appends INTEGER NOT NULL DEFAULT 0,
                 changes INTEGER NOT NULL DEFAULT 0
             )""",
-            """CREATE TABLE authors (
-                partition TEXT NOT NULL, author TEXT NOT NULL, PRIMARY KEY (partition, author)
-            )""",
-            """CREATE TABLE history (
-                id TEXT PRIMARY KEY,
-                fact_id TEXT NOT NULL,
-                user_id TEXT,
-                event TEXT NOT NULL,
-                old_content TEXT,
-                new_content TEXT,
-                actor TEXT NOT NULL,
-                at TEXT NOT NULL
-            )""",
-            "CREATE INDEX history_fact ON history(fact_id, at)",
-            "CREATE INDEX history_user ON history(user_id)",
+            *schema.authors(T),
+            *schema.history(T),
             # ---- always-in-context: reflections and consolidated blobs
-            """CREATE TABLE reflections (
-                id TEXT PRIMARY KEY,
-                content TEXT NOT NULL,
-                scope TEXT NOT NULL,
-                agent_id TEXT,
-                user_id TEXT,
-                session_id TEXT,
-                absorbed INTEGER NOT NULL DEFAULT 0,
-                formed_at TEXT NOT NULL
-            )""",
-            "CREATE INDEX reflections_scope ON reflections(scope, agent_id, user_id, session_id, absorbed)",
-            """CREATE TABLE consolidated (
-                id TEXT PRIMARY KEY,
-                scope TEXT NOT NULL,
-                agent_id TEXT NOT NULL DEFAULT '',
-                user_id TEXT NOT NULL DEFAULT '',
-                session_id TEXT NOT NULL DEFAULT '',
-                consolidated_content TEXT NOT NULL,
-                word_limit INTEGER NOT NULL,
-                version INTEGER NOT NULL,
-                unabsorbed_ids TEXT NOT NULL DEFAULT '[]',
-                last_consolidated_at TEXT,
-                UNIQUE (scope, agent_id, user_id, session_id)
-            )""",
+            *schema.reflections(T),
         ],
     ),
     (
         "0002_formation",
         [
             # Durable formation jobs: a conversation waiting to be formed is never only in memory.
-            """CREATE TABLE jobs (
-                id TEXT PRIMARY KEY,
-                kind TEXT NOT NULL,
-                key TEXT NOT NULL,
-                user_id TEXT,
-                status TEXT NOT NULL,
-                payload TEXT NOT NULL,
-                state TEXT NOT NULL DEFAULT '{}',
-                result TEXT,
-                attempts INTEGER NOT NULL DEFAULT 0,
-                max_attempts INTEGER NOT NULL,
-                last_error TEXT,
-                next_run_at TEXT NOT NULL,
-                lease_until TEXT,
-                worker TEXT,
-                created_at TEXT NOT NULL,
-                updated_at TEXT NOT NULL
-            )""",
-            "CREATE INDEX jobs_due ON jobs(status, next_run_at)",
-            "CREATE INDEX jobs_key ON jobs(key, status)",
-            "CREATE INDEX jobs_user ON jobs(user_id)",
+            *schema.jobs(T),
             # Per-session formation cursor: what was formed, what is pending, when it was last active.
-            """CREATE TABLE formation_cursors (
-                app TEXT NOT NULL,
-                session_id TEXT NOT NULL,
-                user_ids TEXT NOT NULL DEFAULT '[]',
-                agent_id TEXT,
-                tier INTEGER NOT NULL DEFAULT 0,
-                last_event_id TEXT,
-                formed_events INTEGER NOT NULL DEFAULT 0,
-                pending_messages INTEGER NOT NULL DEFAULT 0,
-                pending_tokens REAL NOT NULL DEFAULT 0,
-                last_activity_at TEXT NOT NULL,
-                last_formed_at TEXT,
-                PRIMARY KEY (app, session_id)
-            )""",
-            "CREATE INDEX formation_cursors_idle ON formation_cursors(last_activity_at)",
+            *schema.formation_cursors(T),
             # Exactly-once application of a formation batch (replays of a job find their key here).
             "CREATE TABLE applied_batches (key TEXT PRIMARY KEY, user_id TEXT, at TEXT NOT NULL, result TEXT NOT NULL)",
             "CREATE INDEX applied_batches_user ON applied_batches(user_id)",
@@ -245,13 +151,7 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
         # whose conversations they were formed from are recorded here. Never returned by reads.
         "0004_erasure",
         [
-            """CREATE TABLE contributors (
-                user_id TEXT NOT NULL,
-                kind TEXT NOT NULL,
-                item_id TEXT NOT NULL,
-                PRIMARY KEY (user_id, kind, item_id)
-            ) WITHOUT ROWID""",
-            "CREATE INDEX contributors_item ON contributors(kind, item_id)",
+            *schema.contributors(T),
             # Bumped by every purge. Partition counters restart at 0 when a purge deletes the
             # partition row, so a vector cache (in any process) compares this generation too.
             "INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', '0')",
@@ -262,17 +162,7 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
         # reused for 5 minutes while the stamps of the memory it was built from still match.
         "0005_context_cache",
         [
-            """CREATE TABLE context_cache (
-                key TEXT PRIMARY KEY,
-                stamp TEXT NOT NULL,
-                text TEXT NOT NULL,
-                built_at TEXT NOT NULL,
-                user_id TEXT,
-                agent_id TEXT,
-                session_id TEXT
-            )""",
-            "CREATE INDEX context_cache_user ON context_cache(user_id)",
-            "CREATE INDEX context_cache_session ON context_cache(session_id)",
+            *schema.context_cache(T),
         ],
     ),
     (
