@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -438,3 +440,73 @@ async def test_async_memory_end_to_end_on_postgres(pg_url: str) -> None:
         assert added is not None
     finally:
         await mem.close()
+
+
+def _statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The statements the stores send from now on (not the pool's connection checks)."""
+    sent: list[str] = []
+    execute = psycopg.AsyncCursor.execute
+
+    async def counted(cur: Any, query: Any, *a: Any, **k: Any) -> Any:
+        frame = sys._getframe(1)
+        setup = False
+        while frame is not None:
+            setup = setup or frame.f_code.co_name in ("_configure", "check_connection", "_usable")
+            frame = frame.f_back  # type: ignore[assignment]
+        if not setup:
+            sent.append(str(query)[:60])
+        return await execute(cur, query, *a, **k)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", counted)
+    return sent
+
+
+async def test_get_facts_and_authors_send_one_statement_and_see_a_new_partition_at_once(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PgFactStore's hook for the core's scoped reads: once a user's partitions are known,
+    ``get_facts`` and ``authors`` are one statement each (the core alone resolves them in a
+    statement of its own), and a partition another replica added since (a new agent of the
+    user) is read at once."""
+    a, b = await _replicas(pg_url)
+    try:
+        scope, pf = Scope(user_id="u1"), Scope(user_id="u1").partition_filter()
+        [(first, _)] = await a.put_facts([_fact("the first walnut", author="alice")], None)
+        assert set(await b.get_facts([first.id], scope)) == {first.id}  # b resolves the user's partitions
+        sent = _statements(monkeypatch)
+        assert set(await b.get_facts([first.id], scope)) == {first.id}
+        assert await b.authors(pf) == ["alice"]
+        assert len(sent) == 2, sent
+        monkeypatch.undo()
+        [(later, _)] = await a.put_facts([_fact("a second walnut", agent_id="a1", author="bob")], None)
+        assert later.partition != first.partition
+        assert set(await b.get_facts([first.id, later.id], scope)) == {first.id, later.id}
+        assert sorted(await b.authors(pf)) == ["alice", "bob"]
+        assert await b.get_facts([first.id], Scope(user_id="u2")) == {}
+        assert await b.authors(Scope(user_id="nobody").partition_filter()) == []
+        assert await b.authors(Scope(user_id="u1", agent_id="a1").partition_filter()) == ["bob"]
+    finally:
+        for s in (a, b):
+            await s.close()
+
+
+async def test_binding_the_embedder_keeps_vectors_in_the_row(pg_url: str) -> None:
+    """bind_embedder types the vector column (ALTER TYPE resets the column's storage to
+    pgvector's EXTERNAL) and sets it back to MAIN: a 384-float vector stays out of TOAST."""
+    store = await PgFactStore.open(pg_url)
+    try:
+        await store.bind_embedder("hash:384", 384)
+        vecs = np.random.default_rng(0).standard_normal((3, 384)).astype(np.float32)
+        await store.put_facts([_fact(f"vector row {i}") for i in range(3)], vecs)
+        async with store.db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT a.attstorage, c.reltoastrelid::regclass::text FROM pg_attribute a"
+                " JOIN pg_class c ON c.oid = a.attrelid WHERE a.attrelid = 'facts'::regclass"
+                " AND a.attname = 'embedding'"
+            )
+            row = await cur.fetchone()
+            assert row is not None and row[0] == "m"
+            toasted = await (await conn.execute(f"SELECT count(*) FROM {row[1]}")).fetchone()
+            assert toasted == (0,)
+    finally:
+        await store.close()

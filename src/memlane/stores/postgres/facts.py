@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
 from memlane.errors import (
     InvalidInputError,
 )
+from memlane.models import PartitionFilter
 from memlane.stores.embedding import check_binding
 from memlane.stores.postgres.db import PgDatabase
-from memlane.stores.postgres.dialect import lock_key
+from memlane.stores.postgres.dialect import lock_key, pg_sql
 from memlane.stores.postgres.reflections import PgReflectionMixin
 from memlane.stores.postgres.rows import (
     Conn,
@@ -35,12 +36,15 @@ from memlane.stores.postgres.rows import (
     dec_json,
     enc,
 )
-from memlane.stores.postgres.search import PgSearchMixin
+from memlane.stores.postgres.search import PgSearchMixin, partitions_now_sql
+from memlane.stores.sql.stmt import ALL, ONE, Program, Stmt, drive_async
 from memlane.stores.sql.store import SqlFactStore
 
 __all__ = ["HNSW_MAX_DIM", "PgFactStore"]
 
 log = logging.getLogger("memlane")
+
+T = TypeVar("T")
 
 #: pgvector's HNSW index holds ``vector`` columns of at most this many dimensions; larger
 #: embeddings are searched by exact scan.
@@ -150,6 +154,47 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
             self.dim = int(meta["dim"])
             self.embedder_name = meta.get("embedder")
 
+    async def _scoped_query(self, pf: PartitionFilter, read: Callable[[list[str]], Program[T]]) -> T:
+        """The core's scoped reads (``get_facts``, ``authors``) in one statement each once a
+        user's partitions are known (remembered per prefix, as search does): each statement of
+        ``read`` is wrapped to also read the prefixes' partitions afresh
+        (:func:`~memlane.stores.postgres.search.partitions_now_sql`), and ``read`` runs again
+        when they changed (a new agent of the user), at most three times."""
+        if not pf.prefixes:  # exact partitions only: nothing to resolve
+            return await self._query(read(list(pf.exact)))
+        now_sql, now_named = partitions_now_sql(pf)
+        now_q = now_sql
+        now_args: list[Any] = []
+        for name in sorted(now_named, key=lambda n: now_sql.index(f"%({n})s")):
+            now_q = now_q.replace(f"%({name})s", "?")
+            now_args.append(now_named[name])
+        async with self._read() as conn:
+            result: T
+            for _ in range(3):
+                parts = await self._partitions(conn, pf)
+                seen: list[Sequence[str] | None] = []
+
+                async def execute(stmt: Stmt, seen: list[Sequence[str] | None] = seen) -> Any:
+                    if stmt.fetch not in (ALL, ONE):
+                        raise AssertionError(f"a scoped read sent a {stmt.fetch} statement")
+                    wrapped = (
+                        f"SELECT {now_q}, x.* FROM (SELECT 1) one"
+                        f" LEFT JOIN LATERAL (SELECT true, y.* FROM ({stmt.sql}) y) x ON true"
+                    )
+                    cur = await conn.execute(pg_sql(wrapped), [*now_args, *stmt.args])
+                    rows = [tuple(r) for r in await cur.fetchall()]
+                    seen.append(rows[0][0])
+                    out = [r[2:] for r in rows if r[1] is not None]  # r[1]: NULL on the one row of no match
+                    return out if stmt.fetch == ALL else (out[0] if out else None)
+
+                result = await drive_async(read(parts), execute)
+                if not seen:  # no partition known: did one appear?
+                    row = await self._one(conn, pg_sql(f"SELECT {now_q}"), now_args)
+                    seen.append(row[0] if row else None)
+                if all(self._confirm(pf, now) for now in seen):
+                    break
+        return result
+
     # ------------------------------------------------------------------ embedder binding
     async def bind_embedder(self, name: str, dim: int) -> None:
         """Record the embedder on first use (typing the vector column ``vector(dim)`` and
@@ -169,6 +214,9 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
                 if won is not None:
                     await conn.execute("INSERT INTO meta (key, value) VALUES ('embedder', %s)", (name,))
                     await conn.execute(f"ALTER TABLE facts ALTER COLUMN embedding TYPE vector({int(dim)})")
+                    # ALTER TYPE resets the storage to the type's (pgvector: EXTERNAL); MAIN keeps
+                    # vectors in the row for exact scans, as migration 0005_vectors_inline set it
+                    await conn.execute("ALTER TABLE facts ALTER COLUMN embedding SET STORAGE MAIN")
                     if dim <= HNSW_MAX_DIM:
                         await conn.execute(
                             "CREATE INDEX IF NOT EXISTS facts_embedding_hnsw ON facts"

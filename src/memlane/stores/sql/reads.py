@@ -20,7 +20,18 @@ from memlane.stores.sql.dialect import FACT_COLS, Dialect
 from memlane.stores.sql.facts import partitions, visible_row
 from memlane.stores.sql.stmt import Program, all_rows, one
 
-__all__ = ["authors", "digest", "get_facts", "history", "list_facts", "memory_stamp", "null_safe_eq", "stats"]
+__all__ = [
+    "authors",
+    "authors_in",
+    "digest",
+    "get_facts",
+    "get_facts_in",
+    "history",
+    "list_facts",
+    "memory_stamp",
+    "null_safe_eq",
+    "stats",
+]
 
 
 def digest(parts: list[Any]) -> str:
@@ -37,12 +48,15 @@ def null_safe_eq(d: Dialect, column: str, value: str | None) -> tuple[str, list[
 
 def get_facts(d: Dialect, fact_ids: Sequence[str], scope: Scope) -> Program[dict[str, Fact]]:
     """Facts by id, only those visible from ``scope``."""
+    parts = yield from partitions(d, scope.partition_filter())
+    return (yield from get_facts_in(d, fact_ids, parts))
+
+
+def get_facts_in(d: Dialect, fact_ids: Sequence[str], parts: Sequence[str]) -> Program[dict[str, Fact]]:
+    """Facts by id, only those in ``parts`` (the partitions a scope names, resolved)."""
     ids = list(dict.fromkeys(fact_ids))
     out: dict[str, Fact] = {}
-    if not ids:
-        return out
-    parts = yield from partitions(d, scope.partition_filter())
-    if not parts:
+    if not ids or not parts:
         return out
     pcond, pargs = d.in_list(d.unindexed("partition"), parts)
     for i in range(0, len(ids), d.chunk):
@@ -116,6 +130,11 @@ def history(d: Dialect, fact_id: str, scope: Scope) -> Program[list[HistoryEntry
 def authors(d: Dialect, pf: PartitionFilter) -> Program[list[str]]:
     """Distinct authors of verbatim memories in these partitions."""
     parts = yield from partitions(d, pf)
+    return (yield from authors_in(d, parts))
+
+
+def authors_in(d: Dialect, parts: Sequence[str]) -> Program[list[str]]:
+    """Distinct authors of verbatim memories in ``parts`` (resolved partitions)."""
     if not parts:
         return []
     cond, args = d.in_list("partition", parts)

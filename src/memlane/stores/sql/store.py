@@ -10,7 +10,7 @@ Search, the embedder binding, vectors, ``export_user``, the clean-up after ``for
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from memlane.errors import InvalidInputError, NotFoundError, ScopeError
@@ -142,6 +142,18 @@ class SqlFactStore(SqlReflectionStore):
     def _check_vectors(self, vectors: Vector | None, n: int) -> None:
         check_vectors(vectors, n, self.dim)
 
+    async def _scoped_query(self, pf: PartitionFilter, read: Callable[[list[str]], Program[T]]) -> T:
+        """Run ``read`` (a read-only program given the partitions ``pf`` names) on them. Here
+        the partitions are resolved in the same program, one statement more; a backend that
+        remembers a user's partitions overrides this (PostgreSQL: each of ``read``'s
+        statements also reads them afresh, and the read runs again when they changed)."""
+
+        def program() -> Program[T]:
+            parts = yield from core.partitions(self._d, pf)
+            return (yield from read(parts))
+
+        return await self._query(program())
+
     # ------------------------------------------------------------------ writes
     async def put_facts(
         self, facts: Sequence[Fact], vectors: Vector | None, *, actor: str = "api"
@@ -226,7 +238,9 @@ class SqlFactStore(SqlReflectionStore):
         """Facts by id, only those visible from ``scope``."""
         if not fact_ids:
             return {}
-        return await self._query(reads.get_facts(self._d, fact_ids, scope))
+        return await self._scoped_query(
+            scope.partition_filter(), lambda parts: reads.get_facts_in(self._d, fact_ids, parts)
+        )
 
     async def list_facts(
         self,
@@ -251,7 +265,7 @@ class SqlFactStore(SqlReflectionStore):
 
     async def authors(self, partitions: PartitionFilter) -> list[str]:
         """Distinct authors of verbatim memories in these partitions."""
-        return await self._query(reads.authors(self._d, partitions))
+        return await self._scoped_query(partitions, lambda parts: reads.authors_in(self._d, parts))
 
     async def memory_stamp(self, partitions: PartitionFilter) -> str:
         """A token that changes whenever a fact in these partitions is added, changed or
