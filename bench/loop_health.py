@@ -6,7 +6,7 @@ Run::
     .venv/bin/python bench/loop_health.py --embedders hash --rounds 5
 
 A duration depends on the machine's load and CPU, so the unit test
-(tests/test_loop_health.py) asserts the mechanism instead (no blocking call on the loop's
+(tests/architecture/test_loop_health.py) asserts the mechanism instead (no blocking call on the loop's
 thread, a bounded amount of work per iteration of the loop); this script measures what that
 means in time. The loop runs in asyncio debug mode with ``slow_callback_duration = 0``, so
 asyncio logs ``Executing <Task ...> took 0.012 seconds`` for every callback (one step of a

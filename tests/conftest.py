@@ -44,7 +44,7 @@ async def mem(db_path: Path) -> AsyncIterator[AsyncMemory]:
 @pytest.fixture
 def open_memory() -> Callable[..., AsyncMemory]:
     """What a test opens its engines with, ``open_memory(path, **kw)``: :class:`AsyncMemory` on
-    the test's own SQLite file. tests/test_engine_backends.py overrides it to open each backend
+    the test's own SQLite file. tests/engine/test_engine_backends.py overrides it to open each backend
     (and checks, after the test, that the engines really used that backend)."""
     return AsyncMemory
 

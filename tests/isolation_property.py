@@ -1,6 +1,6 @@
-"""The isolation property over HTTP (and MCP): shared by tests/test_service_isolation.py (one
+"""The isolation property over HTTP (and MCP): shared by tests/service/test_service_isolation.py (one
 in-process server on SQLite files, sessions in SQLite or in a capped in-process store) and
-tests/test_scaleout.py (two ``memlane serve`` replicas on one PostgreSQL and one Redis, written
+tests/service/test_scaleout.py (two ``memlane serve`` replicas on one PostgreSQL and one Redis, written
 through one and read through the other).
 
 Two tenants (each its own store), two users each (ids that collide under naive schemes). Per
@@ -146,7 +146,7 @@ writes_strategy = st.lists(
 
 
 #: The reported attacks, as explicit examples (every run in a capped world tries them first; the
-#: uncapped SQLite world skips them, tests/test_service_user_isolation.py has each on SQLite):
+#: uncapped SQLite world skips them, tests/service/test_service_user_isolation.py has each on SQLite):
 #: an import into
 #: another user's session; a job read after its session id was reused; a room read through a
 #: session of the same id in another app; one user's floods evicting another's session (in a

@@ -256,7 +256,7 @@ def markdown_table() -> str:
 
 def __getattr__(name: str) -> Any:
     # RedisMemory on first use, through the Redis backend's registry row: importing memlane.compat
-    # loads no Redis module nor driver (tests/test_backend_boundaries.py).
+    # loads no Redis module nor driver (tests/architecture/test_backend_boundaries.py).
     if name == "RedisMemory":
         redis = next(b for b in BACKENDS if b.name == "redis")
         return redis.load("sessions:RedisMemory")

@@ -11,5 +11,5 @@
 The first three are pure parts the engine uses; the queue runs beside the engine on its stores;
 the importers drive an engine from the outside. Argument validation for every public method
 (``memlane.inputs``) stays in the foundation: it is not about ingest alone. This package's
-``__init__`` imports nothing, so each module sits in its own layer (tests/test_import_graph.py).
+``__init__`` imports nothing, so each module sits in its own layer (tests/architecture/test_import_graph.py).
 """
