@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -154,3 +155,45 @@ def test_erasing_a_group_member_keeps_the_other_participants_in_order() -> None:
     )
     assert stmts[-1].sql.startswith("UPDATE sessions SET user_ids")
     assert d.unjson(stmts[-1].args[0]) == ["ann", "cy"]
+
+
+JOB_METHODS = [
+    "enqueue", "claim", "renew", "checkpoint", "complete", "fail", "release", "retry", "get", "list", "next_due",
+    "counts", "purge_user", "touch", "get_cursor", "reset_pending", "advance", "delete_cursor", "idle_cursors",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", JOB_METHODS)
+def test_each_job_operation_is_written_once_in_the_core(name: str) -> None:
+    """Leasing, heartbeats, retries and cursors live in memlane.stores.sql.jobs; a backend
+    supplies its clock, locks, encodings and runners."""
+    from memlane.stores.sql.jobs import SqlJobStore
+    from memlane.stores.sqlite.jobs import SqliteJobStore
+
+    pg_jobs = pytest.importorskip("memlane.stores.postgres.jobs")
+    for store in (SqliteJobStore, pg_jobs.PgJobStore):
+        assert issubclass(store, SqlJobStore)
+        owner = next(k for k in store.__mro__ if name in k.__dict__)
+        assert owner is SqlJobStore, f"{store.__name__}.{name} is defined in {owner}"
+
+
+def test_postgresql_claimers_take_a_keys_lock_without_waiting_then_skip_locked_rows() -> None:
+    """PostgreSQL: claim tries the candidate key's advisory lock, moves on to the next key when
+    another claimer holds it, and picks the job under the lock FOR UPDATE SKIP LOCKED; SQLite
+    (the file's write lock) reads the candidate and leases it."""
+    from memlane.stores.sql import jobs as jcore
+    from memlane.stores.sqlite.jobs import SqliteJobDialect
+
+    pg_jobs = pytest.importorskip("memlane.stores.postgres.jobs")
+    d = pg_jobs.PgJobDialect()
+    busy, row = (False,), ("j1", "k1")
+    stmts = _statements(jcore.claim(d, "w", 30, None), [row, busy, None])
+    assert "pg_try_advisory_xact_lock" in stmts[1].sql
+    assert "NOT IN (?)" in stmts[2].sql and stmts[2].args[-1] == "k1"  # the busy key skipped
+    free = (True,)
+    job = ("j1", "form", "k1", None, "running", {}, {}, None, 0, 8, None) + (datetime.now(UTC),) * 3 + ("w", None)
+    stmts = _statements(jcore.claim(d, "w", 30, None), [row, free, ("j1",), job])
+    assert stmts[2].sql.endswith("FOR UPDATE OF j SKIP LOCKED")
+    assert "RETURNING" in stmts[3].sql
+    lite = _statements(jcore.claim(SqliteJobDialect(), "w", 30, None), [None])
+    assert len(lite) == 1 and "FOR UPDATE" not in lite[0].sql
