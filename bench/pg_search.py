@@ -239,6 +239,13 @@ async def pg_sizes(url: str, schema: str) -> dict[str, float]:
     return out
 
 
+async def pg_hot(url: str, schema: str) -> tuple[int, int]:
+    """``facts``' updates and HOT updates so far (``pg_stat_user_tables``)."""
+    q = f"SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = '{schema}' AND relname = 'facts'"
+    row = (await pg_exec(url, "public", [q]))[0][0]
+    return int(row[0]), int(row[1])
+
+
 async def hnsw_indexes(url: str, schema: str) -> list[tuple[str, str]]:
     rows = (
         await pg_exec(
@@ -289,8 +296,8 @@ async def bulk_load_pg(url: str, schema: str, data: CaseData, label: str = "pg b
     from memlane.models import new_id, utcnow
     from memlane.retrieval.context import neighbour_context
     from memlane.retrieval.text import date_words
-    from memlane.stores.postgres.facts import _search_text
     from memlane.stores.postgres.rows import enc, enc_json
+    from memlane.stores.sql.facts import search_text as _search_text
 
     t0 = time.perf_counter()
     done, next_log = 0, 30.0
@@ -421,6 +428,8 @@ async def prepare(
             log(f"{data.name}: loading PostgreSQL schema {schema} ({args.pg_load})")
             t = time.perf_counter()
             pg = await open_pg(pg_url, schema, embedder)
+            if args.pg_fillfactor:  # the proposed migration, on a new store: pages keep room for HOT updates
+                await pg_exec(pg_url, schema, [f"ALTER TABLE facts SET (fillfactor = {int(args.pg_fillfactor)})"])
             pinfo: dict[str, Any] = {"open_bind_s": round(time.perf_counter() - t, 2), "load_path": args.pg_load}
             indexes = await hnsw_indexes(pg_url, schema)
             pinfo["hnsw_indexes"] = [d for _, d in indexes]
@@ -470,35 +479,6 @@ def overlap(a: list[str], b: list[str]) -> float:
     if not a and not b:
         return 1.0
     return len(set(a) & set(b)) / max(len(a), len(b))
-
-
-def use_scoped_reads() -> None:
-    """``--scoped-reads``: ``PgFactStore.authors`` and ``get_facts`` read through
-    ``PgSearchMixin.scoped_rows`` (one statement each, the user's partitions remembered)
-    instead of resolving the partitions in a statement of their own: the change proposed for
-    stores/postgres/facts.py (issue 19), measured here before it is made there."""
-    from memlane.models import PartitionFilter
-    from memlane.stores.postgres.facts import PgFactStore
-    from memlane.stores.postgres.rows import FACT_COLS, dec, enc, row_to_fact
-
-    async def authors(self: Any, partitions: PartitionFilter) -> list[str]:
-        sql = "SELECT DISTINCT author FROM authors WHERE partition = ANY(%(parts)s)"
-        async with self._read() as conn:
-            rows = await self.scoped_rows(conn, partitions, sql)
-        return [dec(r[0]) or "" for r in rows]
-
-    async def get_facts(self: Any, fact_ids: Any, scope: Scope) -> dict[str, Fact]:
-        ids = [enc(i) for i in dict.fromkeys(fact_ids)]
-        if not ids:
-            return {}
-        sql = f"SELECT {FACT_COLS} FROM facts WHERE id = ANY(%(ids)s) AND partition = ANY(%(parts)s)"
-        async with self._read() as conn:
-            rows = await self.scoped_rows(conn, scope.partition_filter(), sql, {"ids": ids})
-        facts = [row_to_fact(r) for r in rows]
-        return {f.id: f for f in facts}
-
-    PgFactStore.authors = authors  # type: ignore[method-assign]
-    PgFactStore.get_facts = get_facts  # type: ignore[method-assign]
 
 
 async def count_statements(mem: AsyncMemory, query: str, user: str) -> dict[str, int]:
@@ -619,6 +599,18 @@ async def measure(
     kw_scored: dict[str, list[int]] = {n: [] for n in names}
     kw_every: dict[str, list[float]] = {n: [] for n in names}
     log(f"  {data.name}: {warmup} warm-up + {n_queries} timed queries x 3 operations x {len(names)} stores")
+    access_ms: dict[str, list[float]] = {n: [] for n in names}
+    for n in names:  # record_access (the access-count UPDATE after each search), timed per call
+        facts = stores[n].facts
+        plain = facts.record_access
+
+        async def timed_access(ids: Any, _plain: Any = plain, _n: str = n) -> None:
+            t = time.perf_counter()
+            await _plain(ids)
+            access_ms[_n].append((time.perf_counter() - t) * 1000)
+
+        facts.record_access = timed_access
+    hot0 = await pg_hot(*pg_target) if "pg" in stores and pg_target is not None else None
     for i, ((q, u), qv) in enumerate(zip(queries, qvecs, strict=True)):
         timed = i >= warmup
         user = data.users[u]
@@ -664,6 +656,14 @@ async def measure(
             kw_ids[n].append([c.fact_id for c in kw[:10]])
             kw_counts[n].append(len(kw))
             se_ids[n].append([h.fact.id for h in hits.hits])
+    for n in names:
+        res[n]["record_access_ms"] = summary(access_ms[n]) if access_ms[n] else None  # every search's call
+        del stores[n].facts.record_access
+    if hot0 is not None and pg_target is not None:
+        await asyncio.sleep(1.5)  # the server publishes table statistics within a second
+        hot1 = await pg_hot(*pg_target)
+        upd, hot = hot1[0] - hot0[0], hot1[1] - hot0[1]
+        res["pg"]["facts_updates"] = {"updates": upd, "hot": hot, "hot_share": round(hot / upd, 3) if upd else None}
     if "pg" in stores:
         res["pg"]["statements_per_search"] = await count_statements(
             stores["pg"], queries[0][0], data.users[queries[0][1]]
@@ -692,6 +692,116 @@ async def measure(
     return res
 
 
+# ------------------------------------------------------------------------------ bulk ingest
+async def ingest_compare(name: str, seed: int, pg_url: str, work: Path, *, hnsw: bool = True) -> dict[str, Any]:
+    """``--ingest <case>``: the case's turns (sessions of 20 turns per user, as loaded for
+    search) through the public ``AsyncMemory.add_many`` with ``embedder="hash"``
+    (``embed="now"``: one transaction, one embedding call per chunk), into a fresh SQLite file
+    and a fresh PostgreSQL schema, one after the other; turns/s, CPU seconds of this process,
+    and on PostgreSQL the statements sent (by kind) and the rows stored. ``hnsw=False``
+    (``--ingest-without-hnsw``, a diagnosis, not a way to run a live store): the HNSW index is
+    dropped after the binding, so the load pays no per-row index maintenance for it."""
+    import psycopg
+
+    from memlane.ingest.bulk import AddBatch
+
+    data = CaseData(name, seed)
+    batches = []
+    for s in range(-(-data.per_user // SESSION_LEN)):
+        for u in range(data.n_users):
+            lo, hi = s * SESSION_LEN, min(data.per_user, (s + 1) * SESSION_LEN)
+            msgs = [
+                {"role": "user" if j % 2 == 0 else "assistant", "content": data.texts[u * data.per_user + j]}
+                for j in range(lo, hi)
+            ]
+            batches.append(AddBatch(msgs, user_id=data.users[u], session_id=f"{data.users[u]}:s{s}"))
+    words = [len(t.split()) for t in data.texts]
+    out: dict[str, Any] = {"turns": data.total, "users": data.n_users, "words_per_turn_mean": float(np.mean(words))}
+    schema = "bench_ingest_" + name.replace("-", "_")
+    sent: dict[str, int] = {}
+    execute, executemany = psycopg.AsyncCursor.execute, psycopg.AsyncCursor.executemany
+
+    async def counting(cur: Any, q: Any, *a: Any, **k: Any) -> Any:
+        key = " ".join(str(q).split()[:3])[:40]
+        sent[key] = sent.get(key, 0) + 1
+        return await execute(cur, q, *a, **k)
+
+    async def counting_many(cur: Any, q: Any, params: Any, *a: Any, **k: Any) -> Any:
+        params = list(params)
+        key = "(executemany) " + " ".join(str(q).split()[:3])[:40]
+        sent[key] = sent.get(key, 0) + len(params)
+        return await executemany(cur, q, params, *a, **k)
+
+    for store in ("sqlite", "pg"):
+        embedder = make_embedder("hash")
+        if store == "sqlite":
+            path = work / f"ingest-{name}.db"
+            remove_db(path)
+            mem = AsyncMemory(path, embedder=embedder, sessions="null")
+        else:
+            await pg_exec(pg_url, "public", [f"DROP SCHEMA IF EXISTS {schema} CASCADE"])
+            mem = AsyncMemory(f"{pg_url}?schema={schema}", embedder=embedder, sessions="null")
+        await mem.open()  # opening (and binding the embedder) is not ingest
+        if store == "pg" and not hnsw:
+            await pg_exec(pg_url, schema, ["DROP INDEX facts_embedding_hnsw"])
+        sent.clear()
+        psycopg.AsyncCursor.execute = counting  # type: ignore[method-assign]
+        psycopg.AsyncCursor.executemany = counting_many  # type: ignore[method-assign]
+        try:
+            t, c = time.perf_counter(), time.process_time()
+            await mem.add_many(batches, embed="now")
+            secs, cpu = time.perf_counter() - t, time.process_time() - c
+        finally:
+            psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
+            psycopg.AsyncCursor.executemany = executemany  # type: ignore[method-assign]
+        stored = (await mem.facts.stats()).facts
+        await mem.close()
+        await embedder.aclose()
+        r: dict[str, Any] = {"s": round(secs, 2), "turns_per_s": round(data.total / secs, 1), "cpu_s": round(cpu, 2)}
+        r["stored"] = stored
+        if store == "pg":
+            r["statements"] = dict(sorted(sent.items(), key=lambda kv: -kv[1]))
+            await pg_exec(pg_url, "public", [f"DROP SCHEMA IF EXISTS {schema} CASCADE"])
+        else:
+            remove_db(path)
+        out[store] = r
+        log(f"ingest {name} {store}: {r}")
+    out["ratio_sqlite_over_pg"] = round(out["sqlite"]["turns_per_s"] / out["pg"]["turns_per_s"], 2)
+    return out
+
+
+# ------------------------------------------------------------------------------ forget
+async def forget_timed(mem: AsyncMemory, user: str) -> dict[str, Any]:
+    """``--forget``: ``purge_user`` of one user on the case's PostgreSQL store (which it then
+    no longer holds: the next ``--reuse`` reloads it), the whole call and each statement it
+    sends (the purge's transaction, then the clean-up after it: vacuums and the keyword-index
+    rebuild), by its first words, in ms."""
+    import psycopg
+
+    steps: list[tuple[str, float]] = []
+    execute = psycopg.AsyncConnection.execute
+
+    async def timed(conn: Any, q: Any, *a: Any, **k: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return await execute(conn, q, *a, **k)
+        finally:
+            steps.append((" ".join(str(q).split()[:4])[:70], (time.perf_counter() - t) * 1000))
+
+    psycopg.AsyncConnection.execute = timed  # type: ignore[method-assign]
+    try:
+        t = time.perf_counter()
+        removed = await mem.facts.purge_user(user)
+        total = (time.perf_counter() - t) * 1000
+    finally:
+        psycopg.AsyncConnection.execute = execute  # type: ignore[method-assign]
+    slow = [(q, round(ms, 1)) for q, ms in steps if ms >= 5]
+    rest = sum(ms for _, ms in steps if ms < 5)
+    out = {"removed": removed, "total_ms": round(total, 1), "statements": len(steps), "over_5ms": slow}
+    out["rest_ms"] = round(rest, 1)
+    return out
+
+
 # ------------------------------------------------------------------------------ main
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -711,8 +821,14 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--keep", action="store_true", help="keep the stores afterwards")
     ap.add_argument("--load-only", action="store_true", help="load the stores (with --keep), measure nothing")
     ap.add_argument("--seed", type=int, default=4242)
+    ap.add_argument("--forget", action="store_true", help="after loading: time purge_user of one user (PostgreSQL)")
+    ap.add_argument("--ingest-without-hnsw", action="store_true", help="--ingest with PostgreSQL's HNSW index dropped")
+    ap.add_argument("--ingest", default=None, help="only the add_many ingest comparison on this case's turns")
     ap.add_argument(
-        "--scoped-reads", action="store_true", help="PostgreSQL authors/get_facts in one statement each (proposed)"
+        "--pg-fillfactor",
+        type=int,
+        default=None,
+        help="PostgreSQL facts fillfactor set before the load (schema bench_<case>_ff<N>): the proposed migration",
     )
     ap.add_argument("--out", default=str(ROOT / "results" / "pg_search.json"))
     a = ap.parse_args()
@@ -723,8 +839,6 @@ def parse_args() -> argparse.Namespace:
 
 async def main() -> None:
     args = parse_args()
-    if args.scoped_reads:
-        use_scoped_reads()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -746,6 +860,16 @@ async def main() -> None:
         vector = ["SELECT extversion FROM pg_extension WHERE extname = 'vector'"]
         server_info["vector"] = str(((await pg_exec(pg_url, "public", vector))[0] or [["?"]])[0][0])
         log(f"PostgreSQL {pg_url}: {server_info}")
+    if args.ingest:
+        assert pg_url is not None
+        try:
+            res = await ingest_compare(args.ingest, args.seed, pg_url, work, hnsw=not args.ingest_without_hnsw)
+        finally:
+            if server is not None and not args.keep:
+                server.stop()
+        Path(args.out).write_text(json.dumps(res, indent=1))
+        log(f"wrote {args.out}")
+        return
     embedder = make_embedder(EMBEDDER)
     assert embedder is not None
     results: dict[str, Any] = {}
@@ -757,10 +881,14 @@ async def main() -> None:
             data = CaseData(name, args.seed)
             embed_s = await data.embed(embedder)
             log(f"{name}: {data.total} rows, {data.n_users} users; texts {data.gen_s:.1f} s, vectors {embed_s:.1f} s")
-            schema = "bench_" + name.replace("-", "_")
+            schema = "bench_" + name.replace("-", "_") + (f"_ff{args.pg_fillfactor}" if args.pg_fillfactor else "")
             sqlite_path = work / f"pg_search-{name}-s{args.seed}.db"
             stores, info = await prepare(data, sqlite_path, pg_url, schema, embedder, args)
-            if args.load_only:
+            if args.forget and "pg" in stores:
+                info["forget"] = await forget_timed(stores["pg"], data.users[0])
+                log(f"{name}: forget {info['forget']}")
+                Path(sqlite_path.with_suffix(".load.json")).unlink(missing_ok=True)  # the schema changed
+            if args.load_only or args.forget:
                 for mem in stores.values():
                     await mem.close()
                 results[name] = {"load": info}
@@ -800,7 +928,7 @@ async def main() -> None:
         },
         "postgres": server_info,
         "pg_load": args.pg_load,
-        "scoped_reads": args.scoped_reads,
+        "pg_fillfactor": args.pg_fillfactor,
         "bulk_check": bulk_check,
         "embedder": EMBEDDER,
         "queries_per_case": args.queries,
@@ -825,6 +953,10 @@ def print_case(name: str, r: dict[str, Any]) -> None:
                 f"{s['vector_ms']['p95']:.2f} search {s['search_ms']['p50']:.2f}/{s['search_ms']['p95']:.2f} "
                 f"recall {s['vector_recall@10']}"
             )
+            if s.get("record_access_ms"):
+                parts.append(f"record_access {s['record_access_ms']['p50']:.2f}/{s['record_access_ms']['p95']:.2f}")
+    if "pg" in r:
+        parts.append(f"pg updates {r['pg'].get('facts_updates')} statements {r['pg'].get('statements_per_search')}")
     log("  ".join(parts))
 
 
