@@ -54,6 +54,18 @@ BEGIN
 END
 $f$"""
 
+#: The keyword index of the facts: the searchable text, the date in words, the neighbouring
+#: turns (:mod:`memlane.stores.postgres.search`).
+_KEYWORD_COLUMNS = """,
+                search_text TEXT NOT NULL DEFAULT '',
+                ctx TEXT NOT NULL DEFAULT '',
+                date_words TEXT NOT NULL DEFAULT '',
+                tsv tsvector GENERATED ALWAYS AS (
+                    setweight(to_tsvector('english', search_text), 'A')
+                    || setweight(to_tsvector('english', date_words), 'B')
+                    || setweight(to_tsvector('english', ctx), 'C')
+                ) STORED"""
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     (
         "0001_core",
@@ -63,42 +75,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             # ---- short-term: sessions and events
             *schema.sessions(T),
             # ---- long-term: facts (verbatim memories, extracted facts, documents, fragments)
-            """CREATE TABLE facts (
-                rowid BIGSERIAL PRIMARY KEY,
-                id TEXT NOT NULL UNIQUE,
-                partition TEXT NOT NULL,
-                content TEXT NOT NULL,
-                hash TEXT NOT NULL,
-                scope TEXT NOT NULL,
-                agent_id TEXT,
-                user_id TEXT,
-                session_id TEXT,
-                kind TEXT NOT NULL,
-                author TEXT,
-                seq INTEGER,
-                occurred_at TIMESTAMPTZ,
-                formed_at TIMESTAMPTZ NOT NULL,
-                updated_at TIMESTAMPTZ NOT NULL,
-                access_count INTEGER NOT NULL DEFAULT 0,
-                version INTEGER NOT NULL DEFAULT 1,
-                source_event_ids JSONB NOT NULL DEFAULT '[]',
-                valid_from TIMESTAMPTZ NOT NULL,
-                invalid_at TIMESTAMPTZ,
-                metadata JSONB NOT NULL DEFAULT '{}',
-                embedding vector,
-                search_text TEXT NOT NULL DEFAULT '',
-                ctx TEXT NOT NULL DEFAULT '',
-                date_words TEXT NOT NULL DEFAULT '',
-                tsv tsvector GENERATED ALWAYS AS (
-                    setweight(to_tsvector('english', search_text), 'A')
-                    || setweight(to_tsvector('english', date_words), 'B')
-                    || setweight(to_tsvector('english', ctx), 'C')
-                ) STORED
-            )""",
-            "CREATE UNIQUE INDEX facts_hash ON facts(partition, hash) WHERE invalid_at IS NULL",
-            "CREATE INDEX facts_partition ON facts(partition, rowid)",
-            "CREATE INDEX facts_user ON facts(user_id)",
-            "CREATE INDEX facts_session_seq ON facts(partition, session_id, seq)",
+            *schema.facts(T, _KEYWORD_COLUMNS),
             "CREATE INDEX facts_tsv ON facts USING gin (tsv)",
             "CREATE INDEX facts_unembedded ON facts(rowid) WHERE embedding IS NULL AND invalid_at IS NULL",
             # Per-partition change counters (memory stamps, vector caches) and authors.

@@ -19,6 +19,7 @@ __all__ = [
     "authors",
     "context_cache",
     "contributors",
+    "facts",
     "formation_cursors",
     "history",
     "jobs",
@@ -42,6 +43,10 @@ class ColumnTypes(NamedTuple):
     """A floating-point number."""
     no_rowid: str
     """Appended to a table with a primary key that needs no separate row id."""
+    rowid: str
+    """The facts' integer key, in insertion order."""
+    vector: str
+    """An embedding."""
 
 
 SQLITE_TYPES = ColumnTypes(
@@ -51,6 +56,8 @@ SQLITE_TYPES = ColumnTypes(
     flag="INTEGER NOT NULL DEFAULT 0",
     real="REAL",
     no_rowid=" WITHOUT ROWID",
+    rowid="INTEGER PRIMARY KEY",
+    vector="BLOB",
 )
 PG_TYPES = ColumnTypes(
     ts="TIMESTAMPTZ",
@@ -59,6 +66,8 @@ PG_TYPES = ColumnTypes(
     flag="BOOLEAN NOT NULL DEFAULT FALSE",
     real="DOUBLE PRECISION",
     no_rowid="",
+    rowid="BIGSERIAL PRIMARY KEY",
+    vector="vector",
 )
 
 
@@ -95,6 +104,41 @@ def sessions(t: ColumnTypes) -> list[str]:
                 FOREIGN KEY (app, session_id) REFERENCES sessions(app, id) ON DELETE CASCADE
             )""",
         "CREATE INDEX events_session ON events(app, session_id, seq)",
+    ]
+
+
+def facts(t: ColumnTypes, keyword_columns: str = "") -> list[str]:
+    """Facts (verbatim memories, extracted facts, documents, fragments) and their indexes;
+    ``keyword_columns``: the backend's keyword-index columns, after the embedding."""
+    return [
+        f"""CREATE TABLE facts (
+                rowid {t.rowid},
+                id TEXT NOT NULL UNIQUE,
+                partition TEXT NOT NULL,
+                content TEXT NOT NULL,
+                hash TEXT NOT NULL,
+                scope TEXT NOT NULL,
+                agent_id TEXT,
+                user_id TEXT,
+                session_id TEXT,
+                kind TEXT NOT NULL,
+                author TEXT,
+                seq INTEGER,
+                occurred_at {t.ts},
+                formed_at {t.ts} NOT NULL,
+                updated_at {t.ts} NOT NULL,
+                access_count INTEGER NOT NULL DEFAULT 0,
+                version INTEGER NOT NULL DEFAULT 1,
+                source_event_ids {t.json} NOT NULL DEFAULT '[]',
+                valid_from {t.ts} NOT NULL,
+                invalid_at {t.ts},
+                metadata {t.json} NOT NULL DEFAULT '{{}}',
+                embedding {t.vector}{keyword_columns}
+            )""",
+        "CREATE UNIQUE INDEX facts_hash ON facts(partition, hash) WHERE invalid_at IS NULL",
+        "CREATE INDEX facts_partition ON facts(partition, rowid)",
+        "CREATE INDEX facts_user ON facts(user_id)",
+        "CREATE INDEX facts_session_seq ON facts(partition, session_id, seq)",
     ]
 
 

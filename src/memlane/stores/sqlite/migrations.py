@@ -78,34 +78,7 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
             # ---- short-term: sessions and events
             *schema.sessions(T),
             # ---- long-term: facts (verbatim memories and extracted facts)
-            """CREATE TABLE facts (
-                rowid INTEGER PRIMARY KEY,
-                id TEXT NOT NULL UNIQUE,
-                partition TEXT NOT NULL,
-                content TEXT NOT NULL,
-                hash TEXT NOT NULL,
-                scope TEXT NOT NULL,
-                agent_id TEXT,
-                user_id TEXT,
-                session_id TEXT,
-                kind TEXT NOT NULL,
-                author TEXT,
-                seq INTEGER,
-                occurred_at TEXT,
-                formed_at TEXT NOT NULL,
-                updated_at TEXT NOT NULL,
-                access_count INTEGER NOT NULL DEFAULT 0,
-                version INTEGER NOT NULL DEFAULT 1,
-                source_event_ids TEXT NOT NULL DEFAULT '[]',
-                valid_from TEXT NOT NULL,
-                invalid_at TEXT,
-                metadata TEXT NOT NULL DEFAULT '{}',
-                embedding BLOB
-            )""",
-            "CREATE UNIQUE INDEX facts_hash ON facts(partition, hash) WHERE invalid_at IS NULL",
-            "CREATE INDEX facts_partition ON facts(partition, rowid)",
-            "CREATE INDEX facts_user ON facts(user_id)",
-            "CREATE INDEX facts_session_seq ON facts(partition, session_id, seq)",
+            *schema.facts(T),
             # Keyword index. `part` holds one token naming the partition, so a query is
             # `part:TOKEN AND (...)` and its cost follows the user's own memory size.
             # `ctx` holds neighbouring turns of the same session (down-weighted),
