@@ -45,7 +45,7 @@ _EXPECT = re.compile(r"#\s*->\s?(?P<line>.*)$")
 ELSEWHERE = {
     "agent.md": "tests/docs/test_docs_agent.py",
     "state.md": "tests/docs/test_docs_agent.py",
-    "adapters.md": "tests/docs/test_docs_agent.py",  # its Google ADK block: tests/test_adapter_adk.py
+    "adapters.md": "tests/docs/test_docs_agent.py",  # its Google ADK block: tests/adapters/test_adapter_adk.py
     "tools.md": "tests/agent/test_tools.py",
     "documents.md": "tests/ingest/test_documents_eliza.py",
     "mcp.md": "tests/service/test_service_mcp.py",

@@ -9,49 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from embedding_helpers import KEYWORD_ONLY, Recording, stored_vector
 from memlane import AsyncMemory, InvalidInputError, Memory
 from memlane.embedding_queue import DEFAULT_BATCH_SIZE
 from memlane.errors import EmbedderError
-from memlane.providers.embed.base import Matrix
-from memlane.providers.embed.hashing import HashEmbedder
-from memlane.retrieval.hybrid import RetrievalConfig
-
-
-class Recording:
-    """The "hash" embedder, recording every batch; optionally held at a gate, or failing."""
-
-    def __init__(self, *, gated: bool = False, failures: int = 0) -> None:
-        self.inner = HashEmbedder(64)
-        self.name, self.dim = self.inner.name, self.inner.dim
-        self.calls: list[list[str]] = []
-        self.started = asyncio.Event()  # set on the first call
-        self.gate = asyncio.Event()
-        if not gated:
-            self.gate.set()
-        self.failures = failures
-
-    async def embed_batch(self, texts: list[str]) -> Matrix:
-        self.started.set()
-        await self.gate.wait()
-        if self.failures > 0:
-            self.failures -= 1
-            raise EmbedderError("embedding service unavailable (test)")
-        self.calls.append(list(texts))
-        return await self.inner.embed_batch(texts)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def _texts(prefix: str, n: int) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"{prefix} note number {i}"} for i in range(n)]
-
-
-KEYWORD_ONLY = RetrievalConfig(vector_weight=0.0)  # searches that never call the (blocked) embedder
-
-
-async def _vector(m: AsyncMemory, fact_id: str, user_id: str) -> list[float] | None:
-    return (await m.facts.get_fact(fact_id, m._scope(user_id, None))).embedding  # type: ignore[union-attr]
 
 
 async def test_high_before_normal_before_low_in_batches(tmp_path: Path) -> None:
@@ -82,14 +47,14 @@ async def test_add_returns_before_embedding_and_facts_are_keyword_searchable(tmp
         stored = await asyncio.wait_for(m.add("Ann keeps bees in the garden", user_id="ann", embed="normal"), 10)
         assert stored[0].kind == "fact"
         await asyncio.wait_for(emb.started.wait(), 10)  # the worker is blocked inside the embedder
-        assert emb.calls == [] and await _vector(m, stored[0].id, "ann") is None
+        assert emb.calls == [] and await stored_vector(m, stored[0].id, "ann") is None
         hits = (await m.search("bees", user_id="ann")).hits
         assert [h.fact.id for h in hits] == [stored[0].id]
         progress = await m.embedding_progress()
         assert progress["done"] == 0 and not progress["idle"]
         emb.gate.set()
         await asyncio.wait_for(m.drain_embeddings(), 10)
-        assert await _vector(m, stored[0].id, "ann") is not None
+        assert await stored_vector(m, stored[0].id, "ann") is not None
 
 
 async def test_progress_counts_per_priority(tmp_path: Path) -> None:
@@ -117,8 +82,8 @@ async def test_a_document_is_queued_with_its_fragments(tmp_path: Path) -> None:
         await m.drain_embeddings()
         fragments = await m.fragments(doc.id, user_id="u")
         assert len(fragments) >= 2
-        assert all([await _vector(m, f.id, "u") is not None for f in fragments])
-        assert await _vector(m, doc.id, "u") is not None  # marked done: not embedded again
+        assert all([await stored_vector(m, f.id, "u") is not None for f in fragments])
+        assert await stored_vector(m, doc.id, "u") is not None  # marked done: not embedded again
         # the document itself is embedded by its opening only, never whole
         assert max(len(t) for call in emb.calls for t in call) <= 4000
         hits = (await m.search("volcanoes", user_id="u")).hits
@@ -135,11 +100,11 @@ async def test_queued_facts_survive_a_restart(tmp_path: Path) -> None:
     assert emb.calls == []
     again = Recording()
     async with AsyncMemory(db, embedder=again, sessions="null") as m:
-        assert all([await _vector(m, f.id, "u") is None for f in stored])
+        assert all([await stored_vector(m, f.id, "u") is None for f in stored])
         assert (await m.search("later note", user_id="u", top_k=20)).hits  # keyword search meanwhile
         progress = await m.drain_embeddings()
         assert progress["done"] == 10 and progress["idle"]
-        assert all([await _vector(m, f.id, "u") is not None for f in stored])
+        assert all([await stored_vector(m, f.id, "u") is not None for f in stored])
     stored_texts = [t for call in again.calls for t in call if "number" in t]  # not the search's query
     assert sorted(stored_texts) == sorted(f["content"] for f in _texts("later", 10))
 
@@ -163,7 +128,7 @@ async def test_a_failing_embedder_loses_nothing_and_is_retried(tmp_path: Path) -
             except EmbedderError:
                 continue
         assert final["done"] == 5 and final["queued"] == 0
-        assert all([await _vector(m, f.id, "u") is not None for f in stored])
+        assert all([await stored_vector(m, f.id, "u") is not None for f in stored])
     stored_texts = [t for call in emb.calls for t in call if "number" in t]  # not the search's query
     assert sorted(stored_texts) == sorted(f["content"] for f in _texts("flaky", 5))
 
@@ -172,10 +137,10 @@ async def test_inline_failures_are_picked_up_by_the_worker(tmp_path: Path) -> No
     emb = Recording(failures=1)
     async with AsyncMemory(tmp_path / "i.db", embedder=emb, sessions="null") as m:
         [fact] = await m.add("stored while the embedder was down", user_id="u")  # embed="now" failed: keyword-only
-        assert await _vector(m, fact.id, "u") is None
+        assert await stored_vector(m, fact.id, "u") is None
         await m.add("a queued one", user_id="u", embed="normal")
         await asyncio.wait_for(m.drain_embeddings(), 10)
-        assert await _vector(m, fact.id, "u") is not None
+        assert await stored_vector(m, fact.id, "u") is not None
 
 
 async def test_forgetting_a_user_drops_their_queued_text(tmp_path: Path) -> None:

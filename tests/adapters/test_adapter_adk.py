@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +30,13 @@ from google.adk.events.event import Event as AdkEvent
 from google.adk.events.event_actions import EventActions
 from google.adk.memory.base_memory_service import SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
-from google.adk.models.base_llm import BaseLlm
-from google.adk.models.llm_request import LlmRequest
-from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.session import Session as AdkSession
 from google.adk.tools import load_memory, preload_memory
 from google.genai import types
-from pydantic import Field
 
+from adk_helpers import APP, ScriptedModel, request_text, run_turn, runner_for, text
 from memlane import AsyncMemory, Event, EventType, InvalidInputError, Memory, NotFoundError, ScopeError, Session
 from memlane.adapters.adk import (
     ADK_EVENT_KEY,
@@ -52,30 +49,10 @@ from memlane.adapters.adk import (
     to_adk_event,
 )
 
-APP = "concierge"
 FACT = "My favourite drink is oolong tea"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class ScriptedModel(BaseLlm):
-    """A model that answers from a script and records every request it receives."""
-
-    model: str = "scripted"
-    replies: list[types.Content] = Field(default_factory=list)
-    requests: list[LlmRequest] = Field(default_factory=list)
-
-    async def generate_content_async(
-        self, llm_request: LlmRequest, stream: bool = False
-    ) -> AsyncGenerator[LlmResponse, None]:
-        self.requests.append(llm_request.model_copy(deep=True))
-        reply = self.replies.pop(0) if self.replies else text("(script ended)", role="model")
-        yield LlmResponse(content=reply)
-
-
-def text(value: str, role: str = "user") -> types.Content:
-    return types.Content(role=role, parts=[types.Part(text=value)])
 
 
 def call(name: str, **args: Any) -> types.Content:
@@ -84,20 +61,6 @@ def call(name: str, **args: Any) -> types.Content:
 
 def open_memory(path: Path) -> AsyncMemory:
     return AsyncMemory(path, embedder="hash:64")
-
-
-async def run_turn(runner: Runner, user_id: str, session_id: str, message: str) -> list[AdkEvent]:
-    return [e async for e in runner.run_async(user_id=user_id, session_id=session_id, new_message=text(message))]
-
-
-def runner_for(memory: AsyncMemory, model: ScriptedModel, tools: list[Any], app: str = APP) -> Runner:
-    agent = LlmAgent(name="concierge", model=model, instruction="You are a concierge.", tools=tools)
-    return Runner(
-        app_name=app,
-        agent=agent,
-        session_service=MemlaneSessionService(memory),
-        memory_service=MemlaneMemoryService(memory),
-    )
 
 
 def tool_responses(events: list[AdkEvent], name: str) -> list[dict[str, Any]]:
@@ -109,10 +72,6 @@ def tool_responses(events: list[AdkEvent], name: str) -> list[dict[str, Any]]:
             if response and response["name"] == name:
                 out.append(response["response"])
     return out
-
-
-def request_text(request: LlmRequest) -> str:
-    return "\n".join(p.text for c in request.contents for p in c.parts or [] if p.text)
 
 
 async def remember_session(path: Path, user_id: str, session_id: str, message: str, app: str = APP) -> None:
@@ -767,7 +726,7 @@ def test_adk_event_json_in_metadata_is_plain_json() -> None:
 def test_docs_adk_snippet_runs_twice(tmp_path: Path) -> None:
     """docs/adapters.md's Google ADK snippet runs as written (offline), twice on one database
     (durable session), and prints what its ``# ->`` comment shows."""
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "adapters.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "adapters.md").read_text(encoding="utf-8")
     section = doc.split("## Google ADK", 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.S)
     assert code is not None

@@ -15,7 +15,7 @@ import pytest
 
 from framework_suites import run_suite, suites
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "adapters.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "adapters.md"
 SUITES = suites()
 
 

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from embedding_helpers import KEYWORD_ONLY, Recording, stored_vector
 from memlane import AsyncMemory, InvalidInputError, Memory
 from memlane.agent.commands import handle_command, parse_command
 from memlane.agent.contacts import _addresses, extract_contacts
@@ -27,7 +28,6 @@ from memlane.agent.state import ProfileProvider, RecentMessagesProvider, StateCo
 from memlane.agent.tools import PRELOAD_HEADER, MemoryTools, tool_result_json
 from memlane.models import Event, EventType, Fact
 from memlane.providers.embed.hashing import HashEmbedder
-from test_embedding_queue import KEYWORD_ONLY, Recording, _vector
 
 #: Stored text trying to leave its place in a prompt: close / open tags, a fake role turn on a
 #: new line (every kind of line break), a ChatML special token, bidi and control characters.
@@ -128,7 +128,7 @@ async def test_adk_memory_entries_cannot_break_adks_preload_block(db_path: Path)
     pytest.importorskip("google.adk")
     from google.adk.tools import preload_memory
 
-    from test_adapter_adk import ScriptedModel, request_text, run_turn, runner_for, text
+    from adk_helpers import ScriptedModel, request_text, run_turn, runner_for, text
 
     async with AsyncMemory(db_path, embedder="hash:64") as memory:
         runner = runner_for(memory, ScriptedModel(replies=[text("ok", role="model")]), [])
@@ -237,7 +237,7 @@ async def test_queue_never_writes_a_stale_vector_over_a_changed_fact(tmp_path: P
             await m.update(fact.id, "completely new words about rockets", user_id="u")
         else:
             await m.delete(fact.id, user_id="u")
-        before = await _vector(m, fact.id, "u") if change == "update" else None
+        before = await stored_vector(m, fact.id, "u") if change == "update" else None
         emb.gate.set()  # the worker's batch (the old text) now finishes
         await m.drain_embeddings()
         row = await m.facts.get_fact(fact.id, m._scope("u", None))
