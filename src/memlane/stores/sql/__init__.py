@@ -13,4 +13,8 @@ vector column writes (an FTS5 row or tsvector columns; a BLOB or a pgvector valu
 * :mod:`.stmt`: :class:`Stmt`, the ``Program`` type and the helpers algorithms yield from.
 * :mod:`.dialect`: the :class:`Dialect` base class (what a backend supplies).
 * :mod:`.facts`: facts, history, the apply-changes loop, update / invalidate, neighbour context.
+* :mod:`.reads`, :mod:`.erasure`, :mod:`.reflections`: list/get/history reads, forget's order,
+  stamps and consolidation versioning; :mod:`.store`: ``SqlFactStore``, the protocol methods once.
+* :mod:`.sessions`, :mod:`.jobs`: ``SqlSessionStore`` and ``SqlJobStore`` (leases, heartbeats, retries).
+* :mod:`.schema`: the tables both backends share, with the column types as parameters.
 """
