@@ -60,7 +60,7 @@ class Backend:
     is ``memlane.stores.postgres.sessions.PgSessionStore``; a name without ``:`` is an attribute
     of the package itself), imported on first use: the core install never imports a driver it
     lacks, and a missing one fails with the extra to install. Outside ``memlane/stores/`` only
-    this module imports a backend package or a driver (``tests/test_backend_boundaries.py``).
+    this module imports a backend package or a driver (``tests/architecture/test_backend_boundaries.py``).
     """
 
     name: str
@@ -92,7 +92,7 @@ class Backend:
     ``memlane migrate`` (:mod:`memlane.transfer`)."""
     drivers: tuple[str, ...] = ()
     """The top-level packages of its drivers (``psycopg``): only ``stores/`` and this module
-    import them (``tests/test_backend_boundaries.py`` reads this)."""
+    import them (``tests/architecture/test_backend_boundaries.py`` reads this)."""
     unavailable: frozenset[tuple[str, str]] = frozenset()
     """The driver's "server unreachable" exceptions, as (top-level package, class name): the
     service answers them 503 ``storage_unavailable`` (retry later), not 500. Names, so that

@@ -236,7 +236,7 @@ def upward(graph: Mapping[str, Iterable[str]]) -> list[tuple[str, str]]:
 
 def test_every_module_has_a_layer() -> None:
     unplaced = sorted(m for m in modules() if layer_of(m) is None)
-    assert not unplaced, f"place these modules in a layer of tests/test_import_graph.py LAYERS: {unplaced}"
+    assert not unplaced, f"place these modules in a layer of tests/architecture/test_import_graph.py LAYERS: {unplaced}"
 
 
 def test_no_import_circle() -> None:

@@ -24,7 +24,7 @@ def test_new_untracked_and_ignored_files_are_found_caches_and_sources_are_not(tm
     top = top_entries(tmp_path)
 
     (tmp_path / "ignored").mkdir()
-    (tmp_path / "ignored" / "s.db").write_text("")  # what tests/test_engine_backends.py left (*.db is ignored)
+    (tmp_path / "ignored" / "s.db").write_text("")  # what tests/engine/test_engine_backends.py left (*.db is ignored)
     (tmp_path / "out.json").write_text("{}")
     for cache in (".hypothesis", "__pycache__", ".pytest_cache", "pkg.egg-info"):
         (tmp_path / cache).mkdir()

@@ -572,7 +572,7 @@ def _empty_schema(url: str) -> None:
 
 
 def test_no_read_crosses_scopes_on_postgres(pg_url: str) -> None:
-    """tests/test_isolation.py's property (adversarial ids: separators, NUL, unicode, long),
+    """tests/engine/test_isolation.py's property (adversarial ids: separators, NUL, unicode, long),
     each example on the same schema emptied first (a schema per example would be slow)."""
 
     @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,7 +1,7 @@
 """What formation keeps: a superseded value never comes back through a re-confirmation (NONE),
 and a formed and cleared session leaves the user's own words in long-term memory.
 
-The engine tests here take the ``mem`` fixture, so tests/test_engine_backends.py runs them on
+The engine tests here take the ``mem`` fixture, so tests/engine/test_engine_backends.py runs them on
 SQLite, PostgreSQL and PostgreSQL + Redis as well.
 """
 

@@ -1,6 +1,6 @@
 """``memlane import --form`` joins only its users' own sessions (issue 17, section 6).
 
-The HTTP face (``POST /v1/import``) is tested in tests/test_service_import.py and in the
+The HTTP face (``POST /v1/import``) is tested in tests/service/test_service_import.py and in the
 isolation property (tests/isolation_property.py); this is the CLI: an existing session of
 another user (``S``, or the default ``alice:import``) makes the import exit 2 with nothing
 written.

@@ -56,7 +56,7 @@ SENTENCES = [
 @pytest.fixture(scope="module", autouse=True)
 def _fp32() -> Iterator[None]:
     """These tests hold the encoder to sentence-transformers' vectors: fp32 (the onnx backend's
-    default precision is int8, whose vectors are ~0.99 cosine off; tests/test_embed_onnx.py)."""
+    default precision is int8, whose vectors are ~0.99 cosine off; tests/providers/test_embed_onnx.py)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MEMLANE_EMBED_PRECISION", "fp32")
         yield

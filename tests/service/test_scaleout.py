@@ -16,7 +16,7 @@ with the formation worker off (one by ``--no-formation-worker``, one by
   takes the job over once the lease (2 s) expires, replays the saved extraction and
   reflection steps (the model is not asked again), applies nothing again and completes the
   job; each formed fact and reflection exists once, with one ADD in its history;
-* the isolation property of tests/test_service_isolation.py (isolation_property.py) holds
+* the isolation property of tests/service/test_service_isolation.py (isolation_property.py) holds
   on this deployment: written through A, read through B and over MCP, with the Redis session
   store capped at :data:`MAX_SESSIONS` (eviction pressure) and the reported attacks first.
 """

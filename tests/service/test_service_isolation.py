@@ -10,7 +10,7 @@ pages) and get, search, context, profile, export, sessions list + events, KAOS
 the MCP tools ``search``, ``list``, ``context`` and ``profile``. A reader must see exactly its
 own (tenant, user)'s tokens where the route lists everything (list, export, session events)
 and never another's anywhere. The property itself lives in ``isolation_property.py``
-(tests/test_scaleout.py runs it on two replicas over PostgreSQL and Redis).
+(tests/service/test_scaleout.py runs it on two replicas over PostgreSQL and Redis).
 
 A sibling property (own store) covers document fragments and a fragment's document, formation
 jobs (list and get), ``GET /v1/embeddings`` (per tenant store) and MCP over stdio

@@ -6,10 +6,10 @@ reproductions, each on a real loopback server with user-bound keys.
 * room memories are read only by users taking part in the room's session in every app that has
   a session of that id (a room is keyed by agent and session id, not by app);
 * the session cap (KAOS's 1,000 in-process / Redis sessions) evicts only the creator's own
-  sessions: one user creating sessions never evicts another's (tests/test_session_eviction.py
+  sessions: one user creating sessions never evicts another's (tests/stores/test_session_eviction.py
   has the store-level cases).
 
-The import case is in tests/test_service_import.py; all of them are also in the isolation
+The import case is in tests/service/test_service_import.py; all of them are also in the isolation
 property (tests/isolation_property.py).
 """
 

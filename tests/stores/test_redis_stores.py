@@ -150,7 +150,7 @@ class TestBounds:
                 await store.create_session(session_id=f"s{i}", user_ids=[f"u{i}"])
             await store.add_event("s0", ev("recent activity does not protect s0"))
             # a group of u0..u19: the oldest 10 of the sessions that are its users' own go (never
-            # another user's: tests/test_session_eviction.py)
+            # another user's: tests/stores/test_session_eviction.py)
             await store.create_session(session_id="new", user_ids=[f"u{i}" for i in range(20)])
             remaining = {s.id for s in await store.list_sessions()}
             assert remaining == {f"s{i}" for i in range(10, 100)} | {"new"}

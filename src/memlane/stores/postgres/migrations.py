@@ -117,7 +117,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         # Chinese / Japanese / Korean text findable by keyword: search_text and ctx hold
         # retrieval.text.keyword_text of the texts (CJK runs as characters and character pairs,
         # NFKC, ß as ss); rows written before held the raw texts. The function below is that
-        # transformation in PL/pgSQL (tests/test_multilingual.py compares the two), used once.
+        # transformation in PL/pgSQL (tests/retrieval/test_multilingual.py compares the two), used once.
         "0003_cjk_keyword_text",
         [
             _KEYWORD_TEXT_FUNCTION,

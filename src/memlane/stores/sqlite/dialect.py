@@ -88,7 +88,7 @@ class SqliteDialect(Dialect):
     """SQLite: text timestamps and JSON, FTS5 keyword rows, BLOB vectors, one write lock."""
 
     # One DELETE per row in forget: a multi-row DELETE (``rowid IN (...)``) left a deleted history
-    # row's bytes in its page despite secure_delete (tests/test_erasure.py reads the file's bytes).
+    # row's bytes in its page despite secure_delete (tests/engine/test_erasure.py reads the file's bytes).
     delete_batch = 1
     partition_range_sql = "SELECT partition FROM partitions WHERE partition >= ? AND partition < ?"
     # invalid turns have no keyword row left: only valid ones, their stored ctx unread
