@@ -500,6 +500,21 @@ class FactStoreContract:
         c = await fact_store.put_facts([_fact("Ann likes tea", user="u2")], _vecs("Ann likes tea"))
         assert c[0][1] is True and c[0][0].id != a[0][0].id
 
+    async def test_fact_owner_finds_a_fact_by_id_alone(self, fact_store: FactStore) -> None:
+        stored = await fact_store.put_facts(
+            [
+                _fact("Ann likes tea", agent_id="bot"),
+                _fact("The bot speaks French", user=None, agent_id="bot", scope="agent"),
+                _fact("The room meets on Fridays", user=None, agent_id="bot", session_id="r1", scope="room"),
+            ],
+            None,
+        )
+        mine, shared, room = (fact.id for fact, _ in stored)
+        assert await fact_store.fact_owner(mine) == Scope(user_id="u1", agent_id="bot")
+        assert await fact_store.fact_owner(shared) == Scope(agent_id="bot")
+        assert await fact_store.fact_owner(room) == Scope(agent_id="bot", session_id="r1")
+        assert await fact_store.fact_owner("no-such-fact") is None
+
     async def test_batch_is_atomic(self, fact_store: FactStore) -> None:
         bad = Fact(content="no owner", user_id=None, hash="h")
         with pytest.raises(ScopeError):

@@ -53,10 +53,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "they are loaded; a pure module of the Redis folder, no driver"
     ),
     ("memlane.settings", "memlane.stores.redis.url"): "the same settings check, where issue 19 part 4 moves it",
-    ("memlane.cli.main", "memlane.stores.postgres.rows"): (
-        "debt: `memlane history/delete FACT_ID` finds a fact's scope by id with each backend's SQL "
-        "(cli/main.py _fact_scope); it goes when the fact stores answer that themselves"
-    ),
 }
 
 

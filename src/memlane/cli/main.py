@@ -212,23 +212,10 @@ def _owner(m: Memory, args: argparse.Namespace) -> dict[str, str | None]:
 
 
 async def _fact_scope(m: Memory, fact_id: str) -> dict[str, str | None] | None:
-    facts: Any = m.engine.facts
-    sql = "SELECT user_id, agent_id, session_id, scope FROM facts WHERE id = {}"
-    if hasattr(facts, "_db") and hasattr(facts._db, "run"):  # SQLite
-        row = await facts._db.run(lambda c: c.execute(sql.format("?"), (fact_id,)).fetchone())
-    elif hasattr(facts, "db") and hasattr(facts.db, "connection"):  # PostgreSQL
-        from memlane.stores.postgres.rows import dec
-
-        async with facts.db.connection() as conn:
-            cur = await conn.execute(sql.format("%s"), (fact_id,))
-            got = await cur.fetchone()
-        row = None if got is None else tuple(dec(v) if isinstance(v, str) else v for v in got)
-    else:  # pragma: no cover - every store memlane ships is one of the above
-        raise UsageError("give -u USER or -a AGENT: this store cannot look a fact up by id alone")
-    if row is None:
+    owner = await m.engine.facts.fact_owner(fact_id)
+    if owner is None:
         return None
-    user, agent, session, scope = row
-    return {"user_id": user or None, "agent_id": agent or None, "session_id": session if scope == "room" else None}
+    return {"user_id": owner.user_id, "agent_id": owner.agent_id, "session_id": owner.session_id}
 
 
 def cmd_history(args: argparse.Namespace) -> int:

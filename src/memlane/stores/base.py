@@ -276,6 +276,12 @@ class FactStore(Protocol):
         """All changes to a fact, oldest first."""
         ...
 
+    async def fact_owner(self, fact_id: str) -> Scope | None:
+        """The scope a fact lives in, looked up by its id alone (None: no such fact): an
+        operator's lookup, for the CLI given a fact id without ``-u`` / ``-a``. The engine's
+        reads and writes never use it; they name a scope first."""
+        ...
+
     async def purge_user(self, user_id: str, *, shared: str = "erase") -> int:
         """Hard delete all of ``user_id``'s facts, history and applied batches, leaving none of
         their text in storage; returns rows removed. ``shared="erase"`` also deletes agent-scope

@@ -185,3 +185,14 @@ def stats(d: Dialect, scope: Scope | None, *, embedder: str | None, dim: int | N
     )
     st.consolidated = int(n[0]) if n else 0
     return st
+
+
+def fact_owner(d: Dialect, fact_id: str) -> Program[Scope | None]:
+    """The scope fact ``fact_id`` lives in, by its id alone (see ``FactStore.fact_owner``)."""
+    rows = yield from all_rows(
+        "SELECT user_id, agent_id, session_id, scope FROM facts WHERE id = ?", (d.text(fact_id),)
+    )
+    if not rows:
+        return None
+    user, agent, session, kind = (d.untext(v) if isinstance(v, str) else v for v in rows[0])
+    return Scope(user_id=user or None, agent_id=agent or None, session_id=session if kind == "room" else None)

@@ -259,6 +259,10 @@ class SqlFactStore(SqlReflectionStore):
             )
         )
 
+    async def fact_owner(self, fact_id: str) -> Scope | None:
+        """The scope a fact lives in, by its id alone (an operator's lookup)."""
+        return await self._query(reads.fact_owner(self._d, fact_id))
+
     async def history(self, fact_id: str, scope: Scope) -> list[HistoryEntry]:
         """All changes to a fact visible from ``scope``, oldest first."""
         return await self._query(reads.history(self._d, fact_id, scope))
