@@ -55,10 +55,23 @@ def sdist_root(suite: Suite) -> Path:
     cache_root().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache_root()) as scratch:
         download = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-             "--dest", scratch, f"{suite.dist}=={version}"],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--dest",
+                scratch,
+                f"{suite.dist}=={version}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         archives = sorted(Path(scratch).glob("*.tar.gz"))
         if download.returncode != 0 or not archives:
             raise RuntimeError(
@@ -115,11 +128,35 @@ def run_suite(module: str, suite: Suite, workdir: Path, *extra: str) -> SuiteRun
     env["MEMLANE_SUITE_TMP"] = str(workdir / "data")
     env.pop("PYTEST_ADDOPTS", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *suite.paths, "-p", "memlane_suite", "-p", module,
-         "-p", "no:cacheprovider", "--basetemp", str(workdir / "basetemp"), "--rootdir", str(root),
-         "-q", "--tb=short", "-rfE", "--no-header", "--durations=0", "--durations-min=5", *extra],
-        cwd=root, env=env, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *suite.paths,
+            "-p",
+            "memlane_suite",
+            "-p",
+            module,
+            "-p",
+            "no:cacheprovider",
+            "--basetemp",
+            str(workdir / "basetemp"),
+            "--rootdir",
+            str(root),
+            "-q",
+            "--tb=short",
+            "-rfE",
+            "--no-header",
+            "--durations=0",
+            "--durations-min=5",
+            *extra,
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
     return SuiteRun(suite, installed_version(suite), proc.returncode, proc.stdout + proc.stderr, report)
 

@@ -67,8 +67,9 @@ def said(author: str, body: str, *, event_id: str | None = None, ts: float | Non
     if ts is not None:
         extra["timestamp"] = ts
     role = "user" if author == "user" else "model"
-    return AdkEvent(author=author, invocation_id="inv", content=types.Content(role=role, parts=[types.Part(text=body)]),
-                    **extra)  # type: ignore[arg-type]  # fmt: skip
+    return AdkEvent(
+        author=author, invocation_id="inv", content=types.Content(role=role, parts=[types.Part(text=body)]), **extra
+    )  # type: ignore[arg-type]
 
 
 def delta(**state: object) -> AdkEvent:
@@ -291,15 +292,21 @@ async def test_append_to_a_stale_copy_keeps_every_event(sessions: MemlaneSession
     state change, in append order)."""
     now = time.time()
     original = await sessions.create_session(app_name=APP, user_id="mia")
-    await sessions.append_event(original, AdkEvent(author="user", invocation_id="i1", timestamp=now + 1,
-                                                   actions=EventActions(state_delta={"k1": 1})))  # fmt: skip
+    await sessions.append_event(
+        original,
+        AdkEvent(author="user", invocation_id="i1", timestamp=now + 1, actions=EventActions(state_delta={"k1": 1})),
+    )
     fresh = await sessions.get_session(app_name=APP, user_id="mia", session_id=original.id)
     assert fresh is not None
-    await sessions.append_event(fresh, AdkEvent(author="user", invocation_id="i2", timestamp=now + 2,
-                                                actions=EventActions(state_delta={"k2": 2})))  # fmt: skip
+    await sessions.append_event(
+        fresh,
+        AdkEvent(author="user", invocation_id="i2", timestamp=now + 2, actions=EventActions(state_delta={"k2": 2})),
+    )
     assert original.last_update_time < fresh.last_update_time and "k2" not in original.state
-    await sessions.append_event(original, AdkEvent(author="user", invocation_id="i3", timestamp=now + 3,
-                                                   actions=EventActions(state_delta={"k3": 3})))  # fmt: skip
+    await sessions.append_event(
+        original,
+        AdkEvent(author="user", invocation_id="i3", timestamp=now + 3, actions=EventActions(state_delta={"k3": 3})),
+    )
     final = await sessions.get_session(app_name=APP, user_id="mia", session_id=original.id)
     assert final is not None and [e.invocation_id for e in final.events] == ["i1", "i2", "i3"]
     assert final.state == {"k1": 1, "k2": 2, "k3": 3}
@@ -455,8 +462,10 @@ async def test_equal_scores_keep_insertion_order(tmp_path: Path) -> None:
             conversation("t", *[("user", f"Item {i}: the deploy is ready.") for i in range(12)])
         )
         order = {t: i for i, t in enumerate(f"Item {i}: the deploy is ready." for i in range(12))}
-        raw = {h.fact.content: h.score for h in (await m.search("deploy ready", user_id="mia", agent_id=APP,
-                                                                top_k=12)).hits}  # fmt: skip
+        raw = {
+            h.fact.content: h.score
+            for h in (await m.search("deploy ready", user_id="mia", agent_id=APP, top_k=12)).hits
+        }
         found = texts(await service.search_memory(app_name=APP, user_id="mia", query="deploy ready"))
     scores = [round(raw[t], 6) for t in found]
     assert len(found) == 12 and scores == sorted(scores, reverse=True)

@@ -104,8 +104,13 @@ async def test_turn_two_sees_turn_one_and_a_reopened_file_continues(db_path: Pat
         assert model.inputs[1] == [*turn1, {"role": "user", "content": "Weather in Paris?"}]  # turn 2 got turn 1
         stored = await session.get_items()
         assert [i.get("type", "message") for i in stored] == [
-            "message", "message", "message", "function_call", "function_call_output", "message",
-        ]  # fmt: skip
+            "message",
+            "message",
+            "message",
+            "function_call",
+            "function_call_output",
+            "message",
+        ]
         assert stored[:2] == turn1
         events = await m.sessions.get_events("alice:chat")
         assert [(e.type, e.author) for e in events] == [
@@ -138,11 +143,15 @@ def test_sync_memory_works_under_asyncio_run(db_path: Path) -> None:
         assert _strip(model.inputs[1]) == _strip(
             [
                 {"role": "user", "content": "first"},
-                {"type": "message", "role": "assistant", "status": "completed",
-                 "content": [{"type": "output_text", "text": "one", "annotations": []}]},
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": "one", "annotations": []}],
+                },
                 {"role": "user", "content": "second"},
             ]
-        )  # fmt: skip
+        )
         assert [e.type for e in m.sessions.get_events("s1")][-1] is EventType.AGENT_RESPONSE
 
 
@@ -150,15 +159,25 @@ def test_sync_memory_works_under_asyncio_run(db_path: Path) -> None:
 
 ITEMS: list[Any] = [
     {"role": "system", "content": "You are terse."},
-    {"role": "user", "content": "Ünïcødé ✓ 日本語 \"quoted\"\nline two"},
-    {"role": "user", "content": [{"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "data:,",
-                                                                           "detail": "auto"}]},
+    {"role": "user", "content": 'Ünïcødé ✓ 日本語 "quoted"\nline two'},
+    {
+        "role": "user",
+        "content": [
+            {"type": "input_text", "text": "look"},
+            {"type": "input_image", "image_url": "data:,", "detail": "auto"},
+        ],
+    },
     {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "thinking"}]},
-    {"type": "function_call", "name": "lookup", "arguments": "{\"q\": [1, 2.5, null, true]}", "call_id": "c1"},
-    {"type": "function_call_output", "call_id": "c1", "output": "{\"nested\": {\"a\": []}}"},
-    {"id": "m1", "type": "message", "role": "assistant", "status": "completed",
-     "content": [{"type": "output_text", "text": "done", "annotations": []}]},
-]  # fmt: skip
+    {"type": "function_call", "name": "lookup", "arguments": '{"q": [1, 2.5, null, true]}', "call_id": "c1"},
+    {"type": "function_call_output", "call_id": "c1", "output": '{"nested": {"a": []}}'},
+    {
+        "id": "m1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "done", "annotations": []}],
+    },
+]
 
 
 async def _ops(s: Any) -> list[Any]:
@@ -202,9 +221,14 @@ async def test_item_types_become_memlane_event_types(mem: AsyncMemory) -> None:
     await MemlaneSession("s", mem, user_id="alice", agent_id="bot").add_items(copy.deepcopy(ITEMS))
     events = await mem.sessions.get_events("s")
     assert [e.type for e in events] == [
-        EventType.TASK_DELEGATION_RECEIVED, EventType.USER_MESSAGE, EventType.USER_MESSAGE, EventType.TOOL_RESULT,
-        EventType.TOOL_CALL, EventType.TOOL_RESULT, EventType.AGENT_RESPONSE,
-    ]  # fmt: skip
+        EventType.TASK_DELEGATION_RECEIVED,
+        EventType.USER_MESSAGE,
+        EventType.USER_MESSAGE,
+        EventType.TOOL_RESULT,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.AGENT_RESPONSE,
+    ]
     assert [e.text for e in events[:3]] == ["You are terse.", ITEMS[1]["content"], "look"]
     assert events[6].text == "done" and events[6].author == "bot"
     assert [e.metadata.get("user_id") for e in events[:3]] == [None, "alice", "alice"]  # for forget in groups

@@ -124,8 +124,12 @@ def test_events_to_messages_and_back_preserve_types_text_and_tools() -> None:
         ("request", "user-prompt", "and tomorrow?"),
     ]
     assert [(m.kind, len(m.parts)) for m in messages] == [
-        ("request", 1), ("response", 3), ("request", 2), ("response", 1), ("request", 1),
-    ]  # fmt: skip
+        ("request", 1),
+        ("response", 3),
+        ("request", 2),
+        ("response", 1),
+        ("request", 1),
+    ]
     call = messages[1].parts[1]
     assert isinstance(call, ToolCallPart) and call.args == {"city": "Oslo"}
     ret = messages[2].parts[1]
@@ -248,10 +252,11 @@ async def test_a_window_that_cuts_a_call_from_its_return_is_repaired(mem: AsyncM
     assert [k for k, _, _ in parts(history)] == ["response"]
     # and a window ending on an unanswered call gets a synthesized return, so a new prompt is accepted
     await save_messages(
-        mem, "dangling",
+        mem,
+        "dangling",
         [ModelRequest(parts=[UserPromptPart("go")]), ModelResponse(parts=[ToolCallPart("get_weather", {}, "c9")])],
         user_id="u",
-    )  # fmt: skip
+    )
     replay = Recorder()
     await run_with_memory(Agent(FunctionModel(replay)), "hello?", mem, "dangling", user_id="u")
     assert [(k, p) for k, p, _ in parts(replay.seen[0])] == [

@@ -168,8 +168,11 @@ def test_a_sqlite_user_imports_no_other_backend_nor_its_driver(tmp_path: Path) -
     """The rows are imported lazily: the core install works without the postgres/redis extras."""
     out = subprocess.run(
         [sys.executable, "-c", _USES_SQLITE_ONLY, str(tmp_path / "m.db"), str(tmp_path / "tenants")],
-        capture_output=True, text=True, check=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 

@@ -98,8 +98,12 @@ class SQLiteSession(MemlaneSession):
         messages_table: str = "agent_messages",
         session_settings: Any = None,
     ) -> None:
-        super().__init__(session_id, Path(db_path) if str(db_path) != ":memory:" else ":memory:",
-                         user_id="user", session_settings=session_settings)  # fmt: skip
+        super().__init__(
+            session_id,
+            Path(db_path) if str(db_path) != ":memory:" else ":memory:",
+            user_id="user",
+            session_settings=session_settings,
+        )
 
 
 def pytest_configure(config: pytest.Config) -> None:

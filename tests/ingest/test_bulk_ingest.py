@@ -72,14 +72,17 @@ def _scenario() -> tuple[list[AddBatch], list[AddBatch]]:
     bulk += [
         AddBatch(_turns("ann", 1, 4, start=6), user_id="ann", session_id="ann:s1"),  # continues a stored session
         AddBatch(_turns("ann", 2, 3), user_id="ann", session_id="ann:s2"),  # identical to stored turns: no new rows
-        AddBatch([{"role": "user", "content": "same words"}, {"role": "user", "content": "same words"}],
-                 user_id="cy", session_id="cy:s1"),
+        AddBatch(
+            [{"role": "user", "content": "same words"}, {"role": "user", "content": "same words"}],
+            user_id="cy",
+            session_id="cy:s1",
+        ),
         AddBatch("Ann is vegetarian", user_id="ann"),  # already stored
         AddBatch("word " * 2000, user_id="bob", metadata={"source": "notes"}),  # a document + fragments
         AddBatch("The office closes at 6 pm", agent_id="bot", scope="agent"),
         AddBatch([{"role": "user", "content": "room chatter"}], agent_id="bot", session_id="room-1", scope="room"),
         {"messages": "a dict works too", "user_id": "dee", "kind": "description"},
-    ]  # fmt: skip
+    ]
     return first, bulk
 
 
@@ -125,10 +128,16 @@ async def _write(path: Path | str, embedder: Any, bulk_call: bool, embed: str = 
                 b = b if isinstance(b, AddBatch) else AddBatch(**b)
                 stored.append(
                     await m.add(
-                        b.messages, user_id=b.user_id, agent_id=b.agent_id, session_id=b.session_id,
-                        metadata=b.metadata, scope=b.scope, kind=b.kind, embed=embed,  # type: ignore[arg-type]
+                        b.messages,
+                        user_id=b.user_id,
+                        agent_id=b.agent_id,
+                        session_id=b.session_id,
+                        metadata=b.metadata,
+                        scope=b.scope,
+                        kind=b.kind,
+                        embed=embed,  # type: ignore[arg-type]
                     )
-                )  # fmt: skip
+                )
         await m.drain_embeddings()
     return [[(f.content, f.seq, f.kind, f.author, f.session_id) for f in batch] for batch in stored]
 
@@ -230,8 +239,13 @@ def _tiny_jsonl(path: Path, sessions: int, turns: int) -> None:
     with path.open("w") as fh:
         for s in range(sessions):
             for t in _turns("u", s, turns):
-                row = {"user_id": "u", "session_id": f"s{s}", "role": t["role"], "content": t["content"],
-                       "timestamp": t["timestamp"].isoformat()}  # fmt: skip
+                row = {
+                    "user_id": "u",
+                    "session_id": f"s{s}",
+                    "role": t["role"],
+                    "content": t["content"],
+                    "timestamp": t["timestamp"].isoformat(),
+                }
                 fh.write(json.dumps(row) + "\n")
 
 
@@ -286,9 +300,11 @@ def test_killed_during_deferred_bulk_ingest_loses_no_vector(tmp_path: Path) -> N
     script.write_text(CHILD)
     sessions = 60  # 1,800 turns in 6 add_many calls of 300
     child = subprocess.Popen(
-        [sys.executable, str(script), str(db), str(sessions)], stdout=subprocess.PIPE, text=True,
+        [sys.executable, str(script), str(db), str(sessions)],
+        stdout=subprocess.PIPE,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     assert child.stdout is not None
     try:
         seen = [child.stdout.readline().strip() for _ in range(2)]
@@ -311,9 +327,16 @@ def test_killed_during_deferred_bulk_ingest_loses_no_vector(tmp_path: Path) -> N
     # The import run again: the stored turns are found (not duplicated), the rest is added.
     with Memory(db, embedder=emb, sessions="null") as m:
         m.add_many(
-            [AddBatch([{"role": "user", "content": f"session {s} turn {t} about kilns"} for t in range(30)],
-                      user_id="u", session_id=f"s{s}") for s in range(sessions)], embed="low",
-        )  # fmt: skip
+            [
+                AddBatch(
+                    [{"role": "user", "content": f"session {s} turn {t} about kilns"} for t in range(30)],
+                    user_id="u",
+                    session_id=f"s{s}",
+                )
+                for s in range(sessions)
+            ],
+            embed="low",
+        )
         m.drain_embeddings()
     assert _counts(db) == (1800, 1800, 1800)
     c = sqlite3.connect(db)

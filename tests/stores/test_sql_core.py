@@ -77,11 +77,27 @@ def test_the_partition_range_reads_stored_partitions_by_prefix() -> None:
 
 
 CORE_METHODS = [
-    "put_facts", "put_fact_groups", "update_fact", "invalidate_fact", "invalidate_facts", "apply_changes",
-    "purge_user", "get_fact", "get_facts", "list_facts", "history", "authors", "memory_stamp", "stats",
-    "reflection_stamp", "put_reflection", "list_reflections", "get_consolidated", "put_consolidated",
+    "put_facts",
+    "put_fact_groups",
+    "update_fact",
+    "invalidate_fact",
+    "invalidate_facts",
+    "apply_changes",
+    "purge_user",
+    "get_fact",
+    "get_facts",
+    "list_facts",
+    "history",
+    "authors",
+    "memory_stamp",
+    "stats",
+    "reflection_stamp",
+    "put_reflection",
+    "list_reflections",
+    "get_consolidated",
+    "put_consolidated",
     "clear_session_memory",
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name", CORE_METHODS)
@@ -96,10 +112,20 @@ def test_each_long_term_memory_operation_is_written_once_in_the_core(name: str) 
 
 
 SESSION_METHODS = [
-    "create_session", "get_or_create_session", "get_session", "list_sessions", "sessions_with_id",
-    "delete_session", "counts", "delete_user_sessions", "export_user", "add_event", "get_events", "pop_event",
+    "create_session",
+    "get_or_create_session",
+    "get_session",
+    "list_sessions",
+    "sessions_with_id",
+    "delete_session",
+    "counts",
+    "delete_user_sessions",
+    "export_user",
+    "add_event",
+    "get_events",
+    "pop_event",
     "close",
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name", SESSION_METHODS)
@@ -158,9 +184,26 @@ def test_erasing_a_group_member_keeps_the_other_participants_in_order() -> None:
 
 
 JOB_METHODS = [
-    "enqueue", "claim", "renew", "checkpoint", "complete", "fail", "release", "retry", "get", "list", "next_due",
-    "counts", "purge_user", "touch", "get_cursor", "reset_pending", "advance", "delete_cursor", "idle_cursors",
-]  # fmt: skip
+    "enqueue",
+    "claim",
+    "renew",
+    "checkpoint",
+    "complete",
+    "fail",
+    "release",
+    "retry",
+    "get",
+    "list",
+    "next_due",
+    "counts",
+    "purge_user",
+    "touch",
+    "get_cursor",
+    "reset_pending",
+    "advance",
+    "delete_cursor",
+    "idle_cursors",
+]
 
 
 @pytest.mark.parametrize("name", JOB_METHODS)

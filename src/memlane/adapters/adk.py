@@ -474,10 +474,15 @@ class MemlaneMemoryService(BaseMemoryService):
         while True:
             page = await self._engine.run(
                 self.memory.list(
-                    user_id=user_id, agent_id=ns, kind="message", filters=filters, include_invalid=True,
-                    limit=1000, cursor=cursor,
+                    user_id=user_id,
+                    agent_id=ns,
+                    kind="message",
+                    filters=filters,
+                    include_invalid=True,
+                    limit=1000,
+                    cursor=cursor,
                 )
-            )  # fmt: skip
+            )
             for fact in page.items:
                 if fact.invalid_at is not None and fact.scope == "user" and fact.agent_id == ns:
                     ids.update(fact.source_event_ids)

@@ -135,8 +135,14 @@ _SYNC_HINT = (
 )
 
 _NS, _KEY, _VALUE, _CREATED, _INDEXED, _DEPTH, _VECTORS = (
-    "lg_namespace", "lg_key", "lg_value", "lg_created_at", "lg_indexed", "lg_depth", "lg_vectors",
-)  # fmt: skip
+    "lg_namespace",
+    "lg_key",
+    "lg_value",
+    "lg_created_at",
+    "lg_indexed",
+    "lg_depth",
+    "lg_vectors",
+)
 _LEAD, _LEAD_DEPTH = "lg_lead", "lg_lead_depth"
 #: The fixed time of directory entries: the same lead is the same memory (memlane's writes are
 #: idempotent by author, time and text), so two stores registering it at once store it once.
@@ -461,9 +467,12 @@ class MemlaneStore(BaseStore):
             scope = self._scope(lead, "namespace_prefix")
             under = prefix if len(prefix) >= len(lead) else lead
             result = await self._engine.search(
-                op.query, user_id=scope.user_id, agent_id=scope.agent_id, top_k=RANKED,
+                op.query,
+                user_id=scope.user_id,
+                agent_id=scope.agent_id,
+                top_k=RANKED,
                 filters=self._filters(scope, under) | {_INDEXED: True},
-            )  # fmt: skip
+            )
             for hit in result.hits:
                 if _KEY not in hit.fact.metadata:
                     continue
@@ -529,9 +538,13 @@ class MemlaneStore(BaseStore):
         now = utcnow()
         created = _item(old[0]).created_at if old else now
         meta: dict[str, Any] = {
-            _NS: list(namespace), _KEY: op.key, _VALUE: value, _CREATED: created.isoformat(),
-            _INDEXED: bool(texts or vectors), _DEPTH: len(namespace),
-        }  # fmt: skip
+            _NS: list(namespace),
+            _KEY: op.key,
+            _VALUE: value,
+            _CREATED: created.isoformat(),
+            _INDEXED: bool(texts or vectors),
+            _DEPTH: len(namespace),
+        }
         if vectors:
             meta[_VECTORS] = {path: _pack(v) for path, v in vectors.items()}
         for n in range(1, len(namespace) + 1):
@@ -660,9 +673,13 @@ def _item(fact: Fact) -> Item:
 
 def _search_item(item: Item, score: float | None) -> SearchItem:
     return SearchItem(
-        namespace=item.namespace, key=item.key, value=item.value, created_at=item.created_at,
-        updated_at=item.updated_at, score=score,
-    )  # fmt: skip
+        namespace=item.namespace,
+        key=item.key,
+        value=item.value,
+        created_at=item.created_at,
+        updated_at=item.updated_at,
+        score=score,
+    )
 
 
 def _does_match(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:

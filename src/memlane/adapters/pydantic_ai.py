@@ -259,9 +259,12 @@ def _response_event(part: object, agent_name: str, message: ModelResponse) -> Ev
         if message.model_name:
             meta["model_name"] = message.model_name
         return Event(
-            type=EventType.AGENT_RESPONSE, author=agent_name, content=part.content, timestamp=message.timestamp,
+            type=EventType.AGENT_RESPONSE,
+            author=agent_name,
+            content=part.content,
+            timestamp=message.timestamp,
             metadata=meta,
-        )  # fmt: skip
+        )
     if isinstance(part, ToolCallPart):
         args: Any = part.args
         if isinstance(args, dict):
@@ -432,9 +435,14 @@ async def run_with_memory(
     history = _history(session, context_limit)
     result: AgentRunResult[OutputT] = await agent.run(prompt, message_history=history or None, **run_kwargs)
     await save_messages(
-        memory, session_id, result.new_messages(), app=app, user_id=user_id, agent_id=agent_id,
+        memory,
+        session_id,
+        result.new_messages(),
+        app=app,
+        user_id=user_id,
+        agent_id=agent_id,
         agent_name=agent.name or "assistant",
-    )  # fmt: skip
+    )
     return result
 
 
@@ -465,7 +473,14 @@ def run_with_memory_sync(
         )
     return memory.run(
         run_with_memory(
-            agent, prompt, memory.engine, session_id, app=app, user_id=user_id, agent_id=agent_id,
-            context_limit=context_limit, **run_kwargs,
+            agent,
+            prompt,
+            memory.engine,
+            session_id,
+            app=app,
+            user_id=user_id,
+            agent_id=agent_id,
+            context_limit=context_limit,
+            **run_kwargs,
         )
-    )  # fmt: skip
+    )

@@ -98,32 +98,73 @@ def _t(name: str, pk: Sequence[str], cols: str, **kw: Any) -> Table:
 
 #: The copied tables, parents before children (sessions before their users and events).
 TABLES: tuple[Table, ...] = (
-    _t("sessions", ["app", "id"], "app, id, user_ids, agent_id, channel, state, created_at, updated_at",
-       json="user_ids state", times="created_at updated_at", fixed=True, rowid="sqlite"),
+    _t(
+        "sessions",
+        ["app", "id"],
+        "app, id, user_ids, agent_id, channel, state, created_at, updated_at",
+        json="user_ids state",
+        times="created_at updated_at",
+        fixed=True,
+        rowid="sqlite",
+    ),
     _t("session_users", ["app", "user_id", "session_id"], "app, session_id, user_id"),
-    _t("events", ["seq"], "seq, app, session_id, id, type, ts, author, content, metadata",
-       json="metadata", times="ts", fixed=True, serial="seq"),
-    _t("facts", ["rowid"], "rowid, id, partition, content, hash, scope, agent_id, user_id, session_id, kind, "
-       "author, seq, occurred_at, formed_at, updated_at, access_count, version, source_event_ids, valid_from, "
-       "invalid_at, metadata, embedding", json="source_event_ids metadata",
-       times="occurred_at formed_at updated_at valid_from invalid_at", serial="rowid"),
+    _t(
+        "events",
+        ["seq"],
+        "seq, app, session_id, id, type, ts, author, content, metadata",
+        json="metadata",
+        times="ts",
+        fixed=True,
+        serial="seq",
+    ),
+    _t(
+        "facts",
+        ["rowid"],
+        "rowid, id, partition, content, hash, scope, agent_id, user_id, session_id, kind, "
+        "author, seq, occurred_at, formed_at, updated_at, access_count, version, source_event_ids, valid_from, "
+        "invalid_at, metadata, embedding",
+        json="source_event_ids metadata",
+        times="occurred_at formed_at updated_at valid_from invalid_at",
+        serial="rowid",
+    ),
     _t("partitions", ["partition"], "partition, appends, changes"),
     _t("authors", ["partition", "author"], "partition, author"),
-    _t("history", ["id"], "id, fact_id, user_id, event, old_content, new_content, actor, at", times="at",
-       rowid="both"),
-    _t("reflections", ["id"], "id, content, scope, agent_id, user_id, session_id, absorbed, formed_at",
-       bools="absorbed", times="formed_at", rowid="both"),
-    _t("consolidated", ["id"], "id, scope, agent_id, user_id, session_id, consolidated_content, word_limit, version, "
-       "unabsorbed_ids, last_consolidated_at", json="unabsorbed_ids", times="last_consolidated_at"),
+    _t("history", ["id"], "id, fact_id, user_id, event, old_content, new_content, actor, at", times="at", rowid="both"),
+    _t(
+        "reflections",
+        ["id"],
+        "id, content, scope, agent_id, user_id, session_id, absorbed, formed_at",
+        bools="absorbed",
+        times="formed_at",
+        rowid="both",
+    ),
+    _t(
+        "consolidated",
+        ["id"],
+        "id, scope, agent_id, user_id, session_id, consolidated_content, word_limit, version, "
+        "unabsorbed_ids, last_consolidated_at",
+        json="unabsorbed_ids",
+        times="last_consolidated_at",
+    ),
     _t("contributors", ["user_id", "kind", "item_id"], "user_id, kind, item_id"),
-    _t("jobs", ["id"], "id, kind, key, user_id, status, payload, state, result, attempts, max_attempts, last_error, "
-       "next_run_at, lease_until, worker, created_at, updated_at", json="payload state result",
-       times="next_run_at lease_until created_at updated_at"),
-    _t("formation_cursors", ["app", "session_id"], "app, session_id, user_ids, agent_id, tier, last_event_id, "
-       "formed_events, pending_messages, pending_tokens, last_activity_at, last_formed_at", json="user_ids",
-       times="last_activity_at last_formed_at"),
+    _t(
+        "jobs",
+        ["id"],
+        "id, kind, key, user_id, status, payload, state, result, attempts, max_attempts, last_error, "
+        "next_run_at, lease_until, worker, created_at, updated_at",
+        json="payload state result",
+        times="next_run_at lease_until created_at updated_at",
+    ),
+    _t(
+        "formation_cursors",
+        ["app", "session_id"],
+        "app, session_id, user_ids, agent_id, tier, last_event_id, "
+        "formed_events, pending_messages, pending_tokens, last_activity_at, last_formed_at",
+        json="user_ids",
+        times="last_activity_at last_formed_at",
+    ),
     _t("applied_batches", ["key"], "key, user_id, at, result", json="result", times="at"),
-)  # fmt: skip
+)
 
 #: The keyword-index text of a fact (SQLite ``facts_fts`` columns, PostgreSQL ``facts`` columns).
 FTS_COLS = ("search_text", "ctx", "date_words")

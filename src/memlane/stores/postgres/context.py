@@ -29,9 +29,14 @@ class PgContextCache:
         if r is None:
             return None
         return CachedContext(
-            key=dec(r[0]) or "", stamp=dec(r[1]) or "", text=dec(r[2]) or "", built_at=r[3],
-            user_id=dec(r[4]), agent_id=dec(r[5]), session_id=dec(r[6]),
-        )  # fmt: skip
+            key=dec(r[0]) or "",
+            stamp=dec(r[1]) or "",
+            text=dec(r[2]) or "",
+            built_at=r[3],
+            user_id=dec(r[4]),
+            agent_id=dec(r[5]),
+            session_id=dec(r[6]),
+        )
 
     async def put_context(self, entry: CachedContext) -> None:
         """Store (replace) an entry."""
@@ -42,9 +47,8 @@ class PgContextCache:
                 " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (key) DO UPDATE SET stamp = excluded.stamp,"
                 " text = excluded.text, built_at = excluded.built_at, user_id = excluded.user_id,"
                 " agent_id = excluded.agent_id, session_id = excluded.session_id",
-                (enc(e.key), enc(e.stamp), enc(e.text), e.built_at, enc(e.user_id), enc(e.agent_id),
-                 enc(e.session_id)),
-            )  # fmt: skip
+                (enc(e.key), enc(e.stamp), enc(e.text), e.built_at, enc(e.user_id), enc(e.agent_id), enc(e.session_id)),
+            )
 
     async def drop_contexts(self, *, user_id: str | None = None, session_id: str | None = None) -> int:
         """Delete the entries of a user, of a session, of both, or (neither given) all; returns how many."""

@@ -129,9 +129,15 @@ class PgDatabase:
         # pool pays no extra round trip per checkout.
         self._returned: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = weakref.WeakKeyDictionary()
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-            self.url, min_size=pool_min, max_size=pool_max, open=False, configure=self._configure,
-            kwargs={"autocommit": True}, reset=self._returned_now, name=f"memlane:{self.schema or 'public'}",
-        )  # fmt: skip
+            self.url,
+            min_size=pool_min,
+            max_size=pool_max,
+            open=False,
+            configure=self._configure,
+            kwargs={"autocommit": True},
+            reset=self._returned_now,
+            name=f"memlane:{self.schema or 'public'}",
+        )
         self._in_use = 0  # pooled connections handed out by connection()
         self._reconnecting = False  # calls use connections of their own until the pool hands one out again
         self._own = asyncio.Semaphore(pool_max)  # connections of their own while the pool reconnects
@@ -252,8 +258,10 @@ class PgDatabase:
             raise
         if not self._reconnecting:
             self._reconnecting = True
-            log.info("memlane: the PostgreSQL pool at %s is reconnecting; calls use connections of their own "
-                     "meanwhile", redact(self.url))  # fmt: skip
+            log.info(
+                "memlane: the PostgreSQL pool at %s is reconnecting; calls use connections of their own meanwhile",
+                redact(self.url),
+            )
         self.own_connections += 1
         return conn
 

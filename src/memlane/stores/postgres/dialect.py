@@ -131,15 +131,35 @@ class PgDialect(Dialect):
     def insert_facts(self, rows: Sequence[NewFact]) -> list[Stmt]:
         args = [
             (
-                r.rowid, enc(s.id), r.partition, enc(s.content), s.hash, s.scope, enc(s.agent_id), enc(s.user_id),
-                enc(s.session_id), s.kind, enc(s.author), s.seq, s.occurred_at, s.formed_at, s.updated_at,
-                s.access_count, s.version, Jsonb(enc_json(s.source_event_ids)), s.valid_from, s.invalid_at,
-                Jsonb(enc_json(s.metadata)), r.vector.astype(np.float32) if r.vector is not None else None,
-                enc(r.text), r.ctx, r.date,
+                r.rowid,
+                enc(s.id),
+                r.partition,
+                enc(s.content),
+                s.hash,
+                s.scope,
+                enc(s.agent_id),
+                enc(s.user_id),
+                enc(s.session_id),
+                s.kind,
+                enc(s.author),
+                s.seq,
+                s.occurred_at,
+                s.formed_at,
+                s.updated_at,
+                s.access_count,
+                s.version,
+                Jsonb(enc_json(s.source_event_ids)),
+                s.valid_from,
+                s.invalid_at,
+                Jsonb(enc_json(s.metadata)),
+                r.vector.astype(np.float32) if r.vector is not None else None,
+                enc(r.text),
+                r.ctx,
+                r.date,
             )
             for r in rows
             for s in (r.fact,)
-        ]  # fmt: skip
+        ]
         marks = ",".join("?" * len(args[0])) if args else ""
         return [Stmt(f"INSERT INTO facts ({FACT_COLS}, search_text, ctx, date_words) VALUES ({marks})", args, MANY)]
 

@@ -196,11 +196,16 @@ def insert_facts(
     dates = {when: date_words(when) for when in dict.fromkeys(s.occurred_at for _, s in new)}
     rows_new = [
         NewFact(
-            rowid=r, partition=parts[i], fact=s, vector=vectors[i] if vectors is not None else None,
-            text=search_text(s.kind, s.content), ctx=ctx.get(r, ""), date=dates[s.occurred_at],
+            rowid=r,
+            partition=parts[i],
+            fact=s,
+            vector=vectors[i] if vectors is not None else None,
+            text=search_text(s.kind, s.content),
+            ctx=ctx.get(r, ""),
+            date=dates[s.occurred_at],
         )
         for (i, s), r in zip(new, rowids, strict=True)
-    ]  # fmt: skip
+    ]
     yield from run_all(d.insert_facts(rows_new))
     yield from run_all(d.insert_partitions(list(dict.fromkeys(parts[i] for i, _ in new))))
     authors = list(dict.fromkeys((parts[i], s.author) for i, s in new if s.author))
@@ -478,9 +483,15 @@ def _apply_one(d: Dialect, ch: FactChange, actor: str) -> Program[AppliedChange]
             assert target_row is not None and res.retired is not None
             previous = (yield from invalidate_row(d, target_row, actor)).content
         yield history(
-            d, existing.id, existing.user_id, "NONE", existing.content, new_fact.content if new_fact else None,
-            actor, utcnow(),
-        )  # fmt: skip
+            d,
+            existing.id,
+            existing.user_id,
+            "NONE",
+            existing.content,
+            new_fact.content if new_fact else None,
+            actor,
+            utcnow(),
+        )
         return AppliedChange("NONE" if res.action == "none" else "DELETE", existing, previous)
     if res.action == "update":
         assert target_row is not None and target is not None and res.text is not None

@@ -120,11 +120,16 @@ def history(d: Dialect, fact_id: str, scope: Scope) -> Program[list[HistoryEntry
     )
     return [
         HistoryEntry(
-            id=r[0], fact_id=d.untext(r[1]) or "", event=r[2], old_content=d.untext(r[3]),
-            new_content=d.untext(r[4]), actor=d.untext(r[5]) or "", at=d.unts(r[6]),
+            id=r[0],
+            fact_id=d.untext(r[1]) or "",
+            event=r[2],
+            old_content=d.untext(r[3]),
+            new_content=d.untext(r[4]),
+            actor=d.untext(r[5]) or "",
+            at=d.unts(r[6]),
         )
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 def authors(d: Dialect, pf: PartitionFilter) -> Program[list[str]]:

@@ -105,11 +105,17 @@ def list_reflections(
     )
     return [
         Reflection(
-            id=r[0], content=d.untext(r[1]) or "", scope=r[2], agent_id=d.untext(r[3]), user_id=d.untext(r[4]),
-            session_id=d.untext(r[5]), absorbed=bool(r[6]), formed_at=d.unts(r[7]),
+            id=r[0],
+            content=d.untext(r[1]) or "",
+            scope=r[2],
+            agent_id=d.untext(r[3]),
+            user_id=d.untext(r[4]),
+            session_id=d.untext(r[5]),
+            absorbed=bool(r[6]),
+            formed_at=d.unts(r[7]),
         )
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 def get_consolidated(
@@ -123,10 +129,17 @@ def get_consolidated(
     if r is None:
         return None
     return ConsolidatedMemory(
-        id=r[0], scope=r[1], agent_id=d.untext(r[2]) or None, user_id=d.untext(r[3]) or None,
-        session_id=d.untext(r[4]) or None, consolidated_content=d.untext(r[5]) or "", word_limit=r[6],
-        version=r[7], unabsorbed_ids=d.unjson(r[8]), last_consolidated_at=d.unts(r[9]) if r[9] else None,
-    )  # fmt: skip
+        id=r[0],
+        scope=r[1],
+        agent_id=d.untext(r[2]) or None,
+        user_id=d.untext(r[3]) or None,
+        session_id=d.untext(r[4]) or None,
+        consolidated_content=d.untext(r[5]) or "",
+        word_limit=r[6],
+        version=r[7],
+        unabsorbed_ids=d.unjson(r[8]),
+        last_consolidated_at=d.unts(r[9]) if r[9] else None,
+    )
 
 
 def put_consolidated(
@@ -139,8 +152,13 @@ def put_consolidated(
             there is none) differs: another consolidation (maybe on another replica) won.
     """
     key = blob_key(d, b.scope, b.agent_id, b.user_id, b.session_id)
-    values = (d.text(b.consolidated_content), b.word_limit, b.version, d.json(b.unabsorbed_ids),
-              d.ts(b.last_consolidated_at))  # fmt: skip
+    values = (
+        d.text(b.consolidated_content),
+        b.word_limit,
+        b.version,
+        d.json(b.unabsorbed_ids),
+        d.ts(b.last_consolidated_at),
+    )
     insert = (
         f"INSERT INTO consolidated (id, scope, agent_id, user_id, session_id, {_BLOB_COLS})"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (scope, agent_id, user_id, session_id)"

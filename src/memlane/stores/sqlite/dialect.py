@@ -173,15 +173,32 @@ class SqliteDialect(Dialect):
     def insert_facts(self, rows: Sequence[NewFact]) -> list[Stmt]:
         facts = [
             (
-                r.rowid, s.id, r.partition, s.content, s.hash, s.scope, s.agent_id, s.user_id, s.session_id, s.kind,
-                s.author, s.seq, iso(s.occurred_at), iso(s.formed_at), iso(s.updated_at), s.access_count,
-                s.version, json.dumps(s.source_event_ids) if s.source_event_ids else "[]", iso(s.valid_from),
-                iso(s.invalid_at), json.dumps(s.metadata),
+                r.rowid,
+                s.id,
+                r.partition,
+                s.content,
+                s.hash,
+                s.scope,
+                s.agent_id,
+                s.user_id,
+                s.session_id,
+                s.kind,
+                s.author,
+                s.seq,
+                iso(s.occurred_at),
+                iso(s.formed_at),
+                iso(s.updated_at),
+                s.access_count,
+                s.version,
+                json.dumps(s.source_event_ids) if s.source_event_ids else "[]",
+                iso(s.valid_from),
+                iso(s.invalid_at),
+                json.dumps(s.metadata),
                 r.vector.astype(np.float32).tobytes() if r.vector is not None else None,
             )
             for r in rows
             for s in (r.fact,)
-        ]  # fmt: skip
+        ]
         tokens = {part: partition_token(part) for part in dict.fromkeys(r.partition for r in rows)}
         keyword = [(r.rowid, tokens[r.partition], (r.fact.author or "").lower(), r.text, r.ctx, r.date) for r in rows]
         return [

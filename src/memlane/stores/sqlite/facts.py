@@ -372,9 +372,12 @@ class SqliteFactStore(SqlFactStore):
                 with cached.lock:
                     index = cached.index
                     rows, scores = index.search(
-                        q, limit, session_id=flt.session_id if flt else None, kind=flt.kind if flt else None,
+                        q,
+                        limit,
+                        session_id=flt.session_id if flt else None,
+                        kind=flt.kind if flt else None,
                         allowed=allowed,
-                    )  # fmt: skip
+                    )
                     found.extend(Candidate(index.key(int(i)), float(s)) for i, s in zip(rows, scores, strict=True))
             found.sort(key=lambda x: -x.score)
             return found[:limit]
