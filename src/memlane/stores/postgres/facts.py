@@ -258,10 +258,14 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
     # ------------------------------------------------------------------ erasure
     async def _after_purge(self, partitions: list[str], any_fact: bool) -> None:
         """After ``purge_user`` (as SQLite merges its keyword index and truncates its WAL): the
-        touched tables are vacuumed, so the deleted rows leave every index rather than waiting
-        for autovacuum, and the keyword index is rebuilt (``REINDEX INDEX CONCURRENTLY
-        facts_tsv``: a GIN index keeps a deleted row's words as keys until it is rebuilt; the
-        rebuild blocks neither reads nor writes). Vacuum does not zero the space it frees, so
+        touched tables are vacuumed, and the keyword index is rebuilt (``REINDEX INDEX
+        CONCURRENTLY facts_tsv``: a GIN index keeps a deleted row's words as keys until it is
+        rebuilt; the rebuild blocks neither reads nor writes). The vacuum takes the deleted
+        rows out of the indexes only when they sat on at least 2% of the table's pages: below
+        that PostgreSQL skips the index pass ("index scan bypassed"), and their entries (the
+        HNSW index's hold the vectors) stay until a later vacuum's index pass. Both the rebuild
+        and an index pass cost time proportional to the table, not the user (docs/benchmarks.md,
+        issue 19 round 2). Vacuum does not zero the space it frees, so
         bytes of deleted rows can stay in the table files until new rows overwrite them; with
         ``purge_rewrite=True`` the tables are rewritten instead (``VACUUM FULL``), which takes
         them out of the files but locks the tables meanwhile. All of this is best effort: a
