@@ -10,7 +10,7 @@ CI budget: a few examples per operation and mode, derandomized (< ~60 s). Long m
 default 100); its run is recorded in docs/reliability.md.
 
 The auth-bypass attempts (no key, wrong key, revoked key, another tenant's key, a read-only
-key writing, a user-bound key naming another user) live in tests/test_service_auth_bypass.py.
+key writing, a user-bound key naming another user) live in tests/service/test_service_auth.py.
 """
 
 from __future__ import annotations

@@ -801,3 +801,27 @@ async def test_keyword_counts_accumulate_across_queries(store: _Store) -> None:
     assert {"zeppelin", "quokka", "marzipan"} <= set(stats.dfs)
     await store.keyword_search(_pf(), ["coffee"], limit=10)
     assert store._split(stats, ["coffee", "zeppelin"]) == (["zeppelin"], ["coffee"])
+
+
+async def test_access_counts_update_in_place(db: PgDatabase) -> None:
+    """Migration 0006 leaves room on each page, so the access-count UPDATE after a search is a
+    HOT update: the new row version stays on its page (no index gets a new entry). At the
+    default fillfactor, rows of ~2.6 KB fill their pages and every updated row moves."""
+    async with db.connection() as conn:
+        row = await (await conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'facts'::regclass")).fetchone()
+        assert row is not None and "fillfactor=60" in row[0]
+        covered = await (
+            await conn.execute(
+                "SELECT count(*) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+                " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'facts'::regclass AND a.attname = 'access_count'"
+            )
+        ).fetchone()
+        assert covered == (0,)  # an index on access_count would make HOT impossible
+    for _ in range(12):
+        await _toasted_after_insert(db)
+    page = "SELECT id, (ctid::text::point)[0]::int FROM facts ORDER BY id"
+    async with db.connection() as conn:
+        before = await (await conn.execute(page)).fetchall()
+        await conn.execute("UPDATE facts SET access_count = access_count + 1")
+        after = await (await conn.execute(page)).fetchall()
+    assert len(before) == 12 and after == before
