@@ -278,9 +278,20 @@ FACT_COPY_COLS = (
     " embedding, search_text, ctx, date_words"
 )
 FACT_COPY_TYPES = [
-    *["text"] * 10, "int4", *["timestamptz"] * 3, "int4", "int4", "jsonb", "timestamptz", "timestamptz", "jsonb",
-    "vector", "text", "text", "text",
-]  # fmt: skip
+    *["text"] * 10,
+    "int4",
+    *["timestamptz"] * 3,
+    "int4",
+    "int4",
+    "jsonb",
+    "timestamptz",
+    "timestamptz",
+    "jsonb",
+    "vector",
+    "text",
+    "text",
+    "text",
+]
 
 
 async def bulk_load_pg(url: str, schema: str, data: CaseData, label: str = "pg bulk") -> dict[str, float]:
@@ -318,13 +329,34 @@ async def bulk_load_pg(url: str, schema: str, data: CaseData, label: str = "pg b
                     for f, vec in zip(facts, vecs, strict=True):
                         part = f.partition
                         ctx = neighbour_context(by_session[(part, f.session_id)], f.seq) if f.seq is not None else ""
-                        await cp.write_row((
-                            enc(f.id), part, enc(f.content), f.hash, f.scope, enc(f.agent_id), enc(f.user_id),
-                            enc(f.session_id), f.kind, enc(f.author), f.seq, f.occurred_at, f.formed_at,
-                            f.updated_at, f.access_count, f.version, Jsonb(enc_json(f.source_event_ids)),
-                            f.valid_from, f.invalid_at, Jsonb(enc_json(f.metadata)), vec,
-                            enc(_search_text(f.kind, f.content)), ctx, date_words(f.occurred_at),
-                        ))  # fmt: skip
+                        await cp.write_row(
+                            (
+                                enc(f.id),
+                                part,
+                                enc(f.content),
+                                f.hash,
+                                f.scope,
+                                enc(f.agent_id),
+                                enc(f.user_id),
+                                enc(f.session_id),
+                                f.kind,
+                                enc(f.author),
+                                f.seq,
+                                f.occurred_at,
+                                f.formed_at,
+                                f.updated_at,
+                                f.access_count,
+                                f.version,
+                                Jsonb(enc_json(f.source_event_ids)),
+                                f.valid_from,
+                                f.invalid_at,
+                                Jsonb(enc_json(f.metadata)),
+                                vec,
+                                enc(_search_text(f.kind, f.content)),
+                                ctx,
+                                date_words(f.occurred_at),
+                            )
+                        )
                         parts.add(part)
                         if f.author:
                             authors.add((part, enc(f.author) or ""))
@@ -962,8 +994,10 @@ def print_case(name: str, r: dict[str, Any]) -> None:
 
 def print_table(rep: dict[str, Any]) -> None:
     print(f"\n## fact-store search, SQLite vs PostgreSQL ({rep['embedder']}, {rep['queries_per_case']} queries)\n")
-    print("| case | store | load s (rows/s) | index build s | size MB | first search p50 | keyword p50 / p95 "
-          "| vector p50 / p95 | search p50 / p95 | vector recall@10 |")  # fmt: skip
+    print(
+        "| case | store | load s (rows/s) | index build s | size MB | first search p50 | keyword p50 / p95 "
+        "| vector p50 / p95 | search p50 / p95 | vector recall@10 |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in rep["cases"].items():
         for n in ("sqlite", "pg"):

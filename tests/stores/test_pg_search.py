@@ -73,10 +73,27 @@ class _Store(PgSearchMixin, PgReflectionMixin):
                 "INSERT INTO facts (id, partition, content, hash, scope, agent_id, user_id, session_id, kind,"
                 " author, seq, occurred_at, formed_at, updated_at, valid_from, metadata, embedding, search_text,"
                 " date_words) VALUES (%s,%s,%s,%s,'user',%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                (fid, part, enc(content), fid, enc(agent), enc(user), enc(session_id), kind, enc(author), seq,
-                 occurred_at, now, now, now, Jsonb(enc_json(metadata or {})), vec,
-                 "" if kind == "document" else enc(content), date_words(occurred_at)),
-            )  # fmt: skip
+                (
+                    fid,
+                    part,
+                    enc(content),
+                    fid,
+                    enc(agent),
+                    enc(user),
+                    enc(session_id),
+                    kind,
+                    enc(author),
+                    seq,
+                    occurred_at,
+                    now,
+                    now,
+                    now,
+                    Jsonb(enc_json(metadata or {})),
+                    vec,
+                    "" if kind == "document" else enc(content),
+                    date_words(occurred_at),
+                ),
+            )
             await conn.execute("INSERT INTO partitions (partition) VALUES (%s) ON CONFLICT DO NOTHING", (part,))
             await conn.execute("UPDATE partitions SET appends = appends + 1 WHERE partition = %s", (part,))
             if session_id is not None and seq is not None:
@@ -268,8 +285,19 @@ async def _analyze(store: _Store, q: Any, *, exact_max: int, flt: FactFilter | N
     """EXPLAIN ANALYZE of the store's vector statement (limit 10), its lines."""
     fs, fa = _named(*filter_sql(flt, "f"), "f")
     now, now_args = partitions_now_sql(_pf())
-    args = {**fa, **now_args, "parts": [user_partition("u1", None)], "q": q, "k": 10, "xmax": exact_max,
-            "cap1": exact_max + 1, "ef": "100", "known": None, "cmax": 0, "cch": 0}  # fmt: skip
+    args = {
+        **fa,
+        **now_args,
+        "parts": [user_partition("u1", None)],
+        "q": q,
+        "k": 10,
+        "xmax": exact_max,
+        "cap1": exact_max + 1,
+        "ef": "100",
+        "known": None,
+        "cmax": 0,
+        "cch": 0,
+    }
     async with store.db.connection() as conn:
         cur = await conn.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + _vector_sql(fs, now), args)
         return [str(r[0]) for r in await cur.fetchall()]
@@ -419,13 +447,17 @@ _WORDS = st.sampled_from(["kiwi", "lime", "mango", "plum", "pear", "fig"])
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     facts=st.lists(
-        st.tuples(st.sampled_from(["u1", "u2", "u1|x", "u"]), st.sampled_from([None, "x", "y"]),
-                  st.lists(_WORDS, min_size=1, max_size=3)),
-        min_size=1, max_size=12,
+        st.tuples(
+            st.sampled_from(["u1", "u2", "u1|x", "u"]),
+            st.sampled_from([None, "x", "y"]),
+            st.lists(_WORDS, min_size=1, max_size=3),
+        ),
+        min_size=1,
+        max_size=12,
     ),
     reader=st.tuples(st.sampled_from(["u1", "u2", "u"]), st.sampled_from([None, "x"])),
     query=st.lists(_WORDS, min_size=1, max_size=2),
-)  # fmt: skip
+)
 def test_search_never_returns_another_partitions_facts(
     pg_url: str, facts: list[tuple[str, str | None, list[str]]], reader: tuple[str, str | None], query: list[str]
 ) -> None:
@@ -477,8 +509,13 @@ async def _race_consolidations(s: _Store) -> None:
     r = await s.put_reflection(Reflection(content="likes tea", scope="user", user_id="u1"))
 
     async def consolidate(i: int, version: int) -> str:
-        blob = ConsolidatedMemory(scope="user", user_id="u1", consolidated_content=f"VERSION: {version} by {i}",
-                                  word_limit=300, version=version)  # fmt: skip
+        blob = ConsolidatedMemory(
+            scope="user",
+            user_id="u1",
+            consolidated_content=f"VERSION: {version} by {i}",
+            word_limit=300,
+            version=version,
+        )
         try:
             await s.put_consolidated(blob, [r.id], expected_version=version - 1)
         except ConflictError:
@@ -499,13 +536,18 @@ async def test_agent_reflections_record_contributors_and_blobs_inherit_them(db: 
         Reflection(content="club rule", scope="agent", agent_id="club", session_id="s", source_user_ids=["u1", "u2"])
     )
     await s.put_reflection(Reflection(content="mine", scope="user", user_id="u3", source_user_ids=["u3"]))
-    blob = ConsolidatedMemory(scope="agent", agent_id="club", consolidated_content="VERSION: 1", word_limit=300,
-                              version=1)  # fmt: skip
+    blob = ConsolidatedMemory(
+        scope="agent", agent_id="club", consolidated_content="VERSION: 1", word_limit=300, version=1
+    )
     await s.put_consolidated(blob, [r.id], expected_version=0)
     async with db.connection() as conn:
         rows = await (await conn.execute("SELECT user_id, kind, item_id FROM contributors ORDER BY 1, 2")).fetchall()
-    assert rows == [("u1", "blob", blob.id), ("u1", "reflection", r.id), ("u2", "blob", blob.id),
-                    ("u2", "reflection", r.id)]  # fmt: skip
+    assert rows == [
+        ("u1", "blob", blob.id),
+        ("u1", "reflection", r.id),
+        ("u2", "blob", blob.id),
+        ("u2", "reflection", r.id),
+    ]
     [listed] = await s.list_reflections(scope="agent", agent_id="club")
     assert listed.absorbed and listed.source_user_ids == []  # write-only
 
@@ -517,8 +559,15 @@ async def test_reflection_ids_with_nul_and_null_safe_scopes(db: PgDatabase) -> N
     got = await s.list_reflections(scope="session", user_id="u\x00", session_id="s\x00")
     assert [(r.content, r.user_id, r.session_id) for r in got] == [("x\x00y", "u\x00", "s\x00")]
     assert [r.content for r in await s.list_reflections(scope="session", session_id="s\x00")] == ["no user"]
-    blob = ConsolidatedMemory(scope="session", user_id="u\x00", session_id="s\x00", consolidated_content="c\x00",
-                              word_limit=200, version=1, unabsorbed_ids=["i\x00"])  # fmt: skip
+    blob = ConsolidatedMemory(
+        scope="session",
+        user_id="u\x00",
+        session_id="s\x00",
+        consolidated_content="c\x00",
+        word_limit=200,
+        version=1,
+        unabsorbed_ids=["i\x00"],
+    )
     await s.put_consolidated(blob)
     back = await s.get_consolidated(scope="session", user_id="u\x00", session_id="s\x00")
     assert back is not None and back.consolidated_content == "c\x00" and back.unabsorbed_ids == ["i\x00"]

@@ -427,8 +427,13 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
                     if row is not None:
                         ref["scope"], ref["agent_id"] = row[0], dec(row[1]) or None
                 shared.append(ref)
-        return {"facts": facts, "shared_changes": changes, "reflections": reflections, "consolidated": blobs,
-                "shared": shared}  # fmt: skip
+        return {
+            "facts": facts,
+            "shared_changes": changes,
+            "reflections": reflections,
+            "consolidated": blobs,
+            "shared": shared,
+        }
 
     @staticmethod
     async def _dicts(conn: Conn, query: str, args: Sequence[Any]) -> list[dict[str, Any]]:

@@ -471,9 +471,19 @@ class PgSearchMixin:
             )
         )
         args = {
-            **targs, **fa, **now_args, **tail_args, "parts": parts, "dfs": cached, "ess": is_e, "scored": scored,
-            "cmax": stats.maxrow, "cch": stats.changes, "cn": stats.n, "tol": self.df_tolerance,
-        }  # fmt: skip
+            **targs,
+            **fa,
+            **now_args,
+            **tail_args,
+            "parts": parts,
+            "dfs": cached,
+            "ess": is_e,
+            "scored": scored,
+            "cmax": stats.maxrow,
+            "cch": stats.changes,
+            "cn": stats.n,
+            "tol": self.df_tolerance,
+        }
         return sql, args
 
     # ------------------------------------------------------------------ vector
@@ -524,10 +534,18 @@ class PgSearchMixin:
                     size = cache.sizes.get(key)
                     now, now_args = partitions_now_sql(partitions)
                     args = {
-                        **fa, **now_args, "parts": parts, "q": q, "k": limit, "xmax": self.exact_max,
-                        "cap1": self.exact_max + 1, "ef": str(ef), "known": None if size is None else size[0],
-                        "cmax": 0 if size is None else size[1], "cch": 0 if size is None else size[2],
-                    }  # fmt: skip
+                        **fa,
+                        **now_args,
+                        "parts": parts,
+                        "q": q,
+                        "k": limit,
+                        "xmax": self.exact_max,
+                        "cap1": self.exact_max + 1,
+                        "ef": str(ef),
+                        "known": None if size is None else size[0],
+                        "cmax": 0 if size is None else size[1],
+                        "cch": 0 if size is None else size[2],
+                    }
                     rows = await (await conn.execute(_vector_sql(fs, now), args)).fetchall()
                     meta, found = rows[0], rows[1:]
                     if not self._confirm(partitions, meta[4]):
