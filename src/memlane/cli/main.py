@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memlane import __version__
+from memlane.cli.bench_qa import add_qa_options, check_qa_options, cmd_locomo_qa, cmd_longmemeval_qa
 from memlane.cli.config_cmd import add_parser as add_config_parser
 from memlane.cli.config_cmd import config_argument
 from memlane.cli.keys_cmd import add_parser as add_keys_parser
@@ -477,6 +478,9 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
     from memlane.memory import AsyncMemory
     from memlane.retrieval.hybrid import RetrievalConfig
 
+    check_qa_options(args, limit=True)
+    if args.qa:
+        return cmd_locomo_qa(args)
     convs = load(args.data, args.conversations)
     if not convs:
         raise InvalidInputError(
@@ -535,6 +539,9 @@ def cmd_bench_longmemeval(args: argparse.Namespace) -> int:
     from memlane.memory import AsyncMemory
     from memlane.retrieval.hybrid import RetrievalConfig
 
+    check_qa_options(args)
+    if args.qa:
+        return cmd_longmemeval_qa(args)
     questions = load(args.data, roles=args.roles, limit=args.limit)
     if not questions:
         raise InvalidInputError(f"no questions in {args.data}")
@@ -784,6 +791,7 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     s.add_argument("--mode", choices=["all", "hybrid", "keyword", "vector"], default="all")
     s.add_argument("--conversations", nargs="*", help="only these sample ids (e.g. conv-26 conv-30)")
     s.add_argument("--bench-db", help="database for the run (default: in memory)")
+    add_qa_options(s, limit=True)
     s.set_defaults(fn=cmd_bench_locomo)
     s = bsub.add_parser(
         "longmemeval", parents=[common], help="LongMemEval retrieval: session recall_any/all@5/10, ndcg@5/10 by type"
@@ -798,6 +806,7 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
         help="turns stored: every turn (default) or only the user's (what the official turn retrievers index)",
     )
     s.add_argument("--bench-db", help="database for the run (default: in memory)")
+    add_qa_options(s, limit=False)
     s.set_defaults(fn=cmd_bench_longmemeval)
     return p
 

@@ -54,10 +54,24 @@ class Turn:
 
 
 @dataclass
+class QA:
+    """One category 1-4 question with its gold answer (the answer benchmark's unit)."""
+
+    question: str
+    answer: str
+    category: int
+    evidence: list[str]
+
+
+@dataclass
 class Conversation:
     sample_id: str
     sessions: list[list[Turn]]
     questions: list[tuple[str, list[str], int]]  # question, evidence dia_ids, category
+    speakers: tuple[str, ...] = ()
+    """``speaker_a`` and ``speaker_b`` (when the file names them)."""
+    qa: list[QA] = field(default_factory=list)
+    """Every category 1-4 question that has an answer, evidence or not."""
 
     @property
     def turns(self) -> int:
@@ -101,6 +115,7 @@ def load(path: str | Path, conversations: Sequence[str] | None = None) -> list[C
             sessions.append(turns)
             n += 1
         qs = []
+        answered: list[QA] = []
         qa = item.get("qa", [])
         if not isinstance(qa, list):
             raise _not_locomo(p, f"{where}: 'qa' is not a list")
@@ -115,7 +130,10 @@ def load(path: str | Path, conversations: Sequence[str] | None = None) -> list[C
             ev = [e for raw in evidence for e in re.split(r"[;,\s]+", raw) if e]
             if ev:
                 qs.append((str(q.get("question", "")), ev, int(q["category"])))
-        out.append(Conversation(item["sample_id"], sessions, qs))
+            if q.get("answer") is not None:
+                answered.append(QA(str(q.get("question", "")), str(q["answer"]), int(q["category"]), ev))
+        speakers = tuple(str(conv[k]) for k in ("speaker_a", "speaker_b") if isinstance(conv.get(k), str))
+        out.append(Conversation(item["sample_id"], sessions, qs, speakers, answered))
     return out
 
 
