@@ -3,7 +3,8 @@
 Data flow: queries (up to 3) -> keyword candidates per query (the store's BM25, then the
 author boost here) and, concurrently, query embeddings -> vector candidates -> fusion
 (:func:`memlane.retrieval.hybrid.fuse`: normalised score blend by default, or weighted RRF)
--> facts fetched in the scope -> access counts bumped. Filters
+-> facts fetched in the scope -> access counts bumped (written in the background:
+:mod:`memlane.stores.sql.access`). Filters
 are pushed down into the store's queries, so they cut candidates before ``limit``.
 """
 
@@ -220,7 +221,7 @@ class Searcher:
                 timings["vector_ms"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         fused = fuse(kw_lists, vec_lists, cfg, top_k=top_k)
-        found = await self.facts.get_facts([f.key for f in fused], scope)
+        found = await self.facts.get_facts([f.key for f in fused], scope, settle=False)
         hits: list[Hit] = []
         for f in fused:
             fact = found.get(f.key)

@@ -239,8 +239,9 @@ class FactStore(Protocol):
         """One fact if it is visible from ``scope`` (valid or not), else None."""
         ...
 
-    async def get_facts(self, fact_ids: Sequence[str], scope: Scope) -> dict[str, Fact]:
-        """Facts by id, only those visible from ``scope``."""
+    async def get_facts(self, fact_ids: Sequence[str], scope: Scope, *, settle: bool = True) -> dict[str, Fact]:
+        """Facts by id, only those visible from ``scope``; with ``settle=False`` (a search reading
+        its hits) access counts not yet written may be missing from them."""
         ...
 
     async def list_facts(
@@ -323,7 +324,8 @@ class FactStore(Protocol):
         ...
 
     async def record_access(self, fact_ids: Sequence[str]) -> None:
-        """Increment ``access_count`` of retrieved facts."""
+        """Increment ``access_count`` of retrieved facts (the SQL stores write it in the
+        background: :mod:`memlane.stores.sql.access`; reads returning it see it)."""
         ...
 
     async def authors(self, partitions: PartitionFilter) -> list[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -126,9 +126,11 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
         return self.db
 
     async def close(self) -> None:
-        """Release the database reference (once: closing again does nothing)."""
+        """Write pending access counts, then release the database reference (once: closing
+        again does nothing)."""
         if self._closed:
             return
+        await self._close_access()
         self._closed = True
         await self.db.release()
 
@@ -236,24 +238,33 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
         check_binding(self.embedder_name, self.dim, name, dim, elsewhere="another database or schema")
 
     # ------------------------------------------------------------------ writes
-    async def record_access(self, fact_ids: Sequence[str]) -> None:
-        """Increment ``access_count`` of retrieved facts (ids from scoped searches)."""
-        ids = [enc(i) for i in dict.fromkeys(fact_ids)]
-        if not ids:
-            return
-        # Never hold one row's lock while waiting for another's (a writer may hold that one and
-        # want this one: a deadlock): the unlocked rows in one statement, then any row a writer
-        # holds right now on its own, each statement its own transaction.
+    @property
+    def _access_key(self) -> Hashable:
+        """The database and schema."""
+        return ("pg", self.db.url, self.db.schema)
+
+    async def _write_access(self, counts: dict[str, int], done: Callable[[Iterable[str]], None]) -> None:
+        """Every pending increment in one ``UPDATE`` of the rows no writer holds; then each row
+        a writer holds right now on its own (never holding one row's lock while waiting for
+        another's: that writer may want this one, a deadlock), each statement its own
+        transaction. Readers of the first rows wait for the first statement only."""
+        ids = list(counts)
+        encoded = [enc(i) for i in ids]
         async with self._read() as conn:
             cur = await conn.execute(
-                "UPDATE facts SET access_count = access_count + 1 WHERE rowid IN"
-                " (SELECT rowid FROM facts WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED) RETURNING id",
-                (ids,),
+                "UPDATE facts f SET access_count = f.access_count + v.n"
+                " FROM unnest(%s::text[], %s::int[]) v(id, n) WHERE f.id = v.id AND f.rowid IN"
+                " (SELECT rowid FROM facts WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED) RETURNING f.id",
+                (encoded, [counts[i] for i in ids], encoded),
             )
-            done = {r[0] for r in await cur.fetchall()}
-            for fid in ids:
-                if fid not in done:
-                    await conn.execute("UPDATE facts SET access_count = access_count + 1 WHERE id = %s", (fid,))
+            updated = {r[0] for r in await cur.fetchall()}
+            done(i for i, e in zip(ids, encoded, strict=True) if e in updated)
+            for fid, e in zip(ids, encoded, strict=True):
+                if e not in updated:
+                    await conn.execute(
+                        "UPDATE facts SET access_count = access_count + %s WHERE id = %s", (counts[fid], e)
+                    )
+                    done([fid])
 
     # ------------------------------------------------------------------ erasure
     async def _after_purge(self, partitions: list[str], any_fact: bool) -> None:
@@ -375,6 +386,7 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
     async def export_user(self, user_id: str) -> dict[str, Any]:
         """The user's facts (with history), reflections and blobs, and references (ids, never
         text) to the shared memories formed from their words: the SQLite store's export."""
+        await self.settle_access()
         uid = enc(user_id)
         cols = (
             "id, content, scope, agent_id, user_id, session_id, kind, author, seq, occurred_at, formed_at,"

@@ -30,6 +30,7 @@ from memlane.stores.embedding import check_vectors
 from memlane.stores.sql import erasure, reads
 from memlane.stores.sql import facts as core
 from memlane.stores.sql import reflections as refl
+from memlane.stores.sql.access import AccessCounts
 from memlane.stores.sql.dialect import Dialect
 from memlane.stores.sql.stmt import Program, run_all
 
@@ -124,8 +125,10 @@ class SqlReflectionStore(ABC):
         )
 
 
-class SqlFactStore(SqlReflectionStore):
-    """Facts, history, reflections and consolidated blobs over one SQL dialect."""
+class SqlFactStore(AccessCounts, SqlReflectionStore):
+    """Facts, history, reflections and consolidated blobs over one SQL dialect. Access counts
+    are written off the search path (:mod:`memlane.stores.sql.access`): the reads returning
+    them settle the pending increments first."""
 
     dim: int | None
     embedder_name: str | None
@@ -232,12 +235,16 @@ class SqlFactStore(SqlReflectionStore):
     # ------------------------------------------------------------------ reads
     async def get_fact(self, fact_id: str, scope: Scope) -> Fact | None:
         """One fact if it is visible from ``scope`` (valid or not), with its vector, else None."""
+        await self.settle_access([fact_id])
         return await self._query(_get_fact(self._d, fact_id, scope))
 
-    async def get_facts(self, fact_ids: Sequence[str], scope: Scope) -> dict[str, Fact]:
-        """Facts by id, only those visible from ``scope``."""
+    async def get_facts(self, fact_ids: Sequence[str], scope: Scope, *, settle: bool = True) -> dict[str, Fact]:
+        """Facts by id, only those visible from ``scope``. ``settle=False`` (a search reading its
+        hits) reads the access counts as stored, without writing pending increments first."""
         if not fact_ids:
             return {}
+        if settle:
+            await self.settle_access(fact_ids)
         return await self._scoped_query(
             scope.partition_filter(), lambda parts: reads.get_facts_in(self._d, fact_ids, parts)
         )
@@ -253,6 +260,7 @@ class SqlFactStore(SqlReflectionStore):
         only: FactScope | None = None,
     ) -> Page:
         """Facts newest first, paginated by an opaque cursor; ``filter`` applied in the query."""
+        await self.settle_access()
         return await self._query(
             reads.list_facts(
                 self._d, scope, limit=limit, cursor=cursor, include_invalid=include_invalid, filter=filter, only=only

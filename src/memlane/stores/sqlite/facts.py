@@ -8,7 +8,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -442,24 +442,41 @@ class SqliteFactStore(SqlFactStore):
 
         await self._db.run(op)
 
-    async def record_access(self, fact_ids: Sequence[str]) -> None:
-        ids = list(dict.fromkeys(fact_ids))
-        if not ids or self._db.readonly:  # a read-only database serves searches uncounted
+    @property
+    def _access_key(self) -> Hashable:
+        """The file (a private in-memory database: this database object)."""
+        if self._db.path == ":memory:":
+            return ("sqlite", id(self._db))
+        return ("sqlite", os.path.realpath(self._db.path))
+
+    async def _write_access(self, counts: dict[str, int], done: Callable[[Iterable[str]], None]) -> None:
+        """Every pending increment in one write transaction (one ``UPDATE`` per distinct increment)."""
+        if self._db.readonly:  # a read-only database serves searches uncounted
             return
+        by_n: dict[int, list[str]] = {}
+        for fid, n in counts.items():
+            by_n.setdefault(n, []).append(fid)
 
         def op(c: sqlite3.Connection) -> None:
             with self._db.write(c):
-                marks = ",".join("?" * len(ids))
-                c.execute(f"UPDATE facts SET access_count = access_count + 1 WHERE id IN ({marks})", ids)
+                for n, ids in by_n.items():
+                    for i in range(0, len(ids), _D.chunk):
+                        chunk = ids[i : i + _D.chunk]
+                        marks = ",".join("?" * len(chunk))
+                        sql = f"UPDATE facts SET access_count = access_count + ? WHERE id IN ({marks})"
+                        c.execute(sql, (n, *chunk))
 
         await self._db.run(op)
+        done(counts)
 
     async def export_user(self, user_id: str) -> dict[str, Any]:
         """The user's facts (with history), reflections and blobs, and references to the shared
         memories formed from their words (see :mod:`memlane.stores.sqlite.export`)."""
+        await self.settle_access()
         return await self._db.run(lambda c: export_.facts_part(c, user_id))
 
     async def close(self) -> None:
+        await self._close_access()
         if self._vectors is not None:  # before the connections go: the builder reads the database
             await asyncio.to_thread(self._vectors.close)
         with self._cache_lock:
