@@ -75,6 +75,7 @@ from memlane.models import (
     ScopeName,
     SearchResult,
 )
+from memlane.privacy.redaction import RedactSpec, as_config
 from memlane.providers.embed.base import Embedder, is_latin_only
 from memlane.providers.llm.base import LLM, UsageMeter
 from memlane.registry import (
@@ -140,6 +141,8 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         strong_llm: overrides ``formation.strong_model`` (premium-tier model), same forms.
         recall: what a turn recalls by default (:class:`~memlane.agent.config.RecallConfig`):
             the hits ``load_memory`` returns and the session window :meth:`window` replays.
+        redact: PII redaction before storage (docs/redaction.md): kinds (``"email"``, ``"phone"``,
+            ``"card"``, ``"iban"``, ``"ip"``) and custom regexes, or a :class:`RedactionConfig`.
     """
 
     def __init__(
@@ -154,6 +157,7 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         llm: str | LLM | FormationModel | None = None,
         strong_llm: str | LLM | FormationModel | None = None,
         recall: RecallConfig | None = None,
+        redact: RedactSpec = None,
     ) -> None:
         # No I/O here: stores, models and the embedder are opened by :meth:`open` (called by
         # ``async with`` and by the first call), on worker threads, never on the event loop.
@@ -163,6 +167,7 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         if recall is not None and not isinstance(recall, RecallConfig):
             raise InvalidInputError(f"recall must be a RecallConfig, got {type(recall).__name__}")
         self.recall_config = recall or RecallConfig()
+        self.redaction = as_config(redact)
         check_embedder_spec(embedder)
         self._specs = (embedder, sessions, llm, strong_llm)
         self._jobs_spec = jobs
@@ -227,6 +232,7 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
             formation=cfg,
             llm=llm,
             strong_llm=strong_llm,
+            redact=self.redaction,
         )
         self.facts: FactStore = parts.facts
         self.reflection_store: ReflectionStore = parts.reflections
@@ -248,9 +254,10 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         self.formation = FormationRunner(
             pipeline=self.pipeline, jobs=self.jobs, sessions=self.sessions, config=cfg, meter=self.meter
         )
-        self._writer = Writer(self.facts, self._embeddings, self.formation)
+        latin, red = is_latin_only(parts.embedder), parts.redactor
+        self._writer = Writer(self.facts, self._embeddings, self.formation, red)
         self.search_engine = Searcher(
-            self.facts, self.retrieval, self._embeddings.embed_queries, latin_only=is_latin_only(parts.embedder)
+            self.facts, self.retrieval, self._embeddings.embed_queries, latin_only=latin, redactor=red
         )
         self._opened = True
 
@@ -439,7 +446,7 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         names the room of a room memory."""
         fact_id = inputs.identifier(fact_id, "fact_id", error=InvalidInputError)
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
-        text = _clean_text(text, "text")
+        text = _clean_text(self._writer.redact_text(text), "text")
         scope = self._scope(user_id, agent_id, session_id)
         current = await self.facts.get_fact(fact_id, scope)
         if current is not None and current.kind in ("document", "fragment"):

@@ -22,6 +22,7 @@ one from :func:`engine_arguments`. ``memlane.config`` re-exports every name of t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -29,10 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from memlane._env import default_data_dir, default_db_path, env_positive_int, redact_url
 from memlane.errors import ConfigError
+from memlane.privacy.redaction import RedactionConfig, as_config
 
 if TYPE_CHECKING:
     from memlane.agent.config import RecallConfig
@@ -93,6 +95,15 @@ class MemorySettings(BaseModel):
     """Formation job queue shared by replicas and workers: a Redis URL
     (``redis://127.0.0.1:6379/0?prefix=memlane:``; a password in it only from ``MEMLANE_QUEUE``).
     None: the long-term store's own job table."""
+    redact: RedactionConfig | None = None
+    """PII redaction before storage (docs/redaction.md): ``{kinds: [email, phone, card, iban,
+    ip], mode: mask|hash|drop, patterns: {name: regex}}``, or a list of kinds and regexes;
+    None: off. Hash mode's key only from ``MEMLANE_REDACT_KEY`` (else one the store keeps)."""
+
+    @field_validator("redact", mode="before")
+    @classmethod
+    def _redact(cls, value: Any) -> Any:
+        return value if isinstance(value, dict) else as_config(value)
 
 
 class SessionSettings(BaseModel):
@@ -209,6 +220,9 @@ class MemlaneSettings(BaseModel):
             key: {"value": redact_url(value) if key in _URL_FIELDS and isinstance(value, str) else value, "source": src}
             for key, value, src in self.items()
         }
+        for shown in values.values():  # nested settings (memory.redact) as JSON data, secrets starred
+            if isinstance(shown["value"], BaseModel):
+                shown["value"] = shown["value"].model_dump(mode="json")
         environ = os.environ if self._env is None else self._env
         secrets = {name: "set (redacted)" if environ.get(name, "").strip() else "not set" for name in SECRET_ENV_VARS}
         return {"config_file": self.config_file, "values": values, "secrets": secrets}
@@ -249,6 +263,7 @@ ENV_VARS: dict[str, str] = {
     "MEMLANE_EMBEDDER": "memory.embedder",
     "MEMLANE_DB": "memory.store",
     "MEMLANE_QUEUE": "memory.queue",
+    "MEMLANE_REDACT": "memory.redact",
     "MEMLANE_WINDOW_TURNS": "sessions.window_turns",
     "MEMLANE_IDLE_CONSOLIDATE_MINUTES": "sessions.idle_consolidate_minutes",
     "MEMLANE_HOST": "server.host",
@@ -263,7 +278,9 @@ ENV_VARS: dict[str, str] = {
     "MEMLANE_FORMATION_WORKER": "server.formation_worker",
 }
 _ENV_FOR = {key: name for name, key in ENV_VARS.items()}
-_NULLABLE = frozenset({"memory.strong_llm", "memory.queue", "sessions.idle_consolidate_minutes", "sessions.redis_url"})
+_NULLABLE = frozenset(
+    {"memory.strong_llm", "memory.queue", "memory.redact", "sessions.idle_consolidate_minutes", "sessions.redis_url"}
+)
 
 #: Secrets memlane's providers read from the environment (never from a file); ``config show``
 #: says only whether each is set.
@@ -276,6 +293,7 @@ SECRET_ENV_VARS: tuple[str, ...] = (
     "VLLM_API_KEY",
     "LMSTUDIO_API_KEY",
     "LLAMACPP_API_KEY",
+    "MEMLANE_REDACT_KEY",
 )
 
 _SECRET_KEY = re.compile(
@@ -374,6 +392,11 @@ def _refuse_secrets(doc: _Yaml, data: Any, prefix: str) -> None:
                     "environment (e.g. OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY), never from the "
                     "config file: remove it"
                 )
+            if dotted == "memory.redact.key":
+                raise ConfigError(
+                    f"{doc.where(dotted)}: the hash key of memory.redact is a secret, read only from the environment: "
+                    "set MEMLANE_REDACT_KEY (or leave it unset: the store then keeps a random key) and remove it"
+                )
             _refuse_secrets(doc, value, f"{dotted}.")
     elif isinstance(data, list):
         for item in data:
@@ -391,6 +414,14 @@ def _refuse_secrets(doc: _Yaml, data: Any, prefix: str) -> None:
 def _env_value(key: str, raw: str) -> Any:
     if key in _NULLABLE and raw.strip().lower() in ("none", "null"):
         return None
+    if key == "memory.redact":  # a JSON object or list, else kinds separated by commas
+        text = raw.strip()
+        if text[:1] in "[{":
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"MEMLANE_REDACT is not valid JSON: {exc}") from None
+        return True if text.lower() in ("true", "all") else [k.strip() for k in text.split(",") if k.strip()]
     return raw.strip() if key != "memory.extraction_instructions" else raw
 
 
@@ -573,6 +604,7 @@ def engine_arguments(
         "llm": m.llm,
         "strong_llm": m.strong_llm,
         "recall": recall_config(settings),
+        "redact": m.redact,
     }
 
 

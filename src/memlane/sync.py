@@ -37,6 +37,7 @@ from memlane.models import (
     ScopeName,
     SearchResult,
 )
+from memlane.privacy.redaction import RedactSpec
 from memlane.providers.embed.base import Embedder
 from memlane.providers.llm.base import LLM
 from memlane.retrieval.hybrid import RetrievalConfig
@@ -101,11 +102,12 @@ class Memory:
         llm: str | LLM | FormationModel | None = None,
         strong_llm: str | LLM | FormationModel | None = None,
         recall: RecallConfig | None = None,
+        redact: RedactSpec = None,
     ) -> None:
         self._portal = LoopThread()
         try:
             self._async = self._portal.call(
-                _build(db, embedder, sessions, retrieval, formation, llm, strong_llm, jobs, recall)
+                _build(db, embedder, sessions, retrieval, formation, llm, strong_llm, jobs, recall, redact)
             )
         except BaseException:
             self._portal.stop()
@@ -565,6 +567,7 @@ async def _build(
     strong_llm: str | LLM | FormationModel | None,
     jobs: str | JobStore | None = None,
     recall: RecallConfig | None = None,
+    redact: RedactSpec = None,
 ) -> AsyncMemory:
     memory = AsyncMemory(
         db,
@@ -576,6 +579,7 @@ async def _build(
         llm=llm,
         strong_llm=strong_llm,
         recall=recall,
+        redact=redact,
     )
     await memory.start()
     return memory

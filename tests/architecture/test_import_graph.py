@@ -10,7 +10,7 @@ Layers, lowest first (a module may import its own layer and the layers below it)
 
 1. foundation: errors, models, inputs, the leaf helpers (``_env``, ``_cpu``, ``_native``,
    ``_portal``) and the pure settings objects (``formation.config``, ``agent.config``);
-2. parts: retrieval, providers, policy, session windows, ``ingest/`` (documents, messages,
+2. parts: retrieval, PII redaction (``privacy/``), providers, policy, session windows, ``ingest/`` (documents, messages,
    bulk), the formation models and prompts;
 3. stores: ``stores/`` (transfer: ``memlane migrate``'s copy), the registry;
 4. settings: the settings model and the engine arguments it describes;
@@ -57,6 +57,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "parts",
         (
             "memlane.retrieval",
+            "memlane.privacy",
             "memlane.providers",
             "memlane.policy",
             "memlane.sessions",

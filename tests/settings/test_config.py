@@ -113,6 +113,7 @@ SAMPLES: dict[str, str] = {
     "memory.embedder": "hash",
     "memory.store": "/tmp/x/memlane.db",
     "memory.queue": "redis://q:6379/0",
+    "memory.redact": "email,phone",
     "sessions.backend": "null",
     "sessions.window_turns": "10",
     "sessions.idle_consolidate_minutes": "2.5",

@@ -191,6 +191,15 @@ def obs_stats(world: World) -> Any:
     return world.run(go)
 
 
+def obs_stored_text(world: World) -> Any:
+    """What ``add`` stores of a text holding an e-mail address (memory.redact masks it)."""
+
+    async def go(m: AsyncMemory) -> Any:
+        return (await m.add("write to zoe@example.org", user_id="u"))[0].content
+
+    return world.run(go)
+
+
 def obs_store_files(world: World) -> Any:
     world.run(lambda m: m.add("stored somewhere", user_id="u", infer=False))
     return sorted(p.name for p in world.tmp.glob("*.db"))
@@ -424,6 +433,7 @@ CASES: dict[str, Case] = {
     "memory.embedder": _case("MEMLANE_EMBEDDER", "none", obs_stats),
     "memory.store": Case({}, obs_store_files),  # set per world below (a path in its folder)
     "memory.queue": Case({}, obs_store_jobs),  # the Redis URL comes from the fixture
+    "memory.redact": _case("MEMLANE_REDACT", "email", obs_stored_text),
     "sessions.backend": _case("MEMORY_TYPE", "local", obs_sessions_survive),
     "sessions.window_turns": _case("MEMLANE_WINDOW_TURNS", "1", obs_window),
     "sessions.idle_consolidate_minutes": _case("MEMLANE_IDLE_CONSOLIDATE_MINUTES", "10", obs_idle_timer),

@@ -92,6 +92,7 @@ def _open(args: argparse.Namespace) -> Memory:
         jobs=settings.memory.queue,
         llm=getattr(args, "llm", None),
         formation=formation,
+        redact=settings.memory.redact,
     )
 
 

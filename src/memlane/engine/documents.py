@@ -154,15 +154,16 @@ class DocumentMethods(EngineState):
         """
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         fact_scope = write_scope(scope, user_id, agent_id, session_id, "add_document()")
+        red = self._writer  # AsyncMemory(redact=...): the text, title, source and metadata
         doc = document_fact(
-            text,
-            title=title,
-            source=source,
+            red.redact_text(text),
+            title=red.redact_text(title),
+            source=red.redact_text(source),
             scope=fact_scope,
             user_id=user_id,
             agent_id=agent_id,
             session_id=session_id,
-            metadata=metadata,
+            metadata=red.redact_data(metadata),
             timestamp=timestamp,
         )
         embed = inputs.embed_priority(embed)

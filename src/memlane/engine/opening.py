@@ -9,8 +9,10 @@ import os
 from dataclasses import dataclass
 
 from memlane.engine.context import LocalContextCache
+from memlane.engine.redaction import RedactingModel, RedactingSessions, open_redactor
 from memlane.formation.config import FormationConfig
 from memlane.formation.model import FormationModel
+from memlane.privacy.redaction import RedactionConfig, Redactor
 from memlane.providers.embed.base import Embedder
 from memlane.providers.llm.base import LLM, UsageMeter
 from memlane.registry import (
@@ -38,6 +40,7 @@ class Parts:
     embedder: Embedder | None
     fast: FormationModel
     strong: FormationModel | None
+    redactor: Redactor | None = None
 
 
 async def close_stores(stores: Stores) -> None:
@@ -59,6 +62,7 @@ async def open_parts(
     formation: FormationConfig,
     llm: str | LLM | FormationModel | None,
     strong_llm: str | LLM | FormationModel | None,
+    redact: RedactionConfig | None = None,
 ) -> Parts:
     """Open the long-term store at ``db`` and the rest of the engine's parts (the arguments
     of :class:`~memlane.memory.AsyncMemory`)."""
@@ -72,6 +76,7 @@ async def open_parts(
         job_store = await open_job_store(jobs, stores)
         if isinstance(jobs, str):
             opened.append(job_store)
+        redactor = await open_redactor(redact, stores.facts)  # may read (or keep) the hash key
         made = await asyncio.to_thread(make_embedder, embedder)  # may read model files
         # An embedder that learns its dimension from its first call (an OpenAI-compatible
         # server with an unknown model reports dim 0) is bound on that first call instead.
@@ -97,4 +102,8 @@ async def open_parts(
     if job_store is not stores.jobs:
         await stores.jobs.close()  # nor its own job table
     contexts = stores.contexts if stores.contexts is not None else LocalContextCache()
-    return Parts(stores.facts, stores.reflections, job_store, session_store, contexts, made, fast, strong)
+    if redactor is not None:  # events, session state and formation output are redacted on their way in
+        session_store = RedactingSessions(session_store, redactor)
+        fast = RedactingModel(fast, redactor)
+        strong = RedactingModel(strong, redactor) if strong is not None else None
+    return Parts(stores.facts, stores.reflections, job_store, session_store, contexts, made, fast, strong, redactor)

@@ -29,6 +29,7 @@ from memlane.models import (
     Scope,
     SearchResult,
 )
+from memlane.privacy.redaction import Redactor
 from memlane.providers.embed.base import Matrix
 from memlane.retrieval.hybrid import RetrievalConfig, fuse
 from memlane.retrieval.text import mostly_non_latin, parse_query
@@ -120,6 +121,8 @@ class Searcher:
             Chinese sentences, "天気" -> "私の名前は太郎です" 0.42), so a query mostly in another
             script takes no vector evidence under the default floor: it is searched by keywords
             alone. An explicit ``match_threshold`` is the caller's own floor and still applies.
+        redactor: the engine's redaction (``AsyncMemory(redact=...)``): queries and metadata
+            filters are redacted as stored texts are, so ``[email]`` or a hash token matches.
     """
 
     def __init__(
@@ -129,11 +132,24 @@ class Searcher:
         embed_queries: Callable[[list[str]], Awaitable[Matrix | None]] | None,
         *,
         latin_only: bool = False,
+        redactor: Redactor | None = None,
     ) -> None:
         self.facts = facts
         self.config = config
         self.embed_queries = embed_queries
         self.latin_only = latin_only
+        self.redactor = redactor
+
+    def _redacted(
+        self, queries: list[str], filters: Mapping[str, Any] | None
+    ) -> tuple[list[str], Mapping[str, Any] | None]:
+        red = self.redactor
+        if red is None:
+            return queries, filters
+        queries = [r if (r := red.redact(q)).strip() else q for q in queries]  # drop mode: a query of PII only
+        if filters:
+            filters = {k: v if k in FIELD_FILTERS else red.redact_value(v) for k, v in filters.items()}
+        return queries, filters
 
     def vector_queries(self, queries: list[str], match_threshold: float | None) -> list[int]:
         """Indexes of the queries the vector side searches: all of them, except, with a
@@ -174,6 +190,7 @@ class Searcher:
         unique: bool = False,
     ) -> SearchResult:
         t0 = time.perf_counter()
+        queries, filters = self._redacted(queries, filters)
         cfg = call_config(self.config, mode, match_threshold)
         requested, only = fact_filter(filters)
         narrowed = requested.in_session(scope.session_id)

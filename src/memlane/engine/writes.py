@@ -12,6 +12,7 @@ from typing import Any, Literal, cast
 
 from memlane import inputs
 from memlane.engine.embeddings import EmbeddingLifecycle
+from memlane.engine.redaction import redact_messages
 from memlane.errors import InvalidInputError, ScopeError, UsageError
 from memlane.formation.runner import FormationRunner
 from memlane.ingest import messages as messages_
@@ -19,6 +20,7 @@ from memlane.ingest.bulk import CHUNK_ROWS, AddBatch, as_batch
 from memlane.ingest.documents import split_documents
 from memlane.ingest.messages import Message
 from memlane.models import Fact, Job, Scope
+from memlane.privacy.redaction import Redactor
 from memlane.providers.embed.base import Matrix
 from memlane.stores.base import FactStore, GroupWritable
 
@@ -49,12 +51,29 @@ class Writer:
         facts: the fact store written to.
         embeddings: the engine's embedding lifecycle (inline vectors, or the background queue).
         formation: the formation runner (``add(infer=True)`` queues a job on it).
+        redactor: ``AsyncMemory(redact=...)``: texts and metadata are redacted before anything
+            is built from them (rows, idempotency hashes, vectors, queued turns).
     """
 
-    def __init__(self, facts: FactStore, embeddings: EmbeddingLifecycle, formation: FormationRunner) -> None:
+    def __init__(
+        self,
+        facts: FactStore,
+        embeddings: EmbeddingLifecycle,
+        formation: FormationRunner,
+        redactor: Redactor | None = None,
+    ) -> None:
         self.facts = facts
         self.embeddings = embeddings
         self.formation = formation
+        self.redactor = redactor
+
+    def redact_text(self, text: Any) -> Any:
+        """A text redacted (what is not a text is left for the input checks)."""
+        return self.redactor.redact(text) if self.redactor is not None and isinstance(text, str) else text
+
+    def redact_data(self, value: Any) -> Any:
+        """Every string in JSON-like ``value`` (metadata) redacted."""
+        return self.redactor.redact_value(value) if self.redactor is not None else value
 
     async def add(
         self,
@@ -79,7 +98,11 @@ class Writer:
         fact_kind, priority = inputs.memory_kind(kind), inputs.embed_priority(embed)
         if not wait and not infer:
             raise UsageError("wait=False only applies to infer=True (verbatim writes are immediate)")
-        meta = dict(metadata or {})
+        meta = dict(self.redact_data(metadata or {}))
+        redacted = redact_messages(self.redactor, messages)
+        if redacted is None:  # drop mode left nothing to store
+            return []
+        messages = cast("str | Sequence[Message]", redacted)
         if infer:
             if fact_kind is not None or priority != "now" or fact_scope == "room":
                 raise UsageError("kind=, embed= and scope='room' apply to verbatim writes, not to infer=True")
@@ -138,13 +161,16 @@ class Writer:
         user_id, agent_id, session_id = inputs.scope_ids(b.user_id, b.agent_id, b.session_id)
         fact_scope = write_scope(b.scope, user_id, agent_id, session_id, "add_many()")
         metadata, timestamp = inputs.metadata(b.metadata), inputs.timestamp(b.timestamp)
+        messages = redact_messages(self.redactor, b.messages)
+        if messages is None:  # drop mode left nothing to store
+            return [], []
         facts = messages_.to_facts(
-            b.messages,
+            messages,
             scope=fact_scope,
             user_id=user_id,
             agent_id=agent_id,
             session_id=session_id,
-            metadata=dict(metadata or {}),
+            metadata=dict(self.redact_data(metadata or {})),
             timestamp=timestamp,
             kind=inputs.memory_kind(b.kind),
         )

@@ -54,6 +54,7 @@ __all__ = [
     "FactStore",
     "JobStore",
     "KeywordQuery",
+    "MetaStore",
     "PartitionFilter",
     "ReflectionStore",
     "SessionStore",
@@ -483,6 +484,18 @@ class GroupWritable(Protocol):
         self, groups: Sequence[Sequence[Fact]], vectors: Vector | None, *, actor: str = "api"
     ) -> list[list[tuple[Fact, bool]]]:
         """(stored fact, created) per fact, per group; ``vectors``: one row per fact of all groups."""
+        ...
+
+
+@runtime_checkable
+class MetaStore(Protocol):
+    """An optional capability of a fact store: small settings kept with the data (the
+    ``meta`` table), such as hash-mode redaction's key. The engine keeps such a value in
+    process only on a store without it."""
+
+    async def meta_setdefault(self, key: str, value: str) -> str:
+        """``key``'s stored value; ``value`` is stored first when the key has none (atomic:
+        concurrent callers all get the first value stored)."""
         ...
 
 

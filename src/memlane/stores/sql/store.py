@@ -27,7 +27,7 @@ from memlane.models import (
 )
 from memlane.stores.base import AppliedChange, FactChange, ReflectionKey, StoreStats, Vector
 from memlane.stores.embedding import check_vectors
-from memlane.stores.sql import erasure, reads
+from memlane.stores.sql import erasure, meta, reads
 from memlane.stores.sql import facts as core
 from memlane.stores.sql import reflections as refl
 from memlane.stores.sql.access import AccessCounts
@@ -288,3 +288,7 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
         """Fact counts (the whole store when ``scope`` is None: for operators, no content)."""
         await self._ready()
         return await self._query(reads.stats(self._d, scope, embedder=self.embedder_name, dim=self.dim))
+
+    async def meta_setdefault(self, key: str, value: str) -> str:
+        """:class:`~memlane.stores.base.MetaStore`: ``key``'s stored value, ``value`` stored first if none."""
+        return await self._transact(meta.meta_setdefault(self._d, key, value))
