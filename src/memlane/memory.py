@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Any, Literal, overload
 
 from memlane import inputs
-from memlane._env import default_db_path, redact_url
+from memlane._env import default_db_path
 from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
 from memlane.engine import documents
 from memlane.engine.base import MAX_TIER as MAX_TIER  # re-exported
@@ -34,6 +34,7 @@ from memlane.engine.base import EngineStores, opening
 from memlane.engine.context import (
     FACTS_FIFO_LIMIT,
     ContextQuery,
+    ProfileOf,
     WindowQuery,
     build_context,
     read_window,
@@ -46,6 +47,7 @@ from memlane.engine.opening import open_parts
 from memlane.engine.privacy import PrivacyMethods
 from memlane.engine.search import SEARCH_MODES, Searcher, SearchMode, fact_filter, redact_contributor
 from memlane.engine.status import StatusMethods
+from memlane.engine.temporal import TemporalQuery, get_at, list_at, search_at
 from memlane.engine.writes import Writer
 from memlane.errors import (
     ConfigError,
@@ -64,7 +66,6 @@ from memlane.inputs import MAX_TEXT_CHARS as MAX_TEXT_CHARS  # re-exported
 from memlane.inputs import clean_text as _clean_text
 from memlane.models import (
     FACT_KINDS,
-    CheckReport,
     EmbedPriority,
     Event,
     Fact,
@@ -85,14 +86,11 @@ from memlane.registry import (
 from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig
 from memlane.settings import MemlaneSettings, engine_arguments, load_settings
 from memlane.stores.base import (
-    Checkable,
     ContextCache,
     FactStore,
     JobStore,
     ReflectionStore,
     SessionStore,
-    StoreStats,
-    UserExportable,
 )
 
 log = logging.getLogger("memlane")
@@ -483,12 +481,22 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
     # ------------------------------------------------------------------ reads
     @opening
     async def get(
-        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+        self,
+        fact_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        as_of: datetime | str | None = None,
+        valid_at: datetime | str | None = None,
     ) -> Fact:
         """One fact by id (NotFoundError if absent or outside the scope; ``session_id`` names
-        the room of a room memory)."""
+        the room of a room memory). ``as_of`` / ``valid_at``: as it was (docs/temporal.md)."""
         ids = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
-        return await documents.visible_fact(self.facts, fact_id, **ids)
+        if (t := TemporalQuery(as_of, valid_at)).live:
+            return await documents.visible_fact(self.facts, fact_id, **ids)
+        fact = await documents.visible_fact(self.facts, fact_id, **ids)  # checks ids and the scope
+        return await get_at(self.facts, fact.id, self._scope(*inputs.scope_ids(user_id, agent_id, session_id)), t)
 
     @opening
     async def list(
@@ -502,6 +510,8 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         include_invalid: bool = False,
         kind: FactKind | None = None,
         filters: Mapping[str, Any] | None = None,
+        as_of: datetime | str | None = None,
+        valid_at: datetime | str | None = None,
     ) -> Page:
         """Facts newest first; pass ``page.next_cursor`` as ``cursor`` for the next page
         (``page.total`` counts what the filters keep).
@@ -513,6 +523,8 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
                 on ``kind``, ``author``, ``session_id``, ``scope`` (``"user"``/``"private"``,
                 ``"agent"``/``"shared"``, ``"room"``) or on ``metadata`` keys (a dotted key is a
                 path into nested metadata: ``{"sender.id": "123"}``).
+            as_of: the memories as memory held them then; ``valid_at``: those true then
+                (docs/temporal.md; ``cursor`` is then an offset into that snapshot).
         """
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         limit, cursor = inputs.integer(limit, "limit", 1, 10_000), inputs.cursor(cursor)
@@ -525,6 +537,10 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
             wanted["kind"] = kind
         flt, only = fact_filter(wanted)
         scope = self._scope(user_id, agent_id, session_id)
+        if not (t := TemporalQuery(as_of, valid_at)).live:
+            return await list_at(
+                self.facts, scope, t, limit=limit, cursor=cursor, include_invalid=include_invalid, flt=flt, only=only
+            )
         page = await self.facts.list_facts(
             scope,
             limit=limit,
@@ -545,35 +561,6 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         user_id, agent_id, session_id = inputs.scope_ids(user_id, agent_id, session_id)
         return await self.facts.history(fact_id, self._scope(user_id, agent_id, session_id))
 
-    async def check(self) -> CheckReport:
-        """Check the storage for damage: SQLite's integrity check (every page and index) and
-        the full-text index's consistency. Reads only; takes a while on a large database.
-        ``memlane check`` runs it from the shell. When it reports problems, stop the processes
-        using the file and restore it from a backup."""
-        problems: list[str] = []
-        seen: set[int] = set()
-        for store in (self.jobs, self.facts, self.reflection_store, self.sessions):
-            if not isinstance(store, Checkable) or id(store) in seen:
-                continue
-            seen.add(id(store))
-            problems += [p for p in await store.check() if p not in problems]  # stores may share one file
-        return CheckReport(ok=not problems, problems=problems, location=redact_url(self.db_path))
-
-    @opening
-    async def stats(self, *, user_id: str | None = None, agent_id: str | None = None) -> StoreStats:
-        """Counts for one scope, or for the whole database when no id is given."""
-        user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
-        scope = self._scope(user_id, agent_id) if (user_id or agent_id) else None
-        st = await self.facts.stats(scope)
-        if scope is None:  # operators' view: the session store counts its own tables
-            st.sessions, st.events = await self.sessions.counts()
-        elif user_id is not None and isinstance(self.sessions, UserExportable):
-            # The user's sessions (every app) and the events in them: in a group session the
-            # user's own, as export_user shows them.
-            sessions = (await self.sessions.export_user(user_id)).get("sessions", [])
-            st.sessions, st.events = len(sessions), sum(len(s.get("events", [])) for s in sessions)
-        return st
-
     @opening
     async def search(
         self,
@@ -588,6 +575,8 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         mode: SearchMode = "hybrid",
         match_threshold: float | None = None,
         unique: bool = False,
+        as_of: datetime | str | None = None,
+        valid_at: datetime | str | None = None,
     ) -> SearchResult:
         """Hybrid search (keyword + vector, fused: :attr:`retrieval`) within one scope. A memory
         is a hit only with evidence, a keyword match or a cosine above the floor; under the
@@ -610,6 +599,8 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
                 meaning, for this call (a hard floor instead of ``min_vector_score`` and its
                 soft margin). Keyword matches still count (``mode="vector"`` leaves them out).
             unique: elizaOS: one hit per distinct text (case and spacing ignored), the best.
+            as_of: search memory as it was then (record time); ``valid_at``: what was true
+                then (world time). Ranked in memory over the snapshot (docs/temporal.md).
 
         Raises:
             ConfigError: ``mode="vector"`` on a memory without an embedder.
@@ -624,6 +615,8 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         if mode == "vector" and self.embedder is None:
             raise ConfigError("mode='vector' needs an embedder; this memory has none (embedder=None)")
         self.search_engine.config = self.retrieval  # callers may swap the config between searches
+        if not (t := TemporalQuery(as_of, valid_at)).live:
+            return await search_at(self, scope, queries, t, top_k, filters, debug, mode, match_threshold, unique)
         return await self.search_engine.search(
             scope,
             queries,
@@ -649,11 +642,13 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         facts_limit: int = FACTS_FIFO_LIMIT,
         now: datetime | None = None,
         use_cache: bool = True,
+        as_of: datetime | str | None = None,
     ) -> str:
         """The always-in-context ``<MemoryContext>`` block for a turn (Eden + Gaia): the user
         profile, the agent / user / session consolidated memory and recent reflections, and
         the recent facts (<= 40, last 7 days, newest first). Cached 5 minutes while the
-        memory is unchanged. See :func:`memlane.agent.context.assemble_context`."""
+        memory is unchanged. ``as_of``: the block as memory held it then (docs/temporal.md).
+        See :func:`memlane.agent.context.assemble_context`."""
         q = ContextQuery.checked(
             session_id=session_id,
             user_id=user_id,
@@ -663,11 +658,12 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
             facts_limit=facts_limit,
             now=now,
             use_cache=use_cache,
+            as_of=as_of,
         )
-        return await build_context(self.facts, self.reflection_store, self.contexts, self._profile_of, q)
+        return await build_context(self.facts, self.reflection_store, self.contexts, self._profile_of(q.as_of), q)
 
-    async def _profile_of(self, user_id: str, agent_id: str | None) -> str | None:
-        return await self.profile(user_id, agent_id=agent_id)
+    def _profile_of(self, as_of: datetime | None) -> ProfileOf:
+        return lambda user_id, agent_id: self.profile(user_id, agent_id=agent_id, as_of=as_of)
 
     @opening
     async def window(

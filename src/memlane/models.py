@@ -449,10 +449,13 @@ class Fact(BaseModel):
     """Incremented on each UPDATE."""
     source_event_ids: list[str] = Field(default_factory=list)
     """Provenance: ids of the events it came from."""
-    valid_from: UtcDatetime = Field(default_factory=utcnow)
-    """From when the fact holds."""
+    valid_from: UtcDatetime = Field(default_factory=lambda data: data.get("occurred_at") or utcnow())
+    """From when the fact holds in the world (world time): the statement's own time
+    (``occurred_at``) when it has one, else when it was stored."""
     invalid_at: UtcDatetime | None = None
-    """Set when superseded or deleted; invalid facts are kept for history, not returned by search."""
+    """Set when superseded or deleted; invalid facts are kept for history, not returned by
+    search. World time: a formation contradiction sets it to the contradicting statement's
+    time, a ``delete`` to the moment of the delete (docs/temporal.md)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form extra data."""
 

@@ -332,6 +332,8 @@ class Memory:
         mode: SearchMode = "hybrid",
         match_threshold: float | None = None,
         unique: bool = False,
+        as_of: datetime | str | None = None,
+        valid_at: datetime | str | None = None,
     ) -> SearchResult:
         """See :meth:`AsyncMemory.search`."""
         return self._portal.call(
@@ -346,14 +348,24 @@ class Memory:
                 mode=mode,
                 match_threshold=match_threshold,
                 unique=unique,
+                as_of=as_of,
+                valid_at=valid_at,
             )
         )
 
     def get(
-        self, fact_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+        self,
+        fact_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        as_of: datetime | str | None = None,
+        valid_at: datetime | str | None = None,
     ) -> Fact:
         """See :meth:`AsyncMemory.get`."""
-        return self._portal.call(self._async.get(fact_id, user_id=user_id, agent_id=agent_id, session_id=session_id))
+        ids = {"user_id": user_id, "agent_id": agent_id, "session_id": session_id}
+        return self._portal.call(self._async.get(fact_id, **ids, as_of=as_of, valid_at=valid_at))
 
     def list(
         self,
@@ -366,6 +378,8 @@ class Memory:
         include_invalid: bool = False,
         kind: FactKind | None = None,
         filters: Mapping[str, Any] | None = None,
+        as_of: datetime | str | None = None,
+        valid_at: datetime | str | None = None,
     ) -> Page:
         """See :meth:`AsyncMemory.list`."""
         return self._portal.call(
@@ -378,6 +392,8 @@ class Memory:
                 include_invalid=include_invalid,
                 kind=kind,
                 filters=filters,
+                as_of=as_of,
+                valid_at=valid_at,
             )
         )
 
@@ -471,10 +487,16 @@ class Memory:
         return self._portal.call(self._async.retry_job(job_id))
 
     def profile(
-        self, user_id: str, *, agent_id: str | None = None, items: Sequence[str] = (), tier: int = 0
+        self,
+        user_id: str,
+        *,
+        agent_id: str | None = None,
+        items: Sequence[str] = (),
+        tier: int = 0,
+        as_of: datetime | str | None = None,
     ) -> str | None:
         """See :meth:`AsyncMemory.profile`."""
-        return self._portal.call(self._async.profile(user_id, agent_id=agent_id, items=items, tier=tier))
+        return self._portal.call(self._async.profile(user_id, agent_id=agent_id, items=items, tier=tier, as_of=as_of))
 
     def reflections(
         self,
@@ -530,6 +552,7 @@ class Memory:
         facts_limit: int = FACTS_FIFO_LIMIT,
         now: datetime | None = None,
         use_cache: bool = True,
+        as_of: datetime | str | None = None,
     ) -> str:
         """See :meth:`AsyncMemory.context`."""
         return self._portal.call(
@@ -542,6 +565,7 @@ class Memory:
                 facts_limit=facts_limit,
                 now=now,
                 use_cache=use_cache,
+                as_of=as_of,
             )
         )
 

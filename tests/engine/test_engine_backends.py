@@ -75,6 +75,13 @@ from test_memory import (  # noqa: F401
     test_unrelated_vector_neighbours_are_not_returned,
     test_update_delete_history,
 )
+from test_temporal import (  # noqa: F401
+    test_as_of_pages_filters_and_modes,
+    test_as_of_sees_memory_as_it_was_before_updates_and_deletes,
+    test_context_and_profile_as_of,
+    test_forget_erases_at_every_as_of,
+    test_valid_at_follows_the_statements_own_times,
+)
 
 from memlane import AsyncMemory, Event, EventType, Memory
 from memlane.models import ConsolidatedMemory

@@ -55,7 +55,15 @@ from memlane.errors import InvalidInputError, NotFoundError, ScopeError
 from memlane.ingest.documents import CHARS_PER_TOKEN
 from memlane.models import Event, Fact, FactFilter, Scope, as_utc, utcnow
 from memlane.sessions import window_events
-from memlane.stores.base import CachedContext, ContextCache, FactStore, ReflectionKey, ReflectionStore, SessionStore
+from memlane.stores.base import (
+    CachedContext,
+    ContextCache,
+    FactStore,
+    ReflectionKey,
+    ReflectionStore,
+    SessionStore,
+    TemporalReadable,
+)
 
 __all__ = [
     "CONTEXT_TTL",
@@ -347,17 +355,28 @@ async def _gather(
     now: datetime,
     profile: bool,
     fifo_limit: int,
+    as_of: datetime | None = None,
 ) -> _Parts:
     parts = _Parts()
     for key in keys:
         blob = await reflections.get_consolidated(
             scope=key.scope, agent_id=key.agent_id, user_id=key.user_id, session_id=key.session_id
         )
+        made = blob.last_consolidated_at if blob is not None else None
+        if blob is not None and as_of is not None and (made is None or made > as_of):
+            blob = None  # only the latest blob is kept: one written after as_of did not exist then
         if blob is not None and blob.consolidated_content.strip():
             parts.consolidated[key.scope] = escape_memory_text(blob.consolidated_content)
         pending = await reflections.list_reflections(
-            scope=key.scope, agent_id=key.agent_id, user_id=key.user_id, session_id=key.session_id, absorbed=False
+            scope=key.scope,
+            agent_id=key.agent_id,
+            user_id=key.user_id,
+            session_id=key.session_id,
+            absorbed=False if as_of is None else None,
         )
+        if as_of is not None:  # then: formed by as_of and not yet in the blob shown
+            since = made if blob is not None else None
+            pending = [r for r in pending if r.formed_at <= as_of and (since is None or r.formed_at > since)]
         bullets = [escape_memory_text(r.content, one_line=True).lstrip("-• ") for r in pending]
         if bullets := [b for b in bullets if b]:
             parts.reflections[key.scope] = [f"- {b}" for b in bullets]
@@ -370,17 +389,24 @@ async def _gather(
             parts.profile = "\n".join(f"- {line}" for line in lines if line) or None
     parts.facts = [
         f"- [{f.scope}] {escape_memory_text(f.content, one_line=True)} ({format_age(f.formed_at, now)})"
-        for f in await _recent_facts(facts, scope, now=now, limit=fifo_limit)
+        for f in await _recent_facts(facts, scope, now=now, limit=fifo_limit, as_of=as_of)
     ]
     return parts
 
 
-async def _recent_facts(facts: FactStore, scope: Scope, *, now: datetime, limit: int) -> list[Fact]:
-    """Eden's FIFO: facts (kind ``fact``) formed within 7 days, newest first, at most ``limit``."""
+async def _recent_facts(
+    facts: FactStore, scope: Scope, *, now: datetime, limit: int, as_of: datetime | None = None
+) -> list[Fact]:
+    """Eden's FIFO: facts (kind ``fact``) formed within 7 days, newest first, at most ``limit``
+    (with ``as_of``: of the facts valid then, as they were then)."""
     if limit == 0:
         return []
     oldest = as_utc(now) - FACTS_FIFO_MAX_AGE
     out: list[Fact] = []
+    if as_of is not None and isinstance(facts, TemporalReadable):
+        snap = await facts.snapshot(scope, as_of=as_of, valid_at=None, filter=FactFilter(kind="fact"))
+        out = [f for f in snap if oldest <= f.formed_at <= as_utc(now) + timedelta(minutes=1)]
+        return sorted(out, key=lambda f: f.formed_at, reverse=True)[:limit]
     cursor: str | None = None
     while len(out) < limit:
         page = await facts.list_facts(scope, limit=200, cursor=cursor, filter=FactFilter(kind="fact"))
@@ -405,6 +431,8 @@ class ContextQuery:
     now: datetime
     use_cache: bool
     count_tokens: Callable[[str], int] | None
+    as_of: datetime | None = None
+    """The block as memory held it then (docs/temporal.md): read from the snapshot, never cached."""
 
     @classmethod
     def checked(
@@ -419,6 +447,7 @@ class ContextQuery:
         now: datetime | None = None,
         use_cache: bool = True,
         count_tokens: Callable[[str], int] | None = None,
+        as_of: datetime | str | None = None,
     ) -> ContextQuery:
         """The arguments of :func:`memlane.agent.context.assemble_context`, checked.
 
@@ -435,8 +464,10 @@ class ContextQuery:
         profile, use_cache = inputs.flag(profile, "profile"), inputs.flag(use_cache, "use_cache")
         if count_tokens is not None and not callable(count_tokens):
             raise InvalidInputError("count_tokens must be a callable str -> int")
-        now = inputs.timestamp(now, "now") or utcnow()
-        return cls(user_id, agent_id, session_id, budget_tokens, profile, facts_limit, now, use_cache, count_tokens)
+        when = inputs.timestamp(as_of, "as_of")
+        now = inputs.timestamp(now, "now") or when or utcnow()
+        args = (budget_tokens, profile, facts_limit, now, use_cache, count_tokens, when)
+        return cls(user_id, agent_id, session_id, *args)
 
 
 async def build_context(
@@ -455,15 +486,24 @@ async def build_context(
         digest_size=16,
     ).hexdigest()
     stamp = await _stamp(facts, reflections, scope, keys)
-    if q.use_cache and q.count_tokens is None:
+    cached = q.count_tokens is None and q.as_of is None  # a look at the past is not cached
+    if q.use_cache and cached:
         entry = await contexts.get_context(key)
         if entry is not None and entry.stamp == stamp and timedelta(0) <= q.now - entry.built_at < CONTEXT_TTL:
             return entry.text
     parts = await _gather(
-        facts, reflections, profile_of, scope, keys, now=q.now, profile=q.profile, fifo_limit=q.facts_limit
+        facts,
+        reflections,
+        profile_of,
+        scope,
+        keys,
+        now=q.now,
+        profile=q.profile,
+        fifo_limit=q.facts_limit,
+        as_of=q.as_of,
     )
     text = pack(parts, q.budget_tokens, _checked_counter(q.count_tokens) if q.count_tokens else estimate_tokens)
-    if q.count_tokens is None:
+    if cached:
         # The stamp read before gathering: a write racing with the gather makes the entry stale
         # at once (its stamp no longer matches), never wrongly fresh.
         await contexts.put_context(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 
 from memlane import inputs
 from memlane.engine.base import MAX_TIER, EngineState, opening
@@ -136,17 +137,19 @@ class FormationMethods(EngineState):
         agent_id: str | None = None,
         items: Sequence[str] = (),
         tier: int = 0,
+        as_of: datetime | str | None = None,
     ) -> str | None:
         """Gaia's session-start profile: the user's facts (plus recent ``items`` such as tasks
         or projects) distilled by one model call into <= ``preload_limit`` importance-ranked
         bullets. None when memory is off or the user has nothing; the raw fact list if the
-        call fails."""
+        call fails. ``as_of``: from the facts as memory held them then (docs/temporal.md)."""
         user_id = inputs.identifier(user_id, "user_id")
         agent_id = inputs.optional_id(agent_id, "agent_id")
         items, tier = inputs.texts(items, "items", MAX_BATCH), inputs.integer(tier, "tier", 0, MAX_TIER)
         scope = self._scope(user_id, agent_id)
         assert scope.user_id is not None
-        return await self.pipeline.profile(scope.user_id, agent_id, items=list(items), tier=tier)
+        when = inputs.timestamp(as_of, "as_of")
+        return await self.pipeline.profile(scope.user_id, agent_id, items=list(items), tier=tier, as_of=when)
 
     def _reflection_target(self, user_id: str | None, agent_id: str | None, session_id: str | None) -> Target:
         return Target(session_id=session_id, user_id=user_id, agent_ns=agent_id)

@@ -15,11 +15,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from memlane import inputs
+from memlane._env import redact_url
 from memlane.engine.base import EngineState, opening
 from memlane.errors import ScopeError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.pipeline import Target, scope_key
-from memlane.stores.base import ReflectionStore
+from memlane.models import CheckReport
+from memlane.stores.base import Checkable, ReflectionStore, StoreStats, UserExportable
 
 __all__ = [
     "ConsolidationStatus",
@@ -190,7 +192,8 @@ async def scope_stats(
 
 
 class StatusMethods(EngineState):
-    """The engine's methods for the status reports: ``get_consolidation_status`` and ``get_memory_stats``."""
+    """The engine's methods for the status reports: ``get_consolidation_status``,
+    ``get_memory_stats``, ``check`` and ``stats``."""
 
     @opening
     async def get_consolidation_status(
@@ -219,3 +222,32 @@ class StatusMethods(EngineState):
             jobs=await self.jobs.counts(),
             usage=self.meter.snapshot(),
         )
+
+    async def check(self) -> CheckReport:
+        """Check the storage for damage: SQLite's integrity check (every page and index) and
+        the full-text index's consistency. Reads only; takes a while on a large database.
+        ``memlane check`` runs it from the shell. When it reports problems, stop the processes
+        using the file and restore it from a backup."""
+        problems: list[str] = []
+        seen: set[int] = set()
+        for store in (self.jobs, self.facts, self.reflection_store, self.sessions):
+            if not isinstance(store, Checkable) or id(store) in seen:
+                continue
+            seen.add(id(store))
+            problems += [p for p in await store.check() if p not in problems]  # stores may share one file
+        return CheckReport(ok=not problems, problems=problems, location=redact_url(self.db_path))
+
+    @opening
+    async def stats(self, *, user_id: str | None = None, agent_id: str | None = None) -> StoreStats:
+        """Counts for one scope, or for the whole database when no id is given."""
+        user_id, agent_id, _ = inputs.scope_ids(user_id, agent_id)
+        scope = self._scope(user_id, agent_id) if (user_id or agent_id) else None
+        st = await self.facts.stats(scope)
+        if scope is None:  # operators' view: the session store counts its own tables
+            st.sessions, st.events = await self.sessions.counts()
+        elif user_id is not None and isinstance(self.sessions, UserExportable):
+            # The user's sessions (every app) and the events in them: in a group session the
+            # user's own, as export_user shows them.
+            sessions = (await self.sessions.export_user(user_id)).get("sessions", [])
+            st.sessions, st.events = len(sessions), sum(len(s.get("events", [])) for s in sessions)
+        return st

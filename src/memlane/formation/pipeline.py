@@ -19,6 +19,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from memlane._cpu import run_cpu
@@ -62,7 +63,7 @@ from memlane.models import (
 )
 from memlane.providers.embed.base import Matrix
 from memlane.retrieval.text import parse_query, query_terms
-from memlane.stores.base import AppliedChange, FactChange, FactStore, ReflectionStore
+from memlane.stores.base import AppliedChange, FactChange, FactStore, ReflectionStore, TemporalReadable
 
 log = logging.getLogger("memlane.formation")
 
@@ -526,13 +527,15 @@ class Pipeline:
         items: Sequence[str] = (),
         tier: int = 0,
         user_name: str | None = None,
+        as_of: datetime | None = None,
     ) -> str | None:
         """Gaia's session-start profile: <= ``preload_limit`` importance-ranked bullets, or None
-        when memory is off or the user has nothing. Falls back to the raw fact list if the call fails."""
+        when memory is off or the user has nothing. Falls back to the raw fact list if the call
+        fails. ``as_of``: from the user's facts as memory held them then."""
         cfg = self.config
         if not cfg.enabled or not cfg.preload:
             return None
-        facts = await self.user_facts(user_id, agent_ns)
+        facts = await self.user_facts(user_id, agent_ns, as_of=as_of)
         if not facts and not items:
             return None
         try:
@@ -548,11 +551,17 @@ class Pipeline:
             bullets = (facts + [f"Working on: {i}" for i in items])[: cfg.preload_limit]
         return "\n".join(f"- {b}" for b in bullets)
 
-    async def user_facts(self, user_id: str, agent_ns: str | None, *, limit: int = 500) -> list[str]:
+    async def user_facts(
+        self, user_id: str, agent_ns: str | None, *, limit: int = 500, as_of: datetime | None = None
+    ) -> list[str]:
         """The user's own valid facts (not verbatim turns), newest first: under ``agent_ns``
-        when given, else under every agent (the ``kind`` filter runs in the store's query)."""
+        when given, else under every agent (the ``kind`` filter runs in the store's query);
+        with ``as_of``, those valid then, as they were then."""
         scope = Scope(user_id=user_id, agent_id=agent_ns)
         part = user_partition(user_id, agent_ns) if agent_ns is not None else None
+        if as_of is not None and isinstance(self.facts, TemporalReadable):
+            snap = await self.facts.snapshot(scope, as_of=as_of, valid_at=None, filter=FACTS_ONLY)
+            return [f.content for f in snap if part is None or f.partition == part][:limit]
         out: list[str] = []
         cursor: str | None = None
         while len(out) < limit:

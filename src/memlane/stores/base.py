@@ -59,6 +59,7 @@ __all__ = [
     "ReflectionStore",
     "SessionStore",
     "StoreStats",
+    "TemporalReadable",
     "UserExportable",
     "Vector",
 ]
@@ -461,6 +462,35 @@ class ContextCache(Protocol):
 
     async def drop_contexts(self, *, user_id: str | None = None, session_id: str | None = None) -> int:
         """Delete the entries of a user, of a session, or (neither given) all; returns how many."""
+        ...
+
+
+@runtime_checkable
+class TemporalReadable(Protocol):
+    """An optional capability of a fact store: point-in-time reads (docs/temporal.md), the
+    scope as memory held it at a record time (``as_of``) and what was true at a world time
+    (``valid_at``). The SQL stores have it (:mod:`memlane.stores.sql.temporal`)."""
+
+    async def snapshot(
+        self,
+        scope: Scope,
+        *,
+        as_of: datetime | None,
+        valid_at: datetime | None,
+        filter: FactFilter | None = None,
+        only: FactScope | None = None,
+        include_invalid: bool = False,
+    ) -> list[Fact]:
+        """The scope's facts newest first, each as it was at ``as_of`` (now when None), with
+        its vector where its text then is its text now; with ``valid_at``, those true in the
+        world then, else those valid as of ``as_of`` (all with ``include_invalid``)."""
+        ...
+
+    async def fact_as_of(
+        self, fact_id: str, scope: Scope, as_of: datetime | None, valid_at: datetime | None = None
+    ) -> Fact | None:
+        """One fact as it was at ``as_of`` and, with ``valid_at``, its version true then (None
+        if not recorded yet or none held then); NotFoundError when ``scope`` does not see it."""
         ...
 
 

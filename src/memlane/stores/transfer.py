@@ -129,7 +129,13 @@ TABLES: tuple[Table, ...] = (
     ),
     _t("partitions", ["partition"], "partition, appends, changes"),
     _t("authors", ["partition", "author"], "partition, author"),
-    _t("history", ["id"], "id, fact_id, user_id, event, old_content, new_content, actor, at", times="at", rowid="both"),
+    _t(
+        "history",
+        ["id"],
+        "id, fact_id, user_id, event, old_content, new_content, actor, at, effective_at",
+        times="at effective_at",
+        rowid="both",
+    ),
     _t(
         "reflections",
         ["id"],

@@ -160,4 +160,12 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "0006_facts_hot_updates",
         ["ALTER TABLE facts SET (fillfactor = 60)"],
     ),
+    (
+        # Bi-temporal memory (docs/temporal.md): each history row records, beside `at` (record
+        # time), the world time its change took effect: an ADD's or UPDATE's text holds from
+        # then (the statement's own time), a DELETE ends the fact then. NULL on older rows
+        # (stores/sql/temporal.py falls back to the fact's valid_from and the row's `at`).
+        "0007_bitemporal",
+        [f"ALTER TABLE history ADD COLUMN effective_at {T.ts}"],
+    ),
 ]

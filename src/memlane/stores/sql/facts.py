@@ -59,12 +59,24 @@ def history(
     new: str | None,
     actor: str,
     at: datetime,
+    effective: datetime | None = None,
 ) -> Stmt:
-    """One history row."""
+    """One history row: ``at`` when it was recorded, ``effective`` the world time the change
+    took effect (an ADD's or UPDATE's text holds from then; a DELETE ends the fact then)."""
     return Stmt(
-        "INSERT INTO history (id, fact_id, user_id, event, old_content, new_content, actor, at)"
-        " VALUES (?,?,?,?,?,?,?,?)",
-        (new_id(), d.text(fact_id), d.text(user_id), event, d.text(old), d.text(new), d.text(actor), d.ts(at)),
+        "INSERT INTO history (id, fact_id, user_id, event, old_content, new_content, actor, at, effective_at)"
+        " VALUES (?,?,?,?,?,?,?,?,?)",
+        (
+            new_id(),
+            d.text(fact_id),
+            d.text(user_id),
+            event,
+            d.text(old),
+            d.text(new),
+            d.text(actor),
+            d.ts(at),
+            None if effective is None else d.ts(effective),
+        ),
     )
 
 
@@ -217,9 +229,12 @@ def insert_facts(
         )
     at, who = d.ts(now), d.text(actor)
     yield Stmt(
-        "INSERT INTO history (id, fact_id, user_id, event, old_content, new_content, actor, at)"
-        " VALUES (?,?,?,?,?,?,?,?)",
-        [(new_id(), d.text(s.id), d.text(s.user_id), "ADD", None, d.text(s.content), who, at) for _, s in new],
+        "INSERT INTO history (id, fact_id, user_id, event, old_content, new_content, actor, at, effective_at)"
+        " VALUES (?,?,?,?,?,?,?,?,?)",
+        [
+            (new_id(), d.text(s.id), d.text(s.user_id), "ADD", None, d.text(s.content), who, at, d.ts(s.valid_from))
+            for _, s in new
+        ],
         MANY,
     )
     appends: dict[str, int] = {}  # one append per group per partition it added rows to
@@ -319,10 +334,17 @@ def refresh_context(d: Dialect, part: str, session_id: str, seqs: Sequence[int |
 
 
 def update_row(
-    d: Dialect, row: Row, content: str, vector: Vector | None, actor: str, contributor: str | None = None
+    d: Dialect,
+    row: Row,
+    content: str,
+    vector: Vector | None,
+    actor: str,
+    contributor: str | None = None,
+    effective: datetime | None = None,
 ) -> Program[Fact]:
     """Change one fact's content. ``contributor``: the user whose words the new content is
-    (recorded when it is not the fact's own user)."""
+    (recorded when it is not the fact's own user). ``effective``: the world time the new text
+    holds from (the statement's time; default now), the fact's new ``valid_from``."""
     old = d.fact(row)
     fact_id = old.id
     if old.invalid_at is not None:
@@ -334,28 +356,35 @@ def update_row(
     if clash:
         raise InvalidInputError(f"an identical fact already exists: {d.untext(clash[0])}")
     now = utcnow()
+    since = now if effective is None else min(effective, now)
     yield from run_all(d.set_content(row[0], content, h, now, search_text(old.kind, content), vector))
+    yield Stmt("UPDATE facts SET valid_from=? WHERE rowid=?", (d.ts(since), row[0]))
     yield Stmt("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
     if contributor is not None and contributor != old.user_id:
         yield from run_all(add_contributors(d, "fact", fact_id, [contributor]))
     if old.session_id and old.seq is not None:  # neighbours' context held the old words
         yield from refresh_context(d, row[2], old.session_id, [old.seq])
-    yield history(d, fact_id, old.user_id, "UPDATE", old.content, content, actor, now)
-    return old.model_copy(update={"content": content, "hash": h, "version": old.version + 1, "updated_at": now})
+    yield history(d, fact_id, old.user_id, "UPDATE", old.content, content, actor, now, since)
+    return old.model_copy(
+        update={"content": content, "hash": h, "version": old.version + 1, "updated_at": now, "valid_from": since}
+    )
 
 
-def invalidate_row(d: Dialect, row: Row, actor: str) -> Program[Fact]:
-    """Soft-delete one fact (no-op when already invalid): out of the keyword index, history kept."""
+def invalidate_row(d: Dialect, row: Row, actor: str, until: datetime | None = None) -> Program[Fact]:
+    """Soft-delete one fact (no-op when already invalid): out of the keyword index, history kept.
+    ``until``: when it stopped holding in the world (a contradicting statement's time; never
+    before its ``valid_from``), else now; the history row records now (record time)."""
     fact = d.fact(row)
     if fact.invalid_at is not None:
         return fact
     now = utcnow()
-    yield from run_all(d.invalidate(row[0], now))
+    ended = now if until is None else min(now, max(until, fact.valid_from))
+    yield from run_all(d.invalidate(row[0], ended))
     yield Stmt("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
     if fact.session_id and fact.seq is not None:  # neighbours' context held its words
         yield from refresh_context(d, row[2], fact.session_id, [fact.seq])
-    yield history(d, fact.id, fact.user_id, "DELETE", fact.content, None, actor, now)
-    return fact.model_copy(update={"invalid_at": now})
+    yield history(d, fact.id, fact.user_id, "DELETE", fact.content, None, actor, now, ended)
+    return fact.model_copy(update={"invalid_at": ended})
 
 
 def update_fact(
@@ -443,6 +472,11 @@ def apply_changes(
     return out
 
 
+def _said_at(fact: Fact | None) -> datetime | None:
+    """World time a superseding statement ends its target's validity: when it was said."""
+    return None if fact is None else (fact.occurred_at or fact.valid_from)
+
+
 def _target_row(d: Dialect, ch: FactChange) -> Program[Row | None]:
     """The change's target, only if it is a valid fact in the same partition as the change."""
     if ch.target_id is None:
@@ -481,7 +515,7 @@ def _apply_one(d: Dialect, ch: FactChange, actor: str) -> Program[AppliedChange]
         previous = existing.content
         if res.action == "retire":  # the new fact is stored already; the value it replaces goes
             assert target_row is not None and res.retired is not None
-            previous = (yield from invalidate_row(d, target_row, actor)).content
+            previous = (yield from invalidate_row(d, target_row, actor, _said_at(new_fact))).content
         yield history(
             d,
             existing.id,
@@ -496,7 +530,9 @@ def _apply_one(d: Dialect, ch: FactChange, actor: str) -> Program[AppliedChange]
     if res.action == "update":
         assert target_row is not None and target is not None and res.text is not None
         contributor = new_fact.user_id if new_fact is not None else None
-        updated = yield from update_row(d, target_row, res.text, ch.vector, actor, contributor=contributor)
+        updated = yield from update_row(
+            d, target_row, res.text, ch.vector, actor, contributor=contributor, effective=_said_at(new_fact)
+        )
         if new_fact is not None:
             sources, when = merge_provenance(updated, new_fact)
             yield from run_all(d.set_provenance(target_row[0], sources, when, date_words(when)))
@@ -506,7 +542,7 @@ def _apply_one(d: Dialect, ch: FactChange, actor: str) -> Program[AppliedChange]
     previous_text = None
     if res.action == "delete":
         assert target_row is not None
-        previous_text = (yield from invalidate_row(d, target_row, actor)).content
+        previous_text = (yield from invalidate_row(d, target_row, actor, _said_at(new_fact))).content
     vectors = ch.vector.reshape(1, -1) if ch.vector is not None else None
     stored, _ = (yield from insert_facts(d, [new_fact], vectors, actor))[0]
     return AppliedChange("DELETE" if previous_text is not None else "ADD", stored, previous_text)

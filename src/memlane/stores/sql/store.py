@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TypeVar
 
 from memlane.errors import InvalidInputError, NotFoundError, ScopeError
@@ -27,7 +28,7 @@ from memlane.models import (
 )
 from memlane.stores.base import AppliedChange, FactChange, ReflectionKey, StoreStats, Vector
 from memlane.stores.embedding import check_vectors
-from memlane.stores.sql import erasure, meta, reads
+from memlane.stores.sql import erasure, meta, reads, temporal
 from memlane.stores.sql import facts as core
 from memlane.stores.sql import reflections as refl
 from memlane.stores.sql.access import AccessCounts
@@ -266,6 +267,30 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
                 self._d, scope, limit=limit, cursor=cursor, include_invalid=include_invalid, filter=filter, only=only
             )
         )
+
+    async def snapshot(
+        self,
+        scope: Scope,
+        *,
+        as_of: datetime | None,
+        valid_at: datetime | None,
+        filter: FactFilter | None = None,
+        only: FactScope | None = None,
+        include_invalid: bool = False,
+    ) -> list[Fact]:
+        """The scope at a record time and/or a world time (:mod:`memlane.stores.sql.temporal`)."""
+        return await self._scoped_query(
+            scope.partition_filter(only),
+            lambda parts: temporal.snapshot_in(
+                self._d, parts, as_of=as_of, valid_at=valid_at, filter=filter, include_invalid=include_invalid
+            ),
+        )
+
+    async def fact_as_of(
+        self, fact_id: str, scope: Scope, as_of: datetime | None, valid_at: datetime | None = None
+    ) -> Fact | None:
+        """One fact as memory held it at ``as_of`` (:func:`memlane.stores.sql.temporal.fact_as_of`)."""
+        return await self._query(temporal.fact_as_of(self._d, fact_id, scope, as_of, valid_at))
 
     async def fact_owner(self, fact_id: str) -> Scope | None:
         """The scope a fact lives in, by its id alone (an operator's lookup)."""

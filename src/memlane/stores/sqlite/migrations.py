@@ -169,4 +169,12 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
         "0009_sessions_by_id",
         ["CREATE INDEX sessions_id ON sessions(id, app)"],
     ),
+    (
+        # Bi-temporal memory (docs/temporal.md): each history row records, beside `at` (record
+        # time), the world time its change took effect: an ADD's or UPDATE's text holds from
+        # then (the statement's own time), a DELETE ends the fact then. NULL on older rows
+        # (stores/sql/temporal.py falls back to the fact's valid_from and the row's `at`).
+        "0010_bitemporal",
+        [f"ALTER TABLE history ADD COLUMN effective_at {T.ts}"],
+    ),
 ]
