@@ -32,6 +32,7 @@ from memlane.errors import (
     RateLimitedError,
     ScopeError,
     StorageError,
+    UnknownIdentityError,
     UsageError,
 )
 from memlane.formation.config import FormationConfig
@@ -46,6 +47,7 @@ from memlane.models import (
     Fact,
     HistoryEntry,
     Hit,
+    Identity,
     Job,
     Page,
     Reflection,
@@ -79,6 +81,7 @@ __all__ = [
     "FormationTimeoutError",
     "HistoryEntry",
     "Hit",
+    "Identity",
     "InvalidInputError",
     "Job",
     "LLMError",
@@ -101,6 +104,7 @@ __all__ = [
     "SearchResult",
     "Session",
     "StorageError",
+    "UnknownIdentityError",
     "UsageError",
     "__version__",
     "session_key",

@@ -11,6 +11,7 @@
     │   ├── ScopeError             missing/unknown user_id, agent_id or app
     │   └── DimensionMismatchError a vector of the wrong size
     ├── NotFoundError              (also a KeyError) no such fact / session
+    │   └── UnknownIdentityError   no user is linked to this (channel, sender)
     ├── StorageError               the database failed; original error chained
     │   ├── CorruptDatabaseError   not a memlane database, or damaged
     │   ├── ConflictError          a concurrent writer changed the row first (retry)
@@ -76,6 +77,12 @@ class NotFoundError(MemlaneError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its message; we don't want that
         return str(self.args[0]) if self.args else ""
+
+
+class UnknownIdentityError(NotFoundError):
+    """No user is linked to this ``(channel, sender)``: link it first with
+    ``link_identity(channel, sender, user_id)`` (``memlane identity link``). memlane never
+    creates a user for an unknown sender, as Gaia's dispatcher resolves only senders it knows."""
 
 
 class StorageError(MemlaneError):

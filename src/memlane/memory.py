@@ -43,6 +43,7 @@ from memlane.engine.documents import DocumentMethods
 from memlane.engine.embeddings import QUERY_CACHE_SIZE as QUERY_CACHE_SIZE  # re-exported
 from memlane.engine.embeddings import EmbeddingLifecycle, EmbeddingMethods
 from memlane.engine.formation import FormationMethods
+from memlane.engine.identity import IdentityMethods, resolve_user
 from memlane.engine.opening import open_parts
 from memlane.engine.privacy import PrivacyMethods
 from memlane.engine.search import SEARCH_MODES, Searcher, SearchMode, fact_filter, redact_contributor
@@ -114,7 +115,7 @@ _OPENED_ATTRS = frozenset(
 )
 
 
-class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMethods, StatusMethods):
+class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMethods, StatusMethods, IdentityMethods):
     """memlane's memory engine (async). Use :class:`memlane.Memory` from sync code.
 
     Args:
@@ -315,6 +316,8 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         wait: Literal[True] = True,
         kind: FactKind | None = None,
         embed: EmbedPriority = "now",
+        channel: str | None = None,
+        sender: str | None = None,
     ) -> list[Fact]: ...
 
     @overload
@@ -333,6 +336,8 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         wait: Literal[False],
         kind: FactKind | None = None,
         embed: EmbedPriority = "now",
+        channel: str | None = None,
+        sender: str | None = None,
     ) -> Job: ...
 
     @opening
@@ -350,6 +355,8 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         wait: bool = True,
         kind: FactKind | None = None,
         embed: EmbedPriority = "now",
+        channel: str | None = None,
+        sender: str | None = None,
     ) -> list[Fact] | Job:
         """Store memories: verbatim (default), or, with ``infer=True``, as facts an LLM extracts
         and de-duplicates against the scope's existing facts (mem0-style).
@@ -377,6 +384,8 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
             embed: ``"now"`` embeds before returning; ``"high"`` / ``"normal"`` / ``"low"``
                 store at once (keyword-searchable) and embed in the background, by priority
                 (:meth:`embedding_progress`, :meth:`drain_embeddings`).
+            channel, sender: instead of ``user_id``: the user linked to this sender on this
+                channel (:meth:`link_identity`; ``UnknownIdentityError`` when none is).
 
         Returns:
             Verbatim: the stored facts in input order; an identical memory already stored is
@@ -392,7 +401,7 @@ class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMe
         """
         return await self._writer.add(
             messages,
-            user_id=user_id,
+            user_id=await resolve_user(self.facts, user_id, channel, sender),
             agent_id=agent_id,
             session_id=session_id,
             metadata=metadata,

@@ -498,6 +498,22 @@ class HistoryEntry(BaseModel):
     """When."""
 
 
+class Identity(BaseModel):
+    """One sender on one channel, linked to the user it is (Gaia's dispatcher: ``("telegram",
+    "sam")`` and ``("sms", "+15550100")`` both resolve to user ``sam``, one memory)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    channel: str
+    """Where the message came from (``"telegram"``, ``"sms"``, ``"whatsapp"``, ...)."""
+    sender: str
+    """Who sent it, as the channel names them (a handle, a phone number)."""
+    user_id: str
+    """The canonical user the sender is."""
+    linked_at: UtcDatetime = Field(default_factory=utcnow)
+    """When the link was made."""
+
+
 class Reflection(BaseModel):
     """An interpreted memory waiting to be consolidated (Eden's schema)."""
 

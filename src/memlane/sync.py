@@ -31,11 +31,13 @@ from memlane.models import (
     Fact,
     FactKind,
     HistoryEntry,
+    Identity,
     Job,
     Page,
     Reflection,
     ScopeName,
     SearchResult,
+    Session,
 )
 from memlane.privacy.redaction import RedactSpec
 from memlane.providers.embed.base import Embedder
@@ -196,6 +198,8 @@ class Memory:
         wait: Literal[True] = True,
         kind: FactKind | None = None,
         embed: EmbedPriority = "now",
+        channel: str | None = None,
+        sender: str | None = None,
     ) -> list[Fact]: ...
 
     @overload
@@ -213,6 +217,8 @@ class Memory:
         wait: Literal[False],
         kind: FactKind | None = None,
         embed: EmbedPriority = "now",
+        channel: str | None = None,
+        sender: str | None = None,
     ) -> Job: ...
 
     def add(
@@ -229,6 +235,8 @@ class Memory:
         wait: bool = True,
         kind: FactKind | None = None,
         embed: EmbedPriority = "now",
+        channel: str | None = None,
+        sender: str | None = None,
     ) -> list[Fact] | Job:
         """See :meth:`AsyncMemory.add`."""
         engine_add: Any = self._async.add
@@ -245,6 +253,8 @@ class Memory:
                 wait=wait,
                 kind=kind,
                 embed=embed,
+                channel=channel,
+                sender=sender,
             )
         )
         return result
@@ -450,9 +460,60 @@ class Memory:
         """See :meth:`AsyncMemory.start` (called by the constructor)."""
         return self._portal.call(self._async.start())
 
-    def add_event(self, session_id: str, event: Event, *, app: str = "default", tier: int | None = None) -> Event:
+    def add_event(
+        self,
+        session_id: str,
+        event: Event,
+        *,
+        app: str = "default",
+        tier: int | None = None,
+        channel: str | None = None,
+        sender: str | None = None,
+    ) -> Event:
         """See :meth:`AsyncMemory.add_event`."""
-        return self._portal.call(self._async.add_event(session_id, event, app=app, tier=tier))
+        return self._portal.call(
+            self._async.add_event(session_id, event, app=app, tier=tier, channel=channel, sender=sender)
+        )
+
+    def link_identity(self, channel: str, sender: str, user_id: str) -> Identity:
+        """See :meth:`AsyncMemory.link_identity`."""
+        return self._portal.call(self._async.link_identity(channel, sender, user_id))
+
+    def unlink_identity(self, channel: str, sender: str, *, user_id: str | None = None) -> bool:
+        """See :meth:`AsyncMemory.unlink_identity`."""
+        return self._portal.call(self._async.unlink_identity(channel, sender, user_id=user_id))
+
+    def resolve_identity(self, channel: str, sender: str) -> str | None:
+        """See :meth:`AsyncMemory.resolve_identity`."""
+        return self._portal.call(self._async.resolve_identity(channel, sender))
+
+    def identities(self, user_id: str) -> builtins.list[Identity]:
+        """See :meth:`AsyncMemory.identities`."""
+        return self._portal.call(self._async.identities(user_id))
+
+    def create_session(
+        self,
+        *,
+        channel: str | None = None,
+        sender: str | None = None,
+        user_ids: Sequence[str] = (),
+        app: str = "default",
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        state: dict[str, Any] | None = None,
+    ) -> Session:
+        """See :meth:`AsyncMemory.create_session`."""
+        return self._portal.call(
+            self._async.create_session(
+                channel=channel,
+                sender=sender,
+                user_ids=user_ids,
+                app=app,
+                agent_id=agent_id,
+                session_id=session_id,
+                state=state,
+            )
+        )
 
     def form(self, session_id: str, *, app: str = "default", wait: bool = True) -> FormationResult | Job:
         """See :meth:`AsyncMemory.form`."""

@@ -462,6 +462,8 @@ async def test_export_covers_the_user_and_nothing_of_others(tmp_path: Path, back
     contributed = ids("SELECT item_id FROM contributors WHERE user_id='ann'")
     assert contributed and contributed <= full | refs and refs <= contributed
     assert out["jobs"] and out["formation_cursors"]
+    assert [(i["channel"], i["sender"]) for i in out["identities"]] == [("sms", f"+{CA}")]
+    assert q(backend, "SELECT user_id FROM identities WHERE sender=%s", f"+{CA}") == [("ann",)]
     if backend.jobs is None:  # the store's own job table is the queue
         assert {j["id"] for j in out["jobs"]} == ids("SELECT id FROM jobs WHERE user_id='ann'")
     else:  # the queue is Redis: the store's job table is unused
@@ -485,6 +487,7 @@ async def test_export_covers_the_user_and_nothing_of_others(tmp_path: Path, back
         "sessions",
         "jobs",
         "formation_cursors",
+        "identities",
     ):
         assert after[key] == [], key
 

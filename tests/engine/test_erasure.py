@@ -94,6 +94,7 @@ async def _write_everything(
     conf = cfg(agent_memory=True)
     async with open_memory(db, embedder="hash", formation=conf) as m:
         await m.add(f"My locker code word is {canary}", user_id=who)
+        await m.link_identity("sms", f"+{canary}", who)  # a sender is personal data too
         await m.add(
             [
                 {"role": "user", "content": f"I named my cat {canary}"},

@@ -23,6 +23,7 @@ from memlane import __version__
 from memlane.cli.bench_qa import add_qa_options, check_qa_options, cmd_locomo_qa, cmd_longmemeval_qa
 from memlane.cli.config_cmd import add_parser as add_config_parser
 from memlane.cli.config_cmd import config_argument
+from memlane.cli.identity_cmd import add_parser as add_identity_parser
 from memlane.cli.keys_cmd import add_parser as add_keys_parser
 from memlane.cli.mcp_cmd import add_parser as add_mcp_parser
 from memlane.cli.migrate_cmd import add_parser as add_migrate_parser
@@ -130,7 +131,8 @@ def cmd_add(args: argparse.Namespace) -> int:
     scope: Literal["user", "agent"] = "agent" if args.shared else "user"
     if args.shared and not args.agent_id:
         raise UsageError("add --shared needs -a AGENT (whose shared memory)")
-    if not args.shared and not args.user_id:
+    who = {"channel": args.channel, "sender": args.sender} if args.sender else {}
+    if not args.shared and not args.user_id and not who:
         raise UsageError("add needs -u USER (whose memory it is), or --shared -a AGENT for an agent's shared memory")
     started = utcnow()
     with _open(args) as m:
@@ -143,6 +145,7 @@ def cmd_add(args: argparse.Namespace) -> int:
                 scope=scope,
                 infer=True,
                 wait=False,
+                **who,
             )
             m.run_jobs()
             done = m.get_job(job.id)
@@ -155,7 +158,8 @@ def cmd_add(args: argparse.Namespace) -> int:
             else:
                 print("\n".join(_result_lines(res)) or "no facts (nothing durable to remember)")
             return 0
-        facts = m.add(args.text, user_id=args.user_id, agent_id=args.agent_id, session_id=args.session_id, scope=scope)
+        ids = {"user_id": args.user_id, "agent_id": args.agent_id, "session_id": args.session_id, **who}
+        facts = m.add(args.text, scope=scope, **ids)
         if args.json:
             _dump([f.model_dump(exclude={"embedding"}) for f in facts])
         else:
@@ -684,6 +688,8 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     s.add_argument("-s", "--session-id", help="source session")
     s.add_argument("--infer", action="store_true", help="extract and de-duplicate facts with --llm instead")
     s.add_argument("--shared", action="store_true", help="store in the agent's shared memory (needs -a)")
+    s.add_argument("--channel", help="with --sender, instead of -u: the user linked to them (memlane identity)")
+    s.add_argument("--sender", help="with --channel: who wrote it, as the channel names them")
     s.set_defaults(fn=cmd_add)
 
     s = sub.add_parser("search", parents=[common, scope], help="hybrid keyword + vector search")
@@ -784,6 +790,7 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     add_serve_parser(sub, common)
     add_worker_parser(sub, common)
     add_migrate_parser(sub, common)
+    add_identity_parser(sub, common, _open)
 
     b = sub.add_parser("bench", help="benchmarks")
     bsub = b.add_subparsers(dest="bench", metavar="BENCH", required=True)

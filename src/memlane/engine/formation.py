@@ -13,6 +13,7 @@ from datetime import datetime
 
 from memlane import inputs
 from memlane.engine.base import MAX_TIER, EngineState, opening
+from memlane.engine.identity import event_for
 from memlane.errors import InvalidInputError, NotFoundError
 from memlane.formation.config import ReflectionScopeName
 from memlane.formation.pipeline import Target, scope_key
@@ -30,7 +31,16 @@ class FormationMethods(EngineState):
     jobs, the profile, reflections and consolidated memory."""
 
     @opening
-    async def add_event(self, session_id: str, event: Event, *, app: str = "default", tier: int | None = None) -> Event:
+    async def add_event(
+        self,
+        session_id: str,
+        event: Event,
+        *,
+        app: str = "default",
+        tier: int | None = None,
+        channel: str | None = None,
+        sender: str | None = None,
+    ) -> Event:
         """Append an event to a session and run the formation triggers: after an agent
         response, once 45 messages or 1500 weighted tokens have accumulated since the last
         formation (never fewer than 4 messages), a formation job is queued; every event
@@ -39,11 +49,14 @@ class FormationMethods(EngineState):
         Args:
             tier: the user's tier (``>= formation.premium_tier`` selects the strong model);
                 remembered for the session.
+            channel, sender: who sent it (:meth:`link_identity`): the linked user is recorded as
+                the event's ``metadata["user_id"]`` (``UnknownIdentityError`` when none is linked).
         """
         session_id, app = inputs.identifier(session_id, "session_id"), inputs.identifier(app, "app")
         tier = inputs.optional_integer(tier, "tier", 0, MAX_TIER)
         if not isinstance(event, Event):
             raise InvalidInputError(f"event must be an Event, got {inputs.show(event)}")
+        event = await event_for(self.facts, event, channel, sender)
         stored = await self.sessions.add_event(session_id, event, app=app)
         self.formation.start()
         await self.formation.on_event(app, session_id, stored, tier=tier)

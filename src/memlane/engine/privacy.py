@@ -8,7 +8,15 @@ from typing import Any, Literal
 from memlane import inputs
 from memlane.engine.base import EngineState, opening
 from memlane.models import utcnow
-from memlane.stores.base import ContextCache, FactStore, JobStore, ReflectionStore, SessionStore, UserExportable
+from memlane.stores.base import (
+    ContextCache,
+    FactStore,
+    IdentityStore,
+    JobStore,
+    ReflectionStore,
+    SessionStore,
+    UserExportable,
+)
 
 __all__ = ["PrivacyMethods", "export_user", "forget"]
 
@@ -57,6 +65,7 @@ async def export_user(
         "sessions": [],
         "jobs": [],
         "formation_cursors": [],
+        "identities": [],
     }
     not_exported: list[str] = []
     seen: set[int] = set()
@@ -69,6 +78,8 @@ async def export_user(
             out.update(await store.export_user(user_id))
         else:
             not_exported.append(f"{name}: {type(store).__name__} has no export_user")
+    if isinstance(facts, IdentityStore):  # the user's (channel, sender) links
+        out["identities"] = [i.model_dump(mode="json") for i in await facts.identities(user_id)]
     out["not_included"] = {
         "embeddings": "derived: vectors computed from the exported texts",
         "keyword_index": "derived: the full-text index of the exported facts",
@@ -86,7 +97,8 @@ class PrivacyMethods(EngineState):
     async def forget(self, user_id: str, *, shared: Literal["erase", "keep"] = "erase", sessions: bool = True) -> int:
         """Hard purge everything of ``user_id``: facts, history, reflections, blobs, pending
         formation jobs, the sessions the user took part in alone, and the user's own events in
-        group sessions (``author`` or ``metadata["user_id"]`` is the user id). None of the user's text stays
+        group sessions (``author`` or ``metadata["user_id"]`` is the user id), and the user's
+        ``(channel, sender)`` links (:meth:`link_identity`). None of the user's text stays
         in the database file (the keyword index is merged, deleted pages zeroed, the WAL truncated).
 
         Args:
@@ -134,7 +146,8 @@ class PrivacyMethods(EngineState):
         references to agent memories formed from the user's words; their text holds other
         users' words too), ``sessions`` (the sessions the user takes part in, with events; a
         group session with the user's own events only), ``jobs`` (their formation jobs: input
-        and status) and ``formation_cursors``. ``not_included`` says what is left out and why
+        and status), ``formation_cursors`` and ``identities`` (the user's ``(channel, sender)``
+        links). ``not_included`` says what is left out and why
         (caches and indexes derived from the exported rows); ``not_exported`` names a store
         that cannot export (a custom store without ``export_user``).
         """

@@ -51,6 +51,7 @@ ROUTERS: list[str] = [
     "tools",
     "users",
     "imports",
+    "identities",
 ]
 
 

@@ -11,6 +11,8 @@ Two small contracts:
   Implementation: ``SqliteFactStore`` (the same file and class).
 * :class:`JobStore` — durable formation jobs (leased, retried) and per-session formation
   cursors. Implementation: ``SqliteJobStore``.
+* :class:`IdentityStore` — the identity map, ``(channel, sender) -> user_id``. Implementation:
+  the SQL fact stores (``SqlFactStore``: the same database as the user's memory).
 
 Every read takes a scope (app / user / agent) and returns nothing outside it.
 """
@@ -36,6 +38,7 @@ from memlane.models import (
     FactScope,
     FormationCursor,
     HistoryEntry,
+    Identity,
     Job,
     KeywordQuery,
     Page,
@@ -52,6 +55,7 @@ __all__ = [
     "FactChange",
     "FactFilter",
     "FactStore",
+    "IdentityStore",
     "JobStore",
     "KeywordQuery",
     "MetaStore",
@@ -537,6 +541,30 @@ class UserExportable(Protocol):
 
     async def export_user(self, user_id: str) -> dict[str, Any]:
         """The store's sections of the user's export."""
+        ...
+
+
+@runtime_checkable
+class IdentityStore(Protocol):
+    """The identity map: which user a sender on a channel is (Gaia's dispatcher). Kept in the
+    long-term store, beside the user's memory: ``purge_user`` erases the user's links in its
+    transaction, and ``export_user`` reads them through :meth:`identities`."""
+
+    async def link_identity(self, channel: str, sender: str, user_id: str) -> Identity:
+        """Link ``(channel, sender)`` to ``user_id`` (again: nothing changes, the first link is
+        returned); ``ConflictError`` when it is linked to another user."""
+        ...
+
+    async def unlink_identity(self, channel: str, sender: str, *, user_id: str | None = None) -> bool:
+        """Remove the link (only when it is ``user_id``'s, if given); True when one went."""
+        ...
+
+    async def resolve_identity(self, channel: str, sender: str) -> Identity | None:
+        """The link of ``(channel, sender)``, or None."""
+        ...
+
+    async def identities(self, user_id: str) -> list[Identity]:
+        """The user's links, by channel then sender."""
         ...
 
 

@@ -1,7 +1,8 @@
 """``/v1/memories``: long-term memories: add (verbatim, or ``infer`` as a 202 job), list
 (paginated by cursor), get, update, delete, history.
 
-Who: ``user_id`` names the user (a user-bound key acts for its own user only, 403 otherwise),
+Who: ``user_id`` names the user (a user-bound key acts for its own user only, 403 otherwise;
+``add`` also takes ``channel`` + ``sender``, the user linked to them: /v1/identities),
 ``agent_id`` the agent namespace, ``session_id`` a source session or the room of a room memory
 (a user-bound key may name only sessions of ``app`` its user takes part in).
 """
@@ -16,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.errors import InvalidInputError
 from memlane.models import Fact, HistoryEntry, Job
-from memlane.service.deps import Caller, Engine, authorize, page
+from memlane.service.deps import Caller, Engine, page
 from memlane.service.routes._memory_models import FactOut, Scoped, check_room
+from memlane.service.routes.identities import acting_user
 from memlane.service.routes.sessions import JobAccepted, accepted
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
@@ -45,6 +47,8 @@ class MemoryCreate(BaseModel):
     text: str | None = None
     messages: list[MessageIn] | None = None
     user_id: str | None = None
+    channel: str | None = Field(default=None, description="with sender, instead of user_id: the linked user")
+    sender: str | None = Field(default=None, description="with channel, instead of user_id (/v1/identities)")
     agent_id: str | None = None
     session_id: str | None = None
     app: str = Field(default="default", description="the app of session_id (user-bound keys)")
@@ -90,7 +94,7 @@ async def add_memories(
     body: MemoryCreate, memory: Engine, caller: Caller, response: Response
 ) -> MemoriesAdded | JobAccepted:
     """Remember a text or messages; ``infer=true`` extracts facts in a background job (202)."""
-    user = authorize(caller, user_id=body.user_id, write=True, scope=body.scope)
+    user = await acting_user(memory, caller, body.user_id, body.channel, body.sender, write=True, scope=body.scope)
     await check_room(memory, caller, body.session_id, body.app)
     if (body.text is None) == (body.messages is None):
         raise InvalidInputError("give exactly one of text or messages")

@@ -20,9 +20,13 @@ from pydantic import BaseModel
 
 from memlane.errors import NotFoundError
 from memlane.models import Event, Session
-from memlane.service.deps import Caller, Engine, authorize, check_session, page
+from memlane.service.deps import Caller, Engine, check_session, page
+from memlane.service.routes.identities import acting_user
 
 router = APIRouter(prefix="/memory", tags=["kaos"])
+
+Channel = Annotated[str | None, Query(description="with sender: only the sessions of the user linked to them")]
+Sender = Annotated[str | None, Query(description="with channel: the sender (/v1/identities)")]
 
 #: How many events ``/memory/events`` returns by default (clamped to the server's page size).
 DEFAULT_EVENTS = 100
@@ -60,8 +64,10 @@ class KaosSessions(BaseModel):
     total: int
 
 
-async def _sessions(memory: Engine, caller: Caller, app: str) -> list[Session]:
-    user = authorize(caller, user_id=None, write=False)
+async def _sessions(
+    memory: Engine, caller: Caller, app: str, channel: str | None = None, sender: str | None = None
+) -> list[Session]:
+    user = await acting_user(memory, caller, None, channel, sender, write=False)
     return await memory.sessions.list_sessions(app=app, user_id=user)
 
 
@@ -75,20 +81,25 @@ async def memory_events(
         int | None, Query(description="the newest N events (default 100; cap: the server's page size)")
     ] = None,
     app: str = "default",
+    channel: Channel = None,
+    sender: Sender = None,
 ) -> KaosEvents:
     """Events of one session (``session_id``; an unknown one: none), or of every session of the
-    app, oldest first."""
+    app, oldest first; with ``channel`` + ``sender``, only the linked user's sessions."""
     limit = page(request, limit, default=DEFAULT_EVENTS)
     if session_id is not None:
         session = await memory.sessions.get_session(session_id, app=app)
+        user = await acting_user(memory, caller, None, channel, sender, write=False)
         try:
             check_session(caller, session, session_id, app, write=False)
+            if user is not None and session is not None and user not in session.user_ids:
+                raise NotFoundError(session_id)
         except NotFoundError:  # KAOS: an unknown session has no events (another user's looks the same)
             return KaosEvents(agent=app, events=[], total=0)
         events = await memory.sessions.get_events(session_id, limit=limit, app=app)
     else:
         events = []
-        for session in await _sessions(memory, caller, app):
+        for session in await _sessions(memory, caller, app, channel, sender):
             events += await memory.sessions.get_events(session.id, limit=limit, app=app)
         events.sort(key=lambda e: e.timestamp)
         events = events[-limit:]
@@ -97,7 +108,9 @@ async def memory_events(
 
 
 @router.get("/sessions", operation_id="kaos_memory_sessions")
-async def memory_sessions(memory: Engine, caller: Caller, app: str = "default") -> KaosSessions:
-    """The app's session ids, newest activity first."""
-    ids = [s.id for s in await _sessions(memory, caller, app)]
+async def memory_sessions(
+    memory: Engine, caller: Caller, app: str = "default", channel: Channel = None, sender: Sender = None
+) -> KaosSessions:
+    """The app's session ids, newest activity first (with ``channel`` + ``sender``: the linked user's)."""
+    ids = [s.id for s in await _sessions(memory, caller, app, channel, sender)]
     return KaosSessions(agent=app, sessions=ids, total=len(ids))

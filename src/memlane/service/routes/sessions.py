@@ -19,6 +19,7 @@ from memlane.errors import ConflictError, InvalidInputError
 from memlane.formation.runner import FormationResult
 from memlane.models import Event, EventType, Job, Session
 from memlane.service.deps import Caller, Engine, authorize, check_session, page
+from memlane.service.routes.identities import acting_user
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -54,6 +55,7 @@ class SessionCreate(BaseModel):
     user_ids: list[str] = Field(default_factory=list, description="participants; several = a group session")
     agent_id: str | None = None
     channel: str | None = None
+    sender: str | None = Field(default=None, description="with channel: the participant is the user linked to them")
     state: Annotated[dict[str, Any] | None, AfterValidator(strict_json)] = None
 
 
@@ -73,6 +75,10 @@ class EventCreate(BaseModel):
     metadata: Annotated[dict[str, Any], AfterValidator(strict_json)] = Field(default_factory=dict)
     timestamp: datetime | None = Field(default=None, description="default: now (UTC)")
     id: str | None = Field(default=None, description="default: a generated id")
+    channel: str | None = Field(default=None, description="with sender: who sent it (/v1/identities)")
+    sender: str | None = Field(
+        default=None, description="with channel: the linked user is recorded as metadata.user_id"
+    )
 
 
 class EventList(BaseModel):
@@ -102,6 +108,11 @@ async def create_session(body: SessionCreate, memory: Engine, caller: Caller) ->
     app = inputs.identifier(body.app, "app")
     session_id = inputs.optional_id(body.session_id, "session_id")
     users = [inputs.identifier(u, "user_ids[]") for u in body.user_ids]
+    if body.sender is not None:  # the participant is the user the sender is linked to
+        user = str(await acting_user(memory, caller, None, body.channel, body.sender, write=True))
+        if users and user not in users:
+            raise InvalidInputError("user_ids does not hold the user the sender is linked to")
+        users = users or [user]
     if not users:
         own = authorize(caller, user_id=None, write=True)
         users = [own] if own is not None else []
@@ -132,12 +143,15 @@ async def list_sessions(
     caller: Caller,
     app: App = "default",
     user_id: str | None = None,
+    channel: str | None = None,
+    sender: str | None = None,
     limit: Limit = None,
 ) -> SessionList:
-    """Sessions of ``app`` (of one user with ``user_id``), newest activity first, without events.
-    ``total`` counts them all; ``sessions`` holds the first ``limit``."""
+    """Sessions of ``app`` (of one user with ``user_id``, or ``channel`` + ``sender``: the linked
+    user), newest activity first, without events. ``total`` counts them all; ``sessions`` holds
+    the first ``limit``."""
     size = page(request, limit, default=WHOLE_PAGE)
-    user = authorize(caller, user_id=user_id, write=False)
+    user = await acting_user(memory, caller, user_id, channel, sender, write=False)
     found = await memory.sessions.list_sessions(app=app, user_id=user)
     return SessionList(sessions=found[:size], total=len(found))
 
@@ -170,6 +184,8 @@ async def add_event(
     """Append an event; the formation triggers run (a formation job may be queued)."""
     found = await memory.sessions.get_session(session_id, app=app)
     check_session(caller, found, session_id, app, write=True)
+    if body.channel is not None or body.sender is not None:  # a user-bound key: its own senders only
+        await acting_user(memory, caller, None, body.channel, body.sender, write=True)
     fields: dict[str, Any] = {
         "type": body.type,
         "content": body.content,
@@ -180,7 +196,9 @@ async def add_event(
         fields["timestamp"] = body.timestamp
     if body.id is not None:
         fields["id"] = body.id
-    return await memory.add_event(session_id, Event(**fields), app=app, tier=tier)
+    return await memory.add_event(
+        session_id, Event(**fields), app=app, tier=tier, channel=body.channel, sender=body.sender
+    )
 
 
 @router.get("/{session_id}/events", operation_id="list_events")

@@ -26,6 +26,7 @@ class UserExport(BaseModel):
     sessions: list[dict[str, Any]]
     jobs: list[dict[str, Any]]
     formation_cursors: list[dict[str, Any]]
+    identities: list[dict[str, Any]] = []
     not_included: dict[str, str]
     not_exported: list[str]
 

@@ -168,4 +168,10 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "0007_bitemporal",
         [f"ALTER TABLE history ADD COLUMN effective_at {T.ts}"],
     ),
+    (
+        # One person across channels (issue 20): (channel, sender) -> user_id, written by
+        # link_identity, read by add / sessions given channel= and sender=, erased by forget.
+        "0009_identities",
+        [*schema.identities(T)],
+    ),
 ]

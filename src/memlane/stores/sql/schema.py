@@ -22,6 +22,7 @@ __all__ = [
     "facts",
     "formation_cursors",
     "history",
+    "identities",
     "jobs",
     "reflections",
     "sessions",
@@ -274,4 +275,19 @@ def context_cache(t: ColumnTypes) -> list[str]:
             )""",
         "CREATE INDEX context_cache_user ON context_cache(user_id)",
         "CREATE INDEX context_cache_session ON context_cache(session_id)",
+    ]
+
+
+def identities(t: ColumnTypes) -> list[str]:
+    """The identity map: a sender on a channel -> the canonical user it is (with the index
+    ``forget`` and ``identities(user_id)`` read)."""
+    return [
+        f"""CREATE TABLE identities (
+                channel TEXT NOT NULL,
+                sender TEXT NOT NULL,
+                user_id TEXT NOT NULL,
+                linked_at {t.ts} NOT NULL,
+                PRIMARY KEY (channel, sender)
+            ){t.no_rowid}""",
+        "CREATE INDEX identities_user ON identities(user_id)",
     ]

@@ -21,15 +21,18 @@ from memlane.models import (
     FactFilter,
     FactScope,
     HistoryEntry,
+    Identity,
     Page,
     PartitionFilter,
     Reflection,
     Scope,
+    utcnow,
 )
 from memlane.stores.base import AppliedChange, FactChange, ReflectionKey, StoreStats, Vector
 from memlane.stores.embedding import check_vectors
 from memlane.stores.sql import erasure, meta, reads, temporal
 from memlane.stores.sql import facts as core
+from memlane.stores.sql import identities as idmap
 from memlane.stores.sql import reflections as refl
 from memlane.stores.sql.access import AccessCounts
 from memlane.stores.sql.dialect import Dialect
@@ -317,3 +320,20 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
     async def meta_setdefault(self, key: str, value: str) -> str:
         """:class:`~memlane.stores.base.MetaStore`: ``key``'s stored value, ``value`` stored first if none."""
         return await self._transact(meta.meta_setdefault(self._d, key, value))
+
+    # ------------------------------------------------------------------ the identity map
+    async def link_identity(self, channel: str, sender: str, user_id: str) -> Identity:
+        """Link ``(channel, sender)`` to ``user_id`` (:func:`memlane.stores.sql.identities.link`)."""
+        return await self._transact(idmap.link(self._d, channel, sender, user_id, utcnow()))
+
+    async def unlink_identity(self, channel: str, sender: str, *, user_id: str | None = None) -> bool:
+        """Remove the link (only when it is ``user_id``'s, if given); True when one went."""
+        return await self._transact(idmap.unlink(self._d, channel, sender, user_id))
+
+    async def resolve_identity(self, channel: str, sender: str) -> Identity | None:
+        """The link of ``(channel, sender)``, or None."""
+        return await self._query(idmap.resolve(self._d, channel, sender))
+
+    async def identities(self, user_id: str) -> list[Identity]:
+        """The user's links, by channel then sender."""
+        return await self._query(idmap.identities_of(self._d, user_id))

@@ -31,6 +31,7 @@ TABLES: dict[str, str] = {
     "contributors": EXPORTED,  # as references to shared memories ("shared"), not their text
     "jobs": EXPORTED,  # the user's formation jobs (input and status)
     "formation_cursors": EXPORTED,  # formation bookkeeping of the user's sessions
+    "identities": EXPORTED,  # the user's (channel, sender) links ("identities", engine/privacy.py)
     # ---- not exported
     "meta": "not personal: schema settings (embedder name, dimension, purge generation)",
     "_migrations": "not personal: applied schema migrations",

@@ -177,4 +177,10 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
         "0010_bitemporal",
         [f"ALTER TABLE history ADD COLUMN effective_at {T.ts}"],
     ),
+    (
+        # One person across channels (issue 20): (channel, sender) -> user_id, written by
+        # link_identity, read by add / sessions given channel= and sender=, erased by forget.
+        "0012_identities",
+        [*schema.identities(T)],
+    ),
 ]
