@@ -56,6 +56,7 @@ from memlane.models import (
     Session,
     session_key,
 )
+from memlane.privacy.redaction import RedactionConfig
 from memlane.retrieval.hybrid import RetrievalConfig
 from memlane.sync import Memory
 
@@ -97,6 +98,7 @@ __all__ = [
     "ProviderError",
     "RateLimitedError",
     "RecallConfig",
+    "RedactionConfig",
     "Reflection",
     "RetrievalConfig",
     "Scope",

@@ -127,6 +127,7 @@ def test_key_is_never_shown() -> None:
         ([], "names nothing"),
         ("email", "must be None, True, a list"),
         ([1], "strings"),
+        (["email", "fax"], "unknown redaction kind"),
     ],
 )
 def test_bad_configuration_is_refused(spec: object, message: str) -> None:
@@ -140,3 +141,26 @@ def test_spec_forms() -> None:
     config = as_config(["email", "phone", r"EMP-\d+"])
     assert config is not None and config.kinds == ("email", "phone") and config.patterns == {"custom": r"EMP-\d+"}
     assert as_config({"kinds": "ip", "mode": "drop"}) == RedactionConfig(kinds=("ip",), mode="drop")
+
+
+def test_the_benchmark_prints_the_documented_numbers() -> None:
+    """bench/redaction.py on the labelled set prints the tables docs/benchmarks.md shows."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(root / "bench" / "redaction.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root / "src")},
+    )
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "detector" not in line]
+    assert len(rows) == 12  # five detectors and all, for the tuning and the held-out lines
+    section = (root / "docs" / "benchmarks.md").read_text(encoding="utf-8").split("## PII redaction detectors")[1]
+    for row in rows:
+        assert row in section, row

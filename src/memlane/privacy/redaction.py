@@ -135,6 +135,8 @@ def _card_ok(m: re.Match[str]) -> bool:
     seps = set(re.findall(r"\D", text))
     if len(seps) > 1 or (seps and tuple(len(g) for g in re.split(r"\D", text)) not in _CARD_GROUPS):
         return False
+    if not seps and _after_id_word(m):  # an IMEI, a serial number: Luhn-checked too
+        return False
     return 13 <= len(_digits(text)) <= 19 and luhn_valid(_digits(text))
 
 
@@ -172,15 +174,26 @@ def _ip_normal(value: str) -> str:
 
 _PHONE = re.compile(
     r"(?<![\w+.:/-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?"
-    r"(?:\d{6,13}|\d{1,5}(?:[ .-]\d{1,5}){0,5})(?![\w]|[.:/-]\d)"
+    r"(?:\d{6,13}|\d{1,5}(?:[ .-]\d{1,8}){0,5})(?![\w]|[.:/-]\d)"
 )
-_DATE = re.compile(r"^(?:\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./]\d{2,4})$")
+_DATE = re.compile(r"^(?:\d{4}[-./]\d{1,2}[-./]\d{1,2}(?:$|\D)|\d{1,2}[-./]\d{1,2}[-./]\d{2,4}$)")
+#: Words before a run of digits that make it an identifier, not a phone number or a card.
+_ID_BEFORE = re.compile(
+    r"(?:\border|\binvoice|\bserial|\btracking|\bref|\breference|\bid|\bsku|\bisbn|\bticket|\bimei|#)"
+    r"\W{0,3}(?:no\.?|number)?\W{0,3}$",
+    re.IGNORECASE,
+)
+
+
+def _after_id_word(m: re.Match[str]) -> bool:
+    return _ID_BEFORE.search(m.string[max(0, m.start() - 24) : m.start()]) is not None
 
 
 def _phone_ok(m: re.Match[str]) -> bool:
     text = m.group()
     n = len(_digits(text))
-    if _DATE.match(text) or (re.fullmatch(r"\d+(?:\.\d+)+", text) and not text.startswith("+")):
+    dotted = re.fullmatch(r"\d+(?:\.\d+)+", text) and not re.fullmatch(r"\d{3}\.\d{3}\.\d{4}", text)
+    if _DATE.match(text) or dotted or _after_id_word(m):
         return False
     if text.startswith("+"):
         return 8 <= n <= 15
@@ -298,6 +311,12 @@ def as_config(spec: Any) -> RedactionConfig | None:
         if isinstance(spec, Sequence) and not isinstance(spec, str | bytes):
             if not all(isinstance(item, str) for item in spec):
                 raise InvalidInputError("redact= takes detector names and regex patterns (strings)")
+            typos = [s for s in spec if s not in KINDS and re.fullmatch(r"[a-z_]+", s)]
+            if typos:  # a bare word is a misspelt kind far more often than a pattern
+                raise InvalidInputError(
+                    f"unknown redaction kind(s) {typos}; kinds are: {', '.join(KINDS)} "
+                    f"(to redact a word, give a pattern such as '\\b{typos[0]}\\b')"
+                )
             kinds = [s for s in spec if s in KINDS]
             patterns = [s for s in spec if s not in KINDS]
             if not spec:
