@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -394,6 +394,9 @@ class Candidate:
     score: float
     author: str | None = None
     """The memory's author (lower-case), so the engine can apply the author boost."""
+    fact: Fact | None = field(default=None, compare=False, repr=False)
+    """The fact itself, when the store read it with the candidate (PostgreSQL: the engine then
+    does not read the hits again); None otherwise."""
 
 
 # --------------------------------------------------------------------------- long-term

@@ -23,11 +23,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
+from memlane import AsyncMemory
 from memlane.errors import ConflictError, DimensionMismatchError
 from memlane.models import ConsolidatedMemory, FactFilter, Reflection, Scope, user_partition
 from memlane.retrieval.text import date_words, parse_query
 from memlane.stores.postgres.context import PgContextCache
 from memlane.stores.postgres.db import PgDatabase
+from memlane.stores.postgres.facts import PgFactStore
 from memlane.stores.postgres.reflections import PgReflectionMixin
 from memlane.stores.postgres.rows import enc, enc_json, filter_sql
 from memlane.stores.postgres.search import PgSearchMixin, _named, _vector_sql, partitions_now_sql
@@ -712,7 +714,7 @@ class _Statements:
         monkeypatch.setattr(psycopg.AsyncConnection, "transaction", counted_transaction)
 
 
-async def test_a_search_sends_at_most_two_statements(store: _Store, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_candidate_statements_are_one_each(store: _Store, monkeypatch: pytest.MonkeyPatch) -> None:
     _, vecs = await _fill(store, 300)
     await _fill_words(store, 200, user="u1", seed=4)
     pf, q = _pf(), vecs[3]
@@ -725,7 +727,72 @@ async def test_a_search_sends_at_most_two_statements(store: _Store, monkeypatch:
         vec = await store.vector_search(pf, q, limit=10)
         assert kw and vec and store.last_vector_path == ("exact" if exact_max > 300 else "hnsw")
         assert len(count.sent) <= 2, count.sent
+        assert all(c.fact is not None and c.fact.id == c.fact_id for c in kw + vec)  # rows come along
         monkeypatch.undo()
+
+
+def _turns(n: int, speakers: tuple[str, ...] = ("alice", "bob")) -> list[dict[str, str]]:
+    words = ["coffee", "garden", "piano", "harbor", "lantern", "meadow", "violin", "orchard"]
+    return [
+        {
+            "role": "user",
+            "name": speakers[i % len(speakers)],
+            "content": f"{words[i % 8]} {words[(i * 3) % 8]} note {i}",
+        }
+        for i in range(n)
+    ]
+
+
+async def test_a_search_sends_at_most_two_statements(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every statement of one ``AsyncMemory.search`` once the user's partitions and authors
+    are known: keyword (with the authors and the candidates' rows) and vector (with the
+    rows); no get_facts, no authors, and the access counts written after it returned."""
+    async with AsyncMemory(pg_url, embedder="hash", sessions="null") as mem:
+        facts = mem.facts
+        assert isinstance(facts, PgFactStore)
+        await mem.add_many([{"messages": _turns(240), "user_id": "u1", "session_id": "s1"}])
+        for exact_max in (100_000, 100):  # the exact scan, then the HNSW walk
+            facts.exact_max = exact_max
+            for query in ("coffee garden", "what did alice say about the piano"):  # the second boosts alice
+                warm = await mem.search(query, user_id="u1")
+                await facts.settle_access()  # the warm-up's access counts written before counting
+                count = _Statements(monkeypatch)
+                res = await mem.search(query, user_id="u1")
+                monkeypatch.undo()
+                assert res.hits and [h.fact.id for h in res.hits] == [h.fact.id for h in warm.hits]
+                assert facts.last_vector_path == ("exact" if exact_max > 240 else "hnsw")
+                assert len(count.sent) <= 2, count.sent
+
+
+async def test_search_hits_are_the_rows_get_facts_reads(pg_url: str) -> None:
+    async with AsyncMemory(pg_url, embedder="hash", sessions="null") as mem:
+        await mem.add_many([{"messages": _turns(60), "user_id": "u1", "session_id": "s1"}])
+        await mem.add("Alice keeps her coffee beans in the garden shed", user_id="u1", metadata={"k": [1, "x"]})
+        res = await mem.search("coffee garden shed", user_id="u1", top_k=10)
+        assert len(res.hits) == 10
+        stored = await mem.facts.get_facts([h.fact.id for h in res.hits], Scope(user_id="u1"))
+        assert [h.fact for h in res.hits] == [
+            stored[h.fact.id].model_copy(update={"access_count": 0}) for h in res.hits
+        ]
+
+
+async def test_a_new_speaker_written_elsewhere_is_boosted_at_once(pg_url: str) -> None:
+    """The authors come from the cache the last keyword statement filled; when that statement
+    finds a speaker the cache lacked, the engine searches again with them, so the boost is
+    what a fresh engine (and SQLite) gives."""
+    async with (
+        AsyncMemory(pg_url, embedder="hash", sessions="null") as a,
+        AsyncMemory(pg_url, embedder="hash", sessions="null") as b,
+    ):
+        await a.add_many([{"messages": _turns(40), "user_id": "u1", "session_id": "s1"}])
+        await a.search("piano meadow", user_id="u1")  # alice and bob cached
+        await b.add_many([{"messages": _turns(6, ("carol",)), "user_id": "u1", "session_id": "s2"}])
+        query = "what did carol say about the piano"
+        got = await a.search(query, user_id="u1", top_k=5)
+        async with AsyncMemory(pg_url, embedder="hash", sessions="null") as fresh:
+            want = await fresh.search(query, user_id="u1", top_k=5)
+        assert [h.fact.id for h in got.hits] == [h.fact.id for h in want.hits]
+        assert got.hits[0].fact.author == "carol"
 
 
 async def test_a_new_partition_under_the_prefix_is_searched_at_once(store: _Store) -> None:

@@ -3,7 +3,7 @@
 Data flow: queries (up to 3) -> keyword candidates per query (the store's BM25, then the
 author boost here) and, concurrently, query embeddings -> vector candidates -> fusion
 (:func:`memlane.retrieval.hybrid.fuse`: normalised score blend by default, or weighted RRF)
--> facts fetched in the scope -> access counts bumped (written in the background:
+-> facts fetched in the scope (unless the candidates came with them) -> access counts bumped (written in the background:
 :mod:`memlane.stores.sql.access`). Filters
 are pushed down into the store's queries, so they cut candidates before ``limit``.
 """
@@ -220,6 +220,13 @@ class Searcher:
             kw_lists = list(
                 await asyncio.gather(*(self.keyword(pf, q, authors, limit=depth, flt=flt) for q in queries))
             )
+            if getattr(self.facts, "authors_cached", False):  # a store answering authors from a
+                fresh = await self.facts.authors(pf)  # cache its keyword search refreshed: free
+                if set(fresh) != set(authors):  # a speaker came or went since: boost with them
+                    authors = fresh
+                    kw_lists = list(
+                        await asyncio.gather(*(self.keyword(pf, q, authors, limit=depth, flt=flt) for q in queries))
+                    )
         timings["keyword_ms"] = (time.perf_counter() - t) * 1000
         vec_lists: list[list[Candidate]] = []
         if embed_task is not None:
@@ -238,7 +245,12 @@ class Searcher:
                 timings["vector_ms"] = (time.perf_counter() - t) * 1000
         t = time.perf_counter()
         fused = fuse(kw_lists, vec_lists, cfg, top_k=top_k)
-        found = await self.facts.get_facts([f.key for f in fused], scope, settle=False)
+        # the hits' rows: those the candidate search returned (PostgreSQL), the rest read
+        rows = {c.fact_id: c.fact for lst in (*kw_lists, *vec_lists) for c in lst if c.fact is not None}
+        found = {f.key: rows[f.key] for f in fused if f.key in rows}
+        missing = [f.key for f in fused if f.key not in found]
+        if missing:
+            found.update(await self.facts.get_facts(missing, scope, settle=False))
         hits: list[Hit] = []
         for f in fused:
             fact = found.get(f.key)

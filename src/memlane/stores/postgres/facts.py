@@ -197,6 +197,8 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
                     break
         return result
 
+    authors_cached = True  # every keyword search refreshes them (PgSearchMixin._cached_authors)
+
     # ------------------------------------------------------------------ embedder binding
     async def bind_embedder(self, name: str, dim: int) -> None:
         """Record the embedder on first use (typing the vector column ``vector(dim)`` and
@@ -283,6 +285,7 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
         failure is logged, and autovacuum and the next purge catch up. PostgreSQL's WAL,
         standbys and backups keep old pages until they are recycled: the operator's retention.
         """
+        self._search_cache().authors.clear()  # no forgotten speaker's name kept here
         await self._scrub(reindex=any_fact)
 
     async def _scrub(self, *, reindex: bool) -> None:

@@ -24,7 +24,10 @@ condition (partitions, validity, kind, author, session, metadata) is in the SQL,
 Round trips: each search is one statement once a user's partitions are known (remembered per
 prefix, checked by every statement, which runs again when they changed); the partitions' size
 and the keyword statistics are cached per store and checked inside the statement against the
-partitions' highest rowid and change counters (:class:`_SearchCache`).
+partitions' highest rowid and change counters (:class:`_SearchCache`). Each candidate comes
+with its fact row, and the keyword statement returns the partitions' authors (the engine's
+author boost reads them from the cache, :meth:`PgSearchMixin._cached_authors`), so an
+``AsyncMemory.search`` of one query sends two statements: keyword and vector (issue 19).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from memlane.models import PartitionFilter
 from memlane.retrieval.context import CONTEXT_RADIUS, affected_range, neighbour_context
 from memlane.retrieval.text import keyword_text
 from memlane.stores.base import Candidate, FactFilter, Vector
-from memlane.stores.postgres.rows import Conn, dec, enc, filter_sql, resolve_partitions
+from memlane.stores.postgres.rows import FACT_COLS, Conn, dec, enc, filter_sql, resolve_partitions, row_to_fact
 
 if TYPE_CHECKING:
     from memlane.stores.postgres.db import PgDatabase
@@ -52,6 +55,12 @@ __all__ = ["PgSearchMixin", "partitions_now_sql", "tsquery_sql"]
 
 #: pgvector 0.6 caps ``hnsw.ef_search`` at 1000.
 EF_SEARCH_MAX = 1000
+
+#: A candidate's fact row (:data:`FACT_COLS` of ``facts fr``, the vector left out): each
+#: candidate statement returns its candidates' rows, so the engine reads no hit again.
+_ROW_COLS = ", ".join([*(f"fr.{c.strip()}" for c in FACT_COLS.split(",")[:-1]), "NULL"])
+#: The first (statistics) row's place holders for those columns.
+_NO_ROW = ", ".join(["NULL"] * len(FACT_COLS.split(",")))
 
 
 def tsquery_sql(terms: Sequence[str]) -> tuple[str, list[str]]:
@@ -108,7 +117,8 @@ def _named(sql: str, args: Sequence[Any], prefix: str) -> tuple[str, dict[str, A
 def _vector_sql(fsql: str, now: str) -> str:
     """The vector statement: a first row (partitions now, highest rowid, changes, the
     partitions' size, rows the HNSW walk returned), then the candidates ``(k, id, cosine
-    distance, rowid)``: the walk's when it ran and returned ``k`` rows, else the exact scan's.
+    distance, rowid)`` and their rows (:data:`_ROW_COLS`, read by rowid after the ``LIMIT``):
+    the walk's when it ran and returned ``k`` rows, else the exact scan's.
 
     The walk is ordered by the index's own operator expression, so the planner takes the
     index; the exact scan by an expression the index cannot serve, so every row is scored (a
@@ -138,10 +148,11 @@ def _vector_sql(fsql: str, now: str) -> str:
         " FROM facts f WHERE ((SELECT n FROM c) <= %(xmax)s OR (SELECT hn FROM hn) < %(k)s)"
         f" AND {where} ORDER BY d, f.rowid LIMIT %(k)s)"
         f" SELECT 0, NULL::text, NULL::float8, NULL::bigint, {now}, s.maxrow, s.changes, (SELECT n FROM c),"
-        " (SELECT hn FROM hn) FROM s"
-        " UNION ALL SELECT 1, h.id, h.d, h.rowid, NULL, NULL, NULL, NULL, NULL FROM h"
-        " WHERE (SELECT hn FROM hn) >= %(k)s"
-        " UNION ALL SELECT 2, e.id, e.d, e.rowid, NULL, NULL, NULL, NULL, NULL FROM e"
+        f" (SELECT hn FROM hn), {_NO_ROW} FROM s"
+        f" UNION ALL SELECT 1, h.id, h.d, h.rowid, NULL, NULL, NULL, NULL, NULL, {_ROW_COLS}"
+        " FROM h JOIN facts fr ON fr.rowid = h.rowid WHERE (SELECT hn FROM hn) >= %(k)s"
+        f" UNION ALL SELECT 2, e.id, e.d, e.rowid, NULL, NULL, NULL, NULL, NULL, {_ROW_COLS}"
+        " FROM e JOIN facts fr ON fr.rowid = e.rowid"
     )
 
 
@@ -164,12 +175,13 @@ class _Stats:
 
 @dataclass
 class _SearchCache:
-    """Per store: the partitions under each prefix, keyword statistics, partition sizes
-    (each bounded: cleared when full)."""
+    """Per store: the partitions under each prefix, keyword statistics, partition sizes and
+    the partitions' authors (each bounded: cleared when full)."""
 
     parts: dict[tuple[str, ...], tuple[str, ...]] = field(default_factory=dict)
     stats: dict[tuple[Any, ...], _Stats] = field(default_factory=dict)
     sizes: dict[tuple[Any, ...], tuple[int, int, int]] = field(default_factory=dict)
+    authors: dict[tuple[str, ...], list[str]] = field(default_factory=dict)
     limit: int = 50_000
 
     def put_parts(self, key: tuple[str, ...], value: tuple[str, ...]) -> None:
@@ -186,6 +198,11 @@ class _SearchCache:
         if len(self.sizes) >= self.limit:
             self.sizes.clear()
         self.sizes[key] = value
+
+    def put_authors(self, key: tuple[str, ...], value: list[str]) -> None:
+        if len(self.authors) >= self.limit // 10:
+            self.authors.clear()
+        self.authors[key] = value
 
 
 class PgSearchMixin:
@@ -265,6 +282,29 @@ class PgSearchMixin:
             return True
         cache.put_parts(pf.prefixes, fresh)
         return False
+
+    def _known_parts(self, pf: PartitionFilter) -> tuple[str, ...] | None:
+        """``pf``'s partitions as last resolved (sorted), None when not known yet; no I/O."""
+        parts = list(pf.exact)
+        if pf.prefixes:
+            hit = self._search_cache().parts.get(pf.prefixes)
+            if hit is None:
+                return None
+            parts += [p for p in hit if p not in parts]
+        return tuple(sorted(parts))
+
+    def _cached_authors(self, pf: PartitionFilter) -> list[str] | None:
+        """The authors of ``pf``'s partitions as the last statement that read them saw (every
+        keyword statement returns them), or None when unknown; no I/O."""
+        key = self._known_parts(pf)
+        found = None if key is None else self._search_cache().authors.get(key)
+        return None if found is None else list(found)
+
+    def _remember_authors(self, pf: PartitionFilter, authors: list[str]) -> None:
+        """Cache ``authors`` as those of ``pf``'s partitions as last resolved."""
+        key = self._known_parts(pf)
+        if key is not None:
+            self._search_cache().put_authors(key, list(authors))
 
     async def scoped_rows(
         self, conn: Conn, pf: PartitionFilter, sql: str, args: dict[str, Any] | None = None
@@ -357,8 +397,9 @@ class PgSearchMixin:
                             stats.dfs.clear()
                         stats.dfs.update({t: dfs[t] for t in split[0]})
                     self.last_keyword_scored = int(meta[10])
+                    cache.put_authors(tuple(sorted(parts)), [dec(a) or "" for a in meta[12]])
                     found.sort(key=lambda r: (-float(r[2]), int(r[4])))
-                    return [Candidate(r[1], float(r[2]), dec(r[3]) or None) for r in found]
+                    return [Candidate(r[1], float(r[2]), dec(r[3]) or None, fact=row_to_fact(r[13:])) for r in found]
         except psycopg.Error as exc:
             raise StorageError(f"PostgreSQL error: {exc.diag.message_primary or exc}") from exc
         return []  # the partitions changed under three statements in a row: nothing consistent to show
@@ -383,7 +424,9 @@ class PgSearchMixin:
     def _keyword_tail(self, parts: list[str], terms: list[str], limit: int) -> tuple[str, dict[str, Any]]:
         """The scoring and the statement's rows, on CTEs ``m`` (rows scored), ``d`` (each
         distinct term query's ``tq``, ``df`` and ``idf``) and ``s`` (``maxrow``, ``changes``):
-        a first row of what the store caches, then the best ``limit`` rows."""
+        a first row of what the store caches (with the partitions' authors, which
+        :meth:`_cached_authors` serves the engine's author boost from), then the best
+        ``limit`` rows, each with its fact row."""
         sql = (
             " r AS (SELECT m.rowid, m.id, COALESCE((SELECT sum(d.idf * ts_rank_cd(%(w)s::float4[], m.tsv, d.tq,"
             " %(norm)s::int)) FROM d WHERE m.tsv @@ d.tq), 0) AS s, m.author FROM m ORDER BY s DESC, m.rowid"
@@ -391,8 +434,10 @@ class PgSearchMixin:
             " SELECT 0, NULL::text, NULL::float8, NULL::text, NULL::bigint, {now}, s.maxrow, s.changes,"
             " (SELECT n FROM n), (SELECT array_agg(COALESCE(d.df, 0) ORDER BY u.i) FROM unnest(%(terms)s::text[])"
             " WITH ORDINALITY u(term, i) LEFT JOIN d ON d.tq = phraseto_tsquery('english', u.term)),"
-            " {scored}, {ok} FROM s"
-            " UNION ALL SELECT 1, r.id, r.s, r.author, r.rowid, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM r"
+            " {scored}, {ok}, (SELECT COALESCE(array_agg(DISTINCT a.author), '{{}}'::text[]) FROM authors a"
+            f" WHERE a.partition = ANY(%(parts)s)), {_NO_ROW} FROM s"
+            " UNION ALL SELECT 1, r.id, r.s, r.author, r.rowid, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
+            f" {_ROW_COLS} FROM r JOIN facts fr ON fr.rowid = r.rowid"
         )
         args = {"w": self._rank_weights(), "norm": self.rank_normalization, "limit": limit, "terms": terms}
         return sql, args
@@ -558,7 +603,7 @@ class PgSearchMixin:
                     else:
                         self.last_vector_path = "hnsw" if hn >= limit else "hnsw+exact"
                     found.sort(key=lambda r: (float(r[2]) if r[2] == r[2] else 1.0, int(r[3])))
-                    return [Candidate(r[1], _similarity(1 - float(r[2]))) for r in found]
+                    return [Candidate(r[1], _similarity(1 - float(r[2])), fact=row_to_fact(r[9:])) for r in found]
         except psycopg.Error as exc:
             raise StorageError(f"PostgreSQL error: {exc.diag.message_primary or exc}") from exc
         return []

@@ -303,9 +303,26 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
         """All changes to a fact visible from ``scope``, oldest first."""
         return await self._query(reads.history(self._d, fact_id, scope))
 
+    authors_cached: bool = False
+    """Whether :meth:`authors` answers from a cache the backend's keyword search refreshes
+    (PostgreSQL): the engine then asks again after its keyword search (no statement) and
+    searches again if they changed."""
+
+    def _cached_authors(self, pf: PartitionFilter) -> list[str] | None:
+        """The backend's cached authors of ``pf`` (no I/O), or None to read them."""
+        return None
+
+    def _remember_authors(self, pf: PartitionFilter, authors: list[str]) -> None:
+        """Offer the authors just read to the backend's cache."""
+
     async def authors(self, partitions: PartitionFilter) -> list[str]:
         """Distinct authors of verbatim memories in these partitions."""
-        return await self._scoped_query(partitions, lambda parts: reads.authors_in(self._d, parts))
+        known = self._cached_authors(partitions)
+        if known is not None:
+            return known
+        found = await self._scoped_query(partitions, lambda parts: reads.authors_in(self._d, parts))
+        self._remember_authors(partitions, found)
+        return found
 
     async def memory_stamp(self, partitions: PartitionFilter) -> str:
         """A token that changes whenever a fact in these partitions is added, changed or
