@@ -293,6 +293,7 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
         self, fact_id: str, scope: Scope, as_of: datetime | None, valid_at: datetime | None = None
     ) -> Fact | None:
         """One fact as memory held it at ``as_of`` (:func:`memlane.stores.sql.temporal.fact_as_of`)."""
+        await self.settle_access([fact_id])
         return await self._query(temporal.fact_as_of(self._d, fact_id, scope, as_of, valid_at))
 
     async def fact_owner(self, fact_id: str) -> Scope | None:
