@@ -137,3 +137,43 @@ def test_yaml_and_environment(tmp_path: Path) -> None:
     shown = load_settings(env={"MEMLANE_REDACT": '{"mode": "hash", "key": "s3cret"}', KEY_ENV: "x"}).redacted()
     assert "s3cret" not in json.dumps(shown) and shown["secrets"][KEY_ENV] == "set (redacted)"
     assert shown["values"]["memory.redact"]["value"]["mode"] == "hash"
+
+
+@pytest.mark.parametrize(
+    ("wrapper", "protocol"),
+    [("RedactingSessions", "SessionStore"), ("RedactingModel", "FormationModel")],
+)
+def test_the_wrappers_cover_every_protocol_method(wrapper: str, protocol: str) -> None:
+    """A method added to the session store or formation model contract must be wrapped (a
+    write or a model output passed through unredacted would leak): the wrappers define every
+    method of their protocol themselves, none is left to ``__getattr__``."""
+    import inspect
+
+    from memlane.engine import redaction
+    from memlane.formation.model import FormationModel
+    from memlane.stores.base import SessionStore
+
+    proto = {"SessionStore": SessionStore, "FormationModel": FormationModel}[protocol]
+    methods = {n for n, v in vars(proto).items() if inspect.iscoroutinefunction(v) or inspect.isfunction(v)}
+    methods -= {n for n in methods if n.startswith("_")}
+    assert methods, protocol
+    own = vars(getattr(redaction, wrapper))
+    assert methods <= set(own), f"{wrapper} does not wrap {sorted(methods - set(own))}"
+    for name in methods:  # and takes the same arguments
+        assert inspect.signature(own[name]) == inspect.signature(vars(proto)[name]), f"{wrapper}.{name}"
+
+
+async def test_ids_in_metadata_are_kept_so_forget_still_finds_a_users_turns(tmp_path: Path) -> None:
+    """A user id that looks like PII (an e-mail address) stays as given in ``metadata["user_id"]``:
+    ``forget`` finds the user's turns in a group session by it."""
+    user = "zoe@example.org"
+    async with AsyncMemory(tmp_path / "m.db", embedder="hash", redact=True) as m:
+        await m.sessions.create_session(session_id="group", user_ids=[user, "bob"])
+        await m.add_event("group", Event(content="mine: zoe@example.org", author="zoe", metadata={"user_id": user}))
+        await m.add_event("group", Event(content="bob's turn", author="bob"))
+        [mine, _] = await m.sessions.get_events("group")
+        assert mine.metadata["user_id"] == user and mine.content == "mine: [email]"
+        fact = (await m.add("note", user_id=user, metadata={"user_id": user, "mail": user}))[0]
+        assert fact.metadata == {"user_id": user, "mail": "[email]"}
+        await m.forget(user)
+        assert [e.content for e in await m.sessions.get_events("group")] == ["bob's turn"]

@@ -45,6 +45,7 @@ from memlane.providers.llm.base import UsageMeter
 from memlane.stores.base import FactStore, MetaStore, SessionStore
 
 __all__ = [
+    "ID_KEYS",
     "KEY_ENV",
     "META_KEY",
     "RedactingModel",
@@ -52,6 +53,7 @@ __all__ = [
     "open_redactor",
     "redact_event",
     "redact_messages",
+    "redact_metadata",
 ]
 
 log = logging.getLogger("memlane")
@@ -60,6 +62,9 @@ log = logging.getLogger("memlane")
 KEY_ENV = "MEMLANE_REDACT_KEY"
 #: The ``meta`` key of the generated hash key.
 META_KEY = "redaction_key"
+#: Metadata keys holding ids, kept as given (``forget`` finds a user's turns in a group session
+#: by ``metadata["user_id"]``, a document's fragments point at it by ``document_id``).
+ID_KEYS = frozenset({"user_id", "agent_id", "session_id", "document_id", "app"})
 
 
 async def open_redactor(config: RedactionConfig | None, facts: FactStore) -> Redactor | None:
@@ -80,10 +85,17 @@ async def open_redactor(config: RedactionConfig | None, facts: FactStore) -> Red
     return Redactor.from_config(config, key)
 
 
+def redact_metadata(redactor: Redactor, metadata: Any) -> Any:
+    """Every string in ``metadata`` redacted, except the ids under :data:`ID_KEYS`."""
+    if not isinstance(metadata, Mapping):
+        return redactor.redact_value(metadata)
+    return {k: v if k in ID_KEYS else redactor.redact_value(v) for k, v in metadata.items()}
+
+
 def redact_event(redactor: Redactor, event: Event) -> Event:
     """``event`` with its content and metadata redacted (a copy; ids, type, author, time kept)."""
     return event.model_copy(
-        update={"content": redactor.redact_value(event.content), "metadata": redactor.redact_value(event.metadata)}
+        update={"content": redactor.redact_value(event.content), "metadata": redact_metadata(redactor, event.metadata)}
     )
 
 
@@ -112,9 +124,10 @@ def redact_messages(
                 out.append(red)
         elif isinstance(m, Mapping):
             red_m = dict(m)
-            for name in ("content", "metadata"):
-                if name in red_m:
-                    red_m[name] = redactor.redact_value(red_m[name])
+            if "content" in red_m:
+                red_m["content"] = redactor.redact_value(red_m["content"])
+            if "metadata" in red_m:
+                red_m["metadata"] = redact_metadata(redactor, red_m["metadata"])
             if not (_empty(red_m.get("content")) and not _empty(m.get("content"))):
                 out.append(red_m)
         else:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from memlane.engine.redaction import ID_KEYS
 from memlane.errors import InvalidInputError, ProviderError
 from memlane.models import (
     FACT_KINDS,
@@ -148,7 +149,7 @@ class Searcher:
             return queries, filters
         queries = [r if (r := red.redact(q)).strip() else q for q in queries]  # drop mode: a query of PII only
         if filters:
-            filters = {k: v if k in FIELD_FILTERS else red.redact_value(v) for k, v in filters.items()}
+            filters = {k: v if k in FIELD_FILTERS or k in ID_KEYS else red.redact_value(v) for k, v in filters.items()}
         return queries, filters
 
     def vector_queries(self, queries: list[str], match_threshold: float | None) -> list[int]:

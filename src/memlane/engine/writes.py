@@ -12,7 +12,7 @@ from typing import Any, Literal, cast
 
 from memlane import inputs
 from memlane.engine.embeddings import EmbeddingLifecycle
-from memlane.engine.redaction import redact_messages
+from memlane.engine.redaction import redact_messages, redact_metadata
 from memlane.errors import InvalidInputError, ScopeError, UsageError
 from memlane.formation.runner import FormationRunner
 from memlane.ingest import messages as messages_
@@ -72,8 +72,8 @@ class Writer:
         return self.redactor.redact(text) if self.redactor is not None and isinstance(text, str) else text
 
     def redact_data(self, value: Any) -> Any:
-        """Every string in JSON-like ``value`` (metadata) redacted."""
-        return self.redactor.redact_value(value) if self.redactor is not None else value
+        """Every string in ``value`` (metadata) redacted, ids kept (:data:`~memlane.engine.redaction.ID_KEYS`)."""
+        return redact_metadata(self.redactor, value) if self.redactor is not None else value
 
     async def add(
         self,
