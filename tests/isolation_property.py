@@ -19,7 +19,11 @@ a unique token:
   deleted, so a later write in the example may reuse its id for another user; where no worker
   serves the tenants' queues the owner deletes it after queueing the job);
 * ``flood``: the user creates :data:`FLOOD` sessions (eviction pressure where the session
-  store is capped: only the user's own sessions may go, or 507).
+  store is capped: only the user's own sessions may go, or 507);
+* ``identity``: the user links a sender of a small pool shared by every user and both tenants
+  of the example (``/v1/identities``: 201, or 409 when another user of the tenant holds it),
+  then writes a memory naming that sender instead of a user: it is the holder's memory
+  (a user-bound key naming another user's sender gets 404, as for an unknown one).
 
 Then every reader (each user's bound key, and the tenant-wide key naming that user) asks every
 read route (memories, search, context, profile, stats, export, sessions and events of every
@@ -27,10 +31,13 @@ pool session in both apps, KAOS routes, the tools, room reads naming each pool s
 app, formation jobs list and get) and, when the world has an MCP URL, the MCP tools ``search``,
 ``list``, ``context`` and ``profile``. A reader must see exactly its own (tenant, user)'s
 tokens where the route lists everything (list, export, session events) and never another's
-anywhere; a room's tokens only when the reader's user takes part in every session carrying the
-room's id (or the reader is tenant-wide); a job only when its user took part in the session
-when it was queued; and every acknowledged event of a user who neither reset nor flooded in
-the example is still in that user's sessions (another user's flood never evicts it).
+anywhere; every reader lists exactly its own user's links of the example and resolves a pool
+sender only when it is linked to that user in that tenant (a tenant-wide key: to whoever holds
+it in its tenant; never a link of the other tenant); a room's tokens only when the reader's
+user takes part in every session carrying the room's id (or the reader is tenant-wide); a job
+only when its user took part in the session when it was queued; and every acknowledged event of
+a user who neither reset nor flooded in the example is still in that user's sessions (another
+user's flood never evicts it).
 :func:`run_example` is one example. :data:`OPS` counts the requests per surface (HTTP, tools,
 MCP); ``MEMLANE_ISOLATION_OPS=N`` makes the tests run examples until N requests were made
 (``MEMLANE_ISOLATION_REPORT=path`` appends the counts as a JSON line).
@@ -129,7 +136,7 @@ class World:
 
 #: tenant, user, what, by the tenant-wide key, pool slot (``SLOTS`` = the default import id), app
 Write = tuple[str, str, str, bool, int, str]
-KINDS = ("memory", "event", "event", "import", "room", "reset", "flood")
+KINDS = ("memory", "event", "event", "import", "room", "reset", "flood", "identity")
 
 writes_strategy = st.lists(
     st.tuples(
@@ -146,11 +153,14 @@ writes_strategy = st.lists(
 
 
 #: The reported attacks, as explicit examples (every run in a capped world tries them first; the
-#: uncapped SQLite world skips them, tests/service/test_service_user_isolation.py has each on SQLite):
+#: uncapped SQLite world skips them, tests/service/test_service_user_isolation.py has each on SQLite,
+#: the identity one is in tests/service/test_service_identity.py):
 #: an import into
 #: another user's session; a job read after its session id was reused; a room read through a
 #: session of the same id in another app; one user's floods evicting another's session (in a
-#: capped store: 4 x FLOOD sessions).
+#: capped store: 4 x FLOOD sessions); a sender one user linked, claimed by another user of the
+#: tenant (bound key: 409, then 404 writing through it; tenant-wide key: 409, and what it writes
+#: through the sender is the holder's) and linked in the other tenant (its own map).
 ATTACKS: list[list[Write]] = [
     [("acme", "alice", "event", False, 0, "default"), ("acme", "alice|x", "import", False, 0, "default")],
     [
@@ -164,6 +174,12 @@ ATTACKS: list[list[Write]] = [
         ("acme", "alice|x", "event", False, 1, "other"),
     ],
     [("acme", "alice", "event", False, 0, "default")] + [("acme", "alice|x", "flood", False, 0, "default")] * 4,
+    [
+        ("acme", "alice", "identity", False, 0, "default"),
+        ("acme", "alice|x", "identity", False, 0, "default"),
+        ("acme|x", "alice|x", "identity", True, 0, "default"),
+        ("acme", "alice|x", "identity", True, 0, "default"),
+    ],
 ]
 
 
@@ -186,6 +202,7 @@ class Outcome:
     rooms: dict[str, tuple[str, str]] = field(default_factory=dict)  # token -> (tenant, room id)
     jobs: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)  # id -> (tenant, participants)
     events: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # acknowledged token -> tenant, app, sid
+    links: dict[tuple[str, str], str] = field(default_factory=dict)  # (tenant, pool sender) -> its user
     """Acknowledged session events that must still be there at the end: the user's own reset
     and (where the store is capped) the user's own later session creations may remove theirs."""
 
@@ -205,6 +222,11 @@ def _client(world: Any, key: str, server: Any = None) -> httpx.Client:
 
 def _sid(ex: int, slot: int) -> str:
     return f"s{ex}k{slot}"
+
+
+def _sender(ex: int, slot: int) -> str:
+    """A pool sender of example ``ex`` (on channel ``sms``): shared by every user and tenant."""
+    return f"+1{ex:04d}{slot}"
 
 
 def _participants(world: World, tenant: str, sid: str, app: str) -> list[str] | None:
@@ -302,6 +324,18 @@ def _write(world: World, ex: int, writes: list[Write]) -> Outcome:
                 else:  # the job stays queued: delete the session, so that its id may be reused
                     r = c.delete(f"/v1/sessions/{sid}", params={"app": app})
                     assert r.status_code == 204, r.text
+            elif what == "identity":
+                sms = {"channel": "sms", "sender": _sender(ex, min(slot, SLOTS - 1))}
+                holder = out.links.setdefault((tenant, sms["sender"]), user)
+                r = c.post("/v1/identities", json={**sms, **named})
+                assert r.status_code == (201 if holder == user else 409), r.text
+                r = c.post("/v1/memories", json={"text": f"zq{ex} {token} wrote by sms", **sms})
+                if holder != user and not wide:  # bob's bound key naming alice's sender
+                    assert r.status_code == 404, r.text
+                    continue
+                assert r.status_code == 201 and r.json()["memories"][0]["user_id"] == holder, r.text
+                out.owners[token] = (tenant, holder)  # a tenant-wide key writes for the sender's user
+                out.ids[r.json()["memories"][0]["id"]] = token
             else:  # flood
                 if world.capped:
                     out.forget(tenant, user)
@@ -403,6 +437,26 @@ def _http_reads(
     return seen, jobs
 
 
+def _identity_reads(world: World, ex: int, key: str, tenant: str, user: str, wide: bool, out: Outcome) -> None:
+    """The reader lists exactly its user's links of the example, and resolves each pool sender
+    only as the rules allow."""
+    named = {"user_id": user} if wide else {}
+    with _client(world, key, world.reads) as c:
+        r = c.get("/v1/identities", params=named)
+        assert r.status_code == 200, r.text
+        listed = {i["sender"] for i in r.json()["identities"] if i["sender"].startswith(f"+1{ex:04d}")}
+        mine = {s for (t, s), u in out.links.items() if (t, u) == (tenant, user)}
+        assert listed == mine, f"{(tenant, user)} {'wide' if wide else 'bound'} lists {listed}, links {mine}"
+        for slot in range(SLOTS):
+            sender = _sender(ex, slot)
+            holder = out.links.get((tenant, sender))
+            r = c.get("/v1/identities/resolve", params={"channel": "sms", "sender": sender})
+            if holder is not None and (wide or holder == user):
+                assert r.status_code == 200 and r.json()["user_id"] == holder, (tenant, user, sender, r.text)
+            else:
+                assert r.status_code == 404, (tenant, user, sender, holder, r.text)
+
+
 def _key_user(world: World, key: str) -> str:
     return next(u for (_, u), k in world.bound.items() if k == key)
 
@@ -475,6 +529,8 @@ def _check(world: World, ex: int, out: Outcome) -> None:
                 "bound key": _http_reads(world, ex, world.bound[(tenant, user)], None, out),
                 "tenant key naming the user": _http_reads(world, ex, world.wide[tenant], user, out),
             }
+            _identity_reads(world, ex, world.bound[(tenant, user)], tenant, user, False, out)
+            _identity_reads(world, ex, world.wide[tenant], tenant, user, True, out)
             if world.mcp_url is not None:
                 OPS["mcp"] += 5  # initialize + four tools
                 views["bound key"][0].update(anyio.run(_mcp_reads, world.mcp_url, world.bound[(tenant, user)], ex))
