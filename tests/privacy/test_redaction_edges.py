@@ -114,3 +114,37 @@ def test_cli_follows_memory_redact(
     assert "[phone]" in out and "[email]" in out and clean(out.replace(BADGE, "")), out
     hits = sqlite_hits(tmp_path / "cli.db")
     assert hits and all(h.endswith(("emp-884213", "884213")) for h in hits), hits  # only the badge: no pattern
+
+
+async def test_adk_sessions_and_memory_are_redacted(tmp_path: Path) -> None:
+    """Google ADK's session service over a redacting memory: the event (kept whole as JSON in
+    ``metadata["adk_event"]``), its state delta (session, ``user:`` and ``app:`` state) and
+    ``add_session_to_memory`` store no raw value, and the session reads back redacted."""
+    pytest.importorskip("google.adk")
+    from google.adk.events.event import Event as AdkEvent
+    from google.adk.events.event_actions import EventActions
+    from google.genai import types
+
+    from memlane import AsyncMemory
+    from memlane.adapters.adk import MemlaneMemoryService, MemlaneSessionService
+
+    db = tmp_path / "adk.db"
+    async with AsyncMemory(db, embedder="hash", redact=CONFIG, llm=LeakyModel()) as m:
+        sessions, memories = MemlaneSessionService(m), MemlaneMemoryService(m)
+        session = await sessions.create_session(app_name="app", user_id="zoe", state={"mail": EMAIL})
+        delta = {"card": CARD, "user:phone": PHONE, "app:host": IP}
+        event = AdkEvent(
+            author="user",
+            invocation_id="inv",
+            content=types.Content(role="user", parts=[types.Part(text=PII)]),
+            actions=EventActions(state_delta=delta),
+        )
+        await sessions.append_event(session, event)
+        reply = types.Content(role="model", parts=[types.Part(text=f"Saved {IBAN}")])
+        await sessions.append_event(session, AdkEvent(author="agent", invocation_id="inv", content=reply))
+        stored = await sessions.get_session(app_name="app", user_id="zoe", session_id=session.id)
+        assert stored is not None
+        await memories.add_session_to_memory(stored)
+        shown = stored.model_dump_json()
+        assert clean(shown) and "[email:" in shown and "[card:" in shown, shown
+    assert sqlite_hits(db) == []

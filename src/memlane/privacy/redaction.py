@@ -100,14 +100,18 @@ class Finding:
 @dataclass(frozen=True)
 class Detector:
     """A named detector: ``pattern`` finds candidates, ``check`` (on the match) keeps the
-    real ones, ``normal`` turns a value into the form hash mode keys on."""
+    real ones, ``normal`` turns a value into the form hash mode keys on; ``needs``, when set,
+    is a quick test a text must pass for ``pattern`` to be tried (most texts have no ``@``)."""
 
     kind: str
     pattern: re.Pattern[str]
     check: Callable[[re.Match[str]], bool] = lambda m: True
     normal: Callable[[str], str] = lambda v: v
+    needs: re.Pattern[str] | None = None
 
     def find(self, text: str) -> Iterable[Finding]:
+        if self.needs is not None and self.needs.search(text) is None:
+            return
         for m in self.pattern.finditer(text):
             if self.check(m):
                 yield Finding(self.kind, m.start(), m.end(), m.group())
@@ -209,17 +213,25 @@ def _phone_normal(value: str) -> str:
     return ("+" if value.startswith("+") else "") + _digits(value)
 
 
+_AT, _DIGIT, _DOTTED, _COLONS = re.compile("@"), re.compile(r"\d"), re.compile(r"\d\.\d"), re.compile(r":.*:")
+
 BUILTIN: dict[RedactionKind, tuple[Detector, ...]] = {
-    "email": (Detector("email", _EMAIL, normal=str.lower),),
+    "email": (Detector("email", _EMAIL, normal=str.lower, needs=_AT),),
     "iban": (
-        Detector("iban", _IBAN, check=lambda m: iban_valid(m.group()), normal=lambda v: v.replace(" ", "").upper()),
+        Detector(
+            "iban",
+            _IBAN,
+            check=lambda m: iban_valid(m.group()),
+            normal=lambda v: v.replace(" ", "").upper(),
+            needs=_DIGIT,
+        ),
     ),
-    "card": (Detector("card", _CARD, check=_card_ok, normal=_digits),),
+    "card": (Detector("card", _CARD, check=_card_ok, normal=_digits, needs=_DIGIT),),
     "ip": (
-        Detector("ip", _IPV4, check=_ipv4_ok, normal=_ip_normal),
-        Detector("ip", _IPV6, check=_ipv6_ok, normal=_ip_normal),
+        Detector("ip", _IPV4, check=_ipv4_ok, normal=_ip_normal, needs=_DOTTED),
+        Detector("ip", _IPV6, check=_ipv6_ok, normal=_ip_normal, needs=_COLONS),
     ),
-    "phone": (Detector("phone", _PHONE, check=_phone_ok, normal=_phone_normal),),
+    "phone": (Detector("phone", _PHONE, check=_phone_ok, normal=_phone_normal, needs=_DIGIT),),
 }
 
 
