@@ -13,7 +13,7 @@ import pytest
 from memlane import AsyncMemory, Event, Memory
 from memlane.config import load_settings
 from memlane.engine.redaction import KEY_ENV, META_KEY
-from memlane.errors import ConfigError, InvalidInputError
+from memlane.errors import ConfigError, ConflictError, InvalidInputError
 from memlane.privacy.redaction import RedactionConfig
 from memlane.stores.base import MetaStore
 
@@ -177,3 +177,26 @@ async def test_ids_in_metadata_are_kept_so_forget_still_finds_a_users_turns(tmp_
         assert fact.metadata == {"user_id": user, "mail": "[email]"}
         await m.forget(user)
         assert [e.content for e in await m.sessions.get_events("group")] == ["bob's turn"]
+
+
+async def test_memlane_migrate_copies_the_hash_key(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store copied to another backend keeps its generated hash key: a value written after the
+    copy gets the token it got before."""
+    from memlane.stores.transfer import migrate
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    src = str(tmp_path / "a.db")
+    async with AsyncMemory(src, embedder="hash", redact=HASH) as m:
+        before = await first_content(m, "mail zoe@example.org")
+    report = await migrate(src, pg_url)
+    assert report.ok, report.problems
+    async with AsyncMemory(pg_url, embedder="hash", redact=HASH) as m:
+        after = await first_content(m, "again zoe@example.org")
+        hits = (await m.search("zoe@example.org", user_id="zoe", mode="keyword")).hits
+    assert after.split()[-1] == before.split()[-1] and len(hits) == 2
+    async with AsyncMemory(tmp_path / "b.db", embedder="hash", redact=HASH) as m:  # another store, another key
+        await first_content(m, "other zoe@example.org")
+    with pytest.raises(ConflictError, match="redaction key"):
+        await migrate(str(tmp_path / "b.db"), pg_url, force=True)

@@ -40,7 +40,7 @@ from memlane.formation.schemas import (
 )
 from memlane.ingest.messages import Message
 from memlane.models import Event, EventType, Session
-from memlane.privacy.redaction import RedactionConfig, Redactor
+from memlane.privacy.redaction import KEY_META, RedactionConfig, Redactor
 from memlane.providers.llm.base import UsageMeter
 from memlane.stores.base import FactStore, MetaStore, SessionStore
 
@@ -61,7 +61,7 @@ log = logging.getLogger("memlane")
 #: The environment variable holding hash mode's key.
 KEY_ENV = "MEMLANE_REDACT_KEY"
 #: The ``meta`` key of the generated hash key.
-META_KEY = "redaction_key"
+META_KEY = KEY_META
 #: Metadata keys holding ids, kept as given (``forget`` finds a user's turns in a group session
 #: by ``metadata["user_id"]``, a document's fragments point at it by ``document_id``).
 ID_KEYS = frozenset({"user_id", "agent_id", "session_id", "document_id", "app"})

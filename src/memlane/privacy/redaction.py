@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from memlane.errors import InvalidInputError
 
 __all__ = [
+    "KEY_META",
     "KINDS",
     "MODES",
     "Detector",
@@ -59,6 +60,9 @@ KINDS: tuple[RedactionKind, ...] = ("email", "iban", "card", "ip", "phone")
 MODES: tuple[RedactionMode, ...] = ("mask", "hash", "drop")
 #: Hex characters of a hash-mode token (48 bits).
 TOKEN_HEX = 12
+#: The ``meta`` key under which a store keeps the hash key it generated (``memlane migrate``
+#: copies it, so tokens written before and after a copy still match).
+KEY_META = "redaction_key"
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 

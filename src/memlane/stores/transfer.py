@@ -46,6 +46,7 @@ from typing import Any, Protocol
 
 from memlane.errors import ConfigError, ConflictError, DimensionMismatchError, InvalidInputError
 from memlane.models import utcnow
+from memlane.privacy.redaction import KEY_META
 from memlane.registry import BACKENDS, backend_for_scheme, parse_store_url
 
 __all__ = [
@@ -414,6 +415,14 @@ async def _copy(
                 "different models are not comparable; copy into an empty store"
             )
         await dst.bind(name, int(dim))
+    key = src_meta.get(KEY_META)  # hash-mode redaction's key: the copy's tokens match the new writes'
+    if key is not None:
+        if dst_meta.get(KEY_META, key) != key:
+            raise ConflictError(
+                f"the target {dst.label} keeps another hash-mode redaction key than the source: tokens of the "
+                "same value would differ; copy into an empty store"
+            )
+        await dst.set_meta({KEY_META: key})
 
     report = TransferReport(src.label, dst.label, name, int(dim) if dim is not None else None)
     for table in TABLES:
