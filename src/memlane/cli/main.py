@@ -171,7 +171,8 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     _need_scope(args, "search")
     with _open(args) as m:
-        res = m.search(args.query, user_id=args.user_id, agent_id=args.agent_id, top_k=args.top_k, debug=args.debug)
+        ids = {"user_id": args.user_id, "agent_id": args.agent_id}
+        res = m.search(args.query, **ids, top_k=args.top_k, debug=args.debug, as_of=args.as_of, valid_at=args.valid_at)
         if args.json:
             _dump(res.model_dump(exclude={"hits": {"__all__": {"fact": {"embedding"}}}}))
             return 0
@@ -193,6 +194,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             limit=args.limit,
             cursor=args.cursor,
             include_invalid=args.all,
+            as_of=args.as_of,
+            valid_at=args.valid_at,
         )
         if args.json:
             _dump(page.model_dump(exclude={"items": {"__all__": {"embedding"}}}))
@@ -473,7 +476,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if not args.user_id:
         raise UsageError("profile needs -u USER (whose profile)")
     with _open(args) as m:
-        block = m.profile(args.user_id, agent_id=args.agent_id, items=args.item or ())
+        block = m.profile(args.user_id, agent_id=args.agent_id, items=args.item or (), as_of=args.as_of)
         print(block if block is not None else "(no profile: nothing stored for this user)")
     return 0
 
@@ -673,6 +676,10 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     scope = argparse.ArgumentParser(add_help=False)
     scope.add_argument("-u", "--user-id", help="the user whose memory this is")
     scope.add_argument("-a", "--agent-id", help="the agent / app namespace")
+    as_of = argparse.ArgumentParser(add_help=False)  # point-in-time reads (docs/temporal.md)
+    as_of.add_argument("--as-of", metavar="TIME", help="ISO-8601: memory as it was then (record time)")
+    when = argparse.ArgumentParser(add_help=False, parents=[as_of])
+    when.add_argument("--valid-at", metavar="TIME", help="ISO-8601: what was true then (world time)")
 
     p = argparse.ArgumentParser(
         prog="memlane",
@@ -692,13 +699,13 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     s.add_argument("--sender", help="with --channel: who wrote it, as the channel names them")
     s.set_defaults(fn=cmd_add)
 
-    s = sub.add_parser("search", parents=[common, scope], help="hybrid keyword + vector search")
+    s = sub.add_parser("search", parents=[common, scope, when], help="hybrid keyword + vector search")
     s.add_argument("query", nargs="+", help="one to three queries (quote each)")
     s.add_argument("-k", "--top-k", type=int, default=10, help="results (default: %(default)s)")
     s.add_argument("--debug", action="store_true", help="show per-stage timings")
     s.set_defaults(fn=cmd_search)
 
-    s = sub.add_parser("list", parents=[common, scope], help="list memories, newest first")
+    s = sub.add_parser("list", parents=[common, scope, when], help="list memories, newest first")
     s.add_argument("-n", "--limit", type=int, default=50, help="page size (default: %(default)s)")
     s.add_argument("--cursor", help="continue after a previous page")
     s.add_argument("--all", action="store_true", help="include deleted (invalidated) memories")
@@ -780,7 +787,7 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     s.add_argument("-s", "--session-id", help="include this session's memory")
     s.set_defaults(fn=cmd_reflections)
 
-    s = sub.add_parser("profile", parents=[common, scope], help="the session-start user profile (<= 20 bullets)")
+    s = sub.add_parser("profile", parents=[common, scope, as_of], help="the session-start user profile (<= 20 bullets)")
     s.add_argument("--item", action="append", help="a recent task/project to fold in (repeatable)")
     s.set_defaults(fn=cmd_profile)
 

@@ -405,7 +405,7 @@ async def _recent_facts(
     out: list[Fact] = []
     if as_of is not None and isinstance(facts, TemporalReadable):
         snap = await facts.snapshot(scope, as_of=as_of, valid_at=None, filter=FactFilter(kind="fact"))
-        out = [f for f in snap if oldest <= f.formed_at <= as_utc(now) + timedelta(minutes=1)]
+        out = [f for f, _ in snap if oldest <= f.formed_at <= as_utc(now) + timedelta(minutes=1)]
         return sorted(out, key=lambda f: f.formed_at, reverse=True)[:limit]
     cursor: str | None = None
     while len(out) < limit:

@@ -26,9 +26,9 @@ from memlane.errors import ConfigError, NotFoundError, ProviderError
 from memlane.models import Candidate, Fact, FactFilter, FactScope, Hit, Page, Scope, SearchResult
 from memlane.providers.embed.base import Matrix
 from memlane.retrieval.hybrid import fuse
-from memlane.retrieval.snapshot import bm25_scores, terms
+from memlane.retrieval.snapshot import bm25_scores
 from memlane.retrieval.text import date_words, parse_query
-from memlane.stores.base import FactStore, TemporalReadable
+from memlane.stores.base import FactStore, TemporalReadable, Vector
 
 __all__ = ["Embed", "TemporalQuery", "get_at", "list_at", "search_at", "snapshot_store"]
 
@@ -92,7 +92,7 @@ async def list_at(
     narrowed = (flt or FactFilter()).in_session(scope.session_id)
     if narrowed is None:
         return Page(items=[], next_cursor=None, total=0)
-    items = await snapshot_store(facts).snapshot(
+    found = await snapshot_store(facts).snapshot(
         scope,
         as_of=t.as_of,
         valid_at=t.valid_at,
@@ -100,18 +100,20 @@ async def list_at(
         only=only,
         include_invalid=include_invalid,
     )
+    items = [f for f, _ in found]
     page = items[start : start + limit]
     more = start + limit < len(items)
     return Page(
-        items=[redact_contributor(f.model_copy(update={"embedding": None}), scope.user_id) for f in page],
+        items=[redact_contributor(f, scope.user_id) for f in page],
         next_cursor=str(start + limit) if more else None,
         total=len(items),
     )
 
 
-def _doc_terms(f: Fact) -> list[str]:
-    text = "" if f.kind == "document" else f.content  # a document's fragments are searched, not it
-    return terms(text) + terms(date_words(f.occurred_at))
+def _doc_text(f: Fact) -> str:
+    """What keyword search reads of a fact: its text (a document's fragments are searched, not
+    it) and its date in words."""
+    return ("" if f.kind == "document" else f.content) + " " + date_words(f.occurred_at)
 
 
 def _cosines(qvec: Any, vectors: Matrix) -> list[float]:
@@ -122,19 +124,19 @@ def _cosines(qvec: Any, vectors: Matrix) -> list[float]:
     return [float(x) for x in (vectors @ q) / norms]
 
 
-async def _vectors(snapshot: list[Fact], embed: Embed) -> Matrix | None:
+async def _vectors(snapshot: list[tuple[Fact, Vector | None]], embed: Embed) -> Matrix | None:
     """One vector per snapshot fact: the stored one where its text is the stored text, the
-    others embedded now (one call); None when the embedder fails or there is none."""
-    todo = [i for i, f in enumerate(snapshot) if f.embedding is None]
-    fresh = await embed([snapshot[i].content for i in todo]) if todo else None
+    older texts embedded now (one call); zeros for a fact with no vector stored (no vector
+    evidence, as in the live search); None when the embedder fails."""
+    todo = [i for i, (_, v) in enumerate(snapshot) if v is None]
+    fresh = await embed([snapshot[i][0].content for i in todo]) if todo else None
     if todo and fresh is None:
         return None
-    have = [f.embedding for f in snapshot if f.embedding is not None]
-    dim = len(have[0]) if have else (fresh.shape[1] if fresh is not None else 0)
+    dim = fresh.shape[1] if fresh is not None else max((len(v) for _, v in snapshot if v is not None), default=0)
     out = np.zeros((len(snapshot), dim), dtype=np.float32)
-    for i, f in enumerate(snapshot):
-        if f.embedding is not None and len(f.embedding) == dim:
-            out[i] = np.asarray(f.embedding, dtype=np.float32)
+    for i, (_, v) in enumerate(snapshot):
+        if v is not None and len(v) == dim:
+            out[i] = v
     if fresh is not None:
         for j, i in enumerate(todo):
             out[i] = fresh[j]
@@ -165,9 +167,18 @@ async def search_at(
     narrowed = requested.in_session(scope.session_id)
     if narrowed is None:
         return SearchResult(hits=[], debug={"timings": {}, "filter": requested} if debug else None)
-    snap = await snapshot_store(facts).snapshot(
-        scope, as_of=t.as_of, valid_at=t.valid_at, filter=None if narrowed.empty else narrowed, only=only
+    readable = searcher.vector_queries(queries, match_threshold)
+    use_vectors = embed is not None and searcher.embed_queries is not None and cfg.vector_weight > 0
+    use_vectors = use_vectors and bool(readable) and mode != "substring"
+    pairs = await snapshot_store(facts).snapshot(
+        scope,
+        as_of=t.as_of,
+        valid_at=t.valid_at,
+        filter=None if narrowed.empty else narrowed,
+        only=only,
+        vectors=use_vectors,
     )
+    snap = [f for f, _ in pairs]
     by_id = {f.id: f for f in snap}
     wanted = top_k
     if mode == "substring":
@@ -176,7 +187,7 @@ async def search_at(
     else:
         top_k = top_k * 3 if unique else top_k
         depth = max(cfg.depth, top_k)
-        docs = [_doc_terms(f) for f in snap]
+        docs = [_doc_text(f) for f in snap]
         authors = list(dict.fromkeys(f.author for f in snap if f.author))
         kw_lists: list[list[Candidate]] = []
         for q in queries if mode != "vector" else []:
@@ -193,11 +204,10 @@ async def search_at(
         if mode == "vector":
             kw_lists = [[] for _ in queries]
         vec_lists: list[list[Candidate]] = []
-        readable = searcher.vector_queries(queries, match_threshold)
-        if embed is not None and searcher.embed_queries is not None and cfg.vector_weight > 0 and readable and snap:
+        if use_vectors and embed is not None and searcher.embed_queries is not None and snap:
             try:
                 qvecs = await searcher.embed_queries([queries[i] for i in readable])
-                vectors = await _vectors(snap, embed) if qvecs is not None else None
+                vectors = await _vectors(pairs, embed) if qvecs is not None else None
             except ProviderError:
                 qvecs = vectors = None
             if qvecs is not None and vectors is not None:
@@ -227,10 +237,7 @@ async def search_at(
             )
     if unique:
         hits = dedupe(hits)
-    hits = [
-        h.model_copy(update={"fact": redact_contributor(h.fact.model_copy(update={"embedding": None}), scope.user_id)})
-        for h in hits[:wanted]
-    ]
+    hits = [h.model_copy(update={"fact": redact_contributor(h.fact, scope.user_id)}) for h in hits[:wanted]]
     dbg = None
     if debug:
         dbg = {

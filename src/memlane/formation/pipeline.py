@@ -561,7 +561,7 @@ class Pipeline:
         part = user_partition(user_id, agent_ns) if agent_ns is not None else None
         if as_of is not None and isinstance(self.facts, TemporalReadable):
             snap = await self.facts.snapshot(scope, as_of=as_of, valid_at=None, filter=FACTS_ONLY)
-            return [f.content for f in snap if part is None or f.partition == part][:limit]
+            return [f.content for f, _ in snap if part is None or f.partition == part][:limit]
         out: list[str] = []
         cursor: str | None = None
         while len(out) < limit:

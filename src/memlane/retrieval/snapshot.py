@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 
 from memlane.retrieval.text import keyword_text, words
 
@@ -21,6 +22,7 @@ K1 = 1.2
 B = 0.75
 
 
+@lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """A light English suffix stemmer (plurals, ``-ed``, ``-ing``, a final ``e``): ``lives``,
     ``lived``, ``living`` and ``live`` all give ``liv``."""
@@ -43,18 +45,27 @@ def terms(text: str) -> list[str]:
     return [stem(w) for w in words(keyword_text(text))]
 
 
-def bm25_scores(query: Sequence[str], docs: Sequence[Sequence[str]]) -> list[float]:
-    """BM25 of each doc (stemmed words) for the query terms (stemmed or not: stemmed here)."""
-    if not docs:
+def bm25_scores(query: Sequence[str], texts: Sequence[str]) -> list[float]:
+    """BM25 of each text for the query terms (stemmed here). Only texts holding a query term's
+    stem as a substring are split into words; the others count by their whitespace words (for
+    the average length) and score 0, so a large snapshot costs one pass of substring tests."""
+    if not texts:
         return []
-    q = list(dict.fromkeys(stem(t) for t in query))
-    n = len(docs)
-    avg = sum(len(d) for d in docs) / n or 1.0
-    counts = [Counter(d) for d in docs]
-    df = {t: sum(1 for c in counts if t in c) for t in q}
+    q = list(dict.fromkeys(stem(t) for t in query if t))
+    lowered = [t.lower() for t in texts]
+    lengths = [len(t.split()) for t in lowered]
+    n = len(texts)
+    avg = sum(lengths) / n or 1.0
+    counts: dict[int, Counter[str]] = {}
+    for i, text in enumerate(lowered):
+        if any(t in text for t in q):
+            c = Counter(terms(text))
+            lengths[i] = sum(c.values())
+            counts[i] = c
+    df = {t: sum(1 for c in counts.values() if t in c) for t in q}
     idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in q}
-    out: list[float] = []
-    for d, c in zip(docs, counts, strict=True):
-        norm = K1 * (1 - B + B * len(d) / avg)
-        out.append(sum(idf[t] * c[t] * (K1 + 1) / (c[t] + norm) for t in q if c[t]))
+    out = [0.0] * n
+    for i, c in counts.items():
+        norm = K1 * (1 - B + B * lengths[i] / avg)
+        out[i] = sum(idf[t] * c[t] * (K1 + 1) / (c[t] + norm) for t in q if c[t])
     return out

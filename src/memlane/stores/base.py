@@ -484,10 +484,12 @@ class TemporalReadable(Protocol):
         filter: FactFilter | None = None,
         only: FactScope | None = None,
         include_invalid: bool = False,
-    ) -> list[Fact]:
-        """The scope's facts newest first, each as it was at ``as_of`` (now when None), with
-        its vector where its text then is its text now; with ``valid_at``, those true in the
-        world then, else those valid as of ``as_of`` (all with ``include_invalid``)."""
+        vectors: bool = False,
+    ) -> list[tuple[Fact, Vector | None]]:
+        """The scope's facts newest first, each as it was at ``as_of`` (now when None), without
+        ``embedding``; with ``vectors``, paired with its stored vector where its text then is
+        its text now (else None). With ``valid_at``: the versions true in the world then, else
+        those valid as of ``as_of`` (all with ``include_invalid``)."""
         ...
 
     async def fact_as_of(

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from memlane.service.deps import Caller, Engine, authorize
 from memlane.service.routes._memory_models import Scoped
+from memlane.service.routes._temporal import AsOf
 
 router = APIRouter(prefix="/v1", tags=["context"])
 
@@ -56,19 +57,22 @@ async def context(
     caller: Caller,
     scope: Scoped,
     budget_tokens: Annotated[int | None, Query(description="cut the block to this many tokens")] = None,
+    as_of: AsOf = None,
 ) -> ContextOut:
-    """The ``<MemoryContext>`` block for a turn (profile, consolidated memory, recent facts)."""
+    """The ``<MemoryContext>`` block for a turn (profile, consolidated memory, recent facts);
+    ``as_of``: the block as memory held it then (docs/temporal.md)."""
     ids = await scope.ids(memory, caller, write=False)
-    return ContextOut(context=await memory.context(**ids, budget_tokens=budget_tokens))
+    return ContextOut(context=await memory.context(**ids, budget_tokens=budget_tokens, as_of=as_of))
 
 
 @router.get("/profile", operation_id="profile", response_model=ProfileOut)
 async def profile(
-    memory: Engine, caller: Caller, user_id: str | None = None, agent_id: str | None = None
+    memory: Engine, caller: Caller, user_id: str | None = None, agent_id: str | None = None, as_of: AsOf = None
 ) -> ProfileOut:
-    """The user's profile: their facts distilled into importance-ranked bullets (null: nothing known)."""
+    """The user's profile: their facts distilled into importance-ranked bullets (null: nothing
+    known); ``as_of``: from their facts as memory held them then."""
     user = authorize(caller, user_id=user_id, write=False)
-    text = await memory.profile(user, agent_id=agent_id)  # type: ignore[arg-type]  # None: the engine's 400
+    text = await memory.profile(user, agent_id=agent_id, as_of=as_of)  # type: ignore[arg-type]  # None: the engine's 400
     return ProfileOut(user_id=str(user), profile=text)
 
 

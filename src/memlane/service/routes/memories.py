@@ -19,6 +19,7 @@ from memlane.errors import InvalidInputError
 from memlane.models import Fact, HistoryEntry, Job
 from memlane.service.deps import Caller, Engine, page
 from memlane.service.routes._memory_models import FactOut, Scoped, check_room
+from memlane.service.routes._temporal import AsOf, ValidAt
 from memlane.service.routes.identities import acting_user
 from memlane.service.routes.sessions import JobAccepted, accepted
 
@@ -130,8 +131,11 @@ async def list_memories(
     include_invalid: bool = False,
     limit: Annotated[int | None, Query(description="page size (1..the server's cap)")] = None,
     cursor: str | None = None,
+    as_of: AsOf = None,
+    valid_at: ValidAt = None,
 ) -> MemoryPage:
-    """Memories newest first, paginated (``next_cursor``); filters: ``kind``, ``author``, ``scope``."""
+    """Memories newest first, paginated (``next_cursor``); filters: ``kind``, ``author``, ``scope``;
+    ``as_of`` / ``valid_at``: as memory held them then, or those true then (docs/temporal.md)."""
     ids = await scoped.ids(memory, caller, write=False)
     filters = {k: v for k, v in (("author", author), ("scope", scope)) if v is not None}
     result = await memory.list(
@@ -141,6 +145,8 @@ async def list_memories(
         include_invalid=include_invalid,
         kind=kind,
         filters=filters or None,
+        as_of=as_of,
+        valid_at=valid_at,
     )
     return MemoryPage(
         memories=[FactOut.of(f) for f in result.items], next_cursor=result.next_cursor, total=result.total
@@ -148,9 +154,13 @@ async def list_memories(
 
 
 @router.get("/{memory_id}", operation_id="get_memory", response_model=FactOut)
-async def get_memory(memory_id: str, memory: Engine, caller: Caller, scope: Scoped) -> FactOut:
-    """One memory (404 when absent or outside the named user/agent/room)."""
-    return FactOut.of(await memory.get(memory_id, **await scope.ids(memory, caller, write=False)))
+async def get_memory(
+    memory_id: str, memory: Engine, caller: Caller, scope: Scoped, as_of: AsOf = None, valid_at: ValidAt = None
+) -> FactOut:
+    """One memory (404 when absent or outside the named user/agent/room; with ``as_of`` /
+    ``valid_at``: the version then, 404 when it did not exist or hold then)."""
+    ids = await scope.ids(memory, caller, write=False)
+    return FactOut.of(await memory.get(memory_id, **ids, as_of=as_of, valid_at=valid_at))
 
 
 @router.patch("/{memory_id}", operation_id="update_memory", response_model=FactOut)

@@ -11,6 +11,7 @@ from memlane.engine.search import SearchMode
 from memlane.models import SearchResult
 from memlane.service.deps import Caller, Engine, authorize
 from memlane.service.routes._memory_models import FactOut, check_room
+from memlane.service.routes._temporal import AsOf, ValidAt, one_of
 
 router = APIRouter(prefix="/v1", tags=["search"])
 
@@ -34,6 +35,8 @@ class SearchRequest(BaseModel):
         default=None, description="elizaOS: the cosine (-1..1) a memory must reach to be found by meaning, this call"
     )
     unique: bool = Field(default=False, description="elizaOS: one hit per distinct text (the best)")
+    as_of: str | None = Field(default=None, description="ISO-8601 record time: search memory as it was then")
+    valid_at: str | None = Field(default=None, description="ISO-8601 world time: what was true then")
 
 
 class HitOut(BaseModel):
@@ -56,8 +59,11 @@ class SearchResponse(BaseModel):
 
 
 @router.post("/search", operation_id="search", response_model=SearchResponse)
-async def search(body: SearchRequest, memory: Engine, caller: Caller) -> SearchResponse:
-    """Search one user's (and the agent's shared) memories; ``debug`` adds stage timings."""
+async def search(
+    body: SearchRequest, memory: Engine, caller: Caller, as_of: AsOf = None, valid_at: ValidAt = None
+) -> SearchResponse:
+    """Search one user's (and the agent's shared) memories; ``debug`` adds stage timings;
+    ``as_of`` / ``valid_at`` (body or query string): memory as it was, what was true then."""
     user = authorize(caller, user_id=body.user_id, write=False)
     await check_room(memory, caller, body.session_id, body.app)
     result = await memory.search(
@@ -71,5 +77,7 @@ async def search(body: SearchRequest, memory: Engine, caller: Caller) -> SearchR
         mode=body.mode,
         match_threshold=body.match_threshold,
         unique=body.unique,
+        as_of=one_of(body.as_of, as_of, "as_of"),
+        valid_at=one_of(body.valid_at, valid_at, "valid_at"),
     )
     return SearchResponse.of(result)

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from memlane.models import Fact, FactFilter
 from memlane.stores.base import Vector
 from memlane.stores.sql.stmt import Program, Row, Stmt
@@ -135,6 +137,18 @@ class Dialect(ABC):
     @abstractmethod
     def fact(self, row: Row, *, with_embedding: bool = False) -> Fact:
         """A fact from a row of :data:`FACT_COLS` (the vector only when ``with_embedding``)."""
+
+    def vector(self, value: Any) -> Vector | None:
+        """The embedding column's value as a float32 array, None when the row has none (without
+        a Python list per row: point-in-time search reads a whole scope's). Decodes float32
+        bytes (SQLite), a pgvector value and any sequence of floats."""
+        if value is None:
+            return None
+        if isinstance(value, bytes | bytearray | memoryview):
+            return np.frombuffer(value, dtype=np.float32)
+        if hasattr(value, "to_numpy"):
+            return np.asarray(value.to_numpy(), dtype=np.float32)
+        return np.asarray(value, dtype=np.float32)
 
     # ------------------------------------------------------------------ SQL pieces
     @abstractmethod

@@ -280,12 +280,19 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
         filter: FactFilter | None = None,
         only: FactScope | None = None,
         include_invalid: bool = False,
-    ) -> list[Fact]:
+        vectors: bool = False,
+    ) -> list[tuple[Fact, Vector | None]]:
         """The scope at a record time and/or a world time (:mod:`memlane.stores.sql.temporal`)."""
         return await self._scoped_query(
             scope.partition_filter(only),
             lambda parts: temporal.snapshot_in(
-                self._d, parts, as_of=as_of, valid_at=valid_at, filter=filter, include_invalid=include_invalid
+                self._d,
+                parts,
+                as_of=as_of,
+                valid_at=valid_at,
+                filter=filter,
+                include_invalid=include_invalid,
+                vectors=vectors,
             ),
         )
 

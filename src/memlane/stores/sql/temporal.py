@@ -28,16 +28,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+
 from memlane.models import Fact, FactFilter, Scope, content_hash
+from memlane.stores.base import Vector
 from memlane.stores.sql.dialect import FACT_COLS, Dialect
 from memlane.stores.sql.facts import visible_row
 from memlane.stores.sql.stmt import Program, all_rows
 
-__all__ = ["Version", "fact_as_of", "replay", "snapshot_in"]
+__all__ = ["Version", "Versioned", "fact_as_of", "replay", "snapshot_in"]
 
 #: The history events that change what memory holds (NONE and ACCESS rows do not).
 _CHANGES = ("ADD", "UPDATE", "DELETE")
 _ORDER = {"ADD": 0, "UPDATE": 1, "DELETE": 2}
+
+#: A fact as it was, with its stored vector when asked for and its text then is its text now.
+Versioned = tuple[Fact, Vector | None]
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,12 @@ def replay(
     if it was deleted or superseded by then. With ``valid_at``: the version true in the world
     at that time (``valid_from <= valid_at < invalid_at``, a version ending where the next one
     starts), or None when none was."""
+    if len(versions) == 1 and versions[0].event == "ADD" and fact.invalid_at is None:  # most facts
+        added = versions[0]
+        start = added.effective or fact.valid_from
+        if (as_of is not None and added.at > as_of) or (valid_at is not None and valid_at < start):
+            return None
+        return fact if start == fact.valid_from else fact.model_copy(update={"valid_from": start})
     changes = sorted(versions, key=lambda v: (v.at, _ORDER[v.event]))
     if as_of is not None:
         recorded = next((v.at for v in changes if v.event == "ADD"), fact.formed_at)
@@ -98,6 +110,8 @@ def replay(
         k = held[-1]
     text: str = fact.content if texts[k].text is None else str(texts[k].text)
     same = text == fact.content
+    if same and k + 1 == fact.version and starts[k] == fact.valid_from and ends[k] == fact.invalid_at:
+        return fact  # as stored now
     return fact.model_copy(
         update={
             "content": text,
@@ -127,19 +141,23 @@ def snapshot_in(
     valid_at: datetime | None,
     filter: FactFilter | None = None,
     include_invalid: bool = False,
-) -> Program[list[Fact]]:
+    vectors: bool = False,
+) -> Program[list[Versioned]]:
     """The facts of ``parts`` (resolved partitions) as of ``as_of`` (record time; now when
-    None), newest first, each with its vector where its text then is its text now
-    (:func:`replay`). With ``valid_at``: the version of each that held in the world then;
-    else those valid as of ``as_of`` (all with ``include_invalid``). ``filter`` runs in the
-    query (kind, author, session and metadata are the same in every version)."""
+    None), newest first (:func:`replay`), without ``embedding``; with ``vectors``, each with
+    its stored vector where its text then is its text now (an empty one when it has none
+    stored; None for a text that is not stored any more: embed it to compare it). With ``valid_at``: the version of
+    each that held in the world then; else those valid as of ``as_of`` (all with
+    ``include_invalid``). ``filter`` runs in the query (kind, author, session and metadata
+    are the same in every version)."""
     if not parts:
         return []
     where, args = d.in_list("f.partition", parts)
     fsql, fargs = d.filter_sql(filter, "f")
     where += fsql
     args = [*args, *fargs]
-    rows = yield from all_rows(f"SELECT {_cols('f')} FROM facts f WHERE {where} ORDER BY f.rowid DESC", args)
+    cols = _cols("f", vectors)
+    rows = yield from all_rows(f"SELECT {cols} FROM facts f WHERE {where} ORDER BY f.rowid DESC", args)
     if not rows:
         return []
     marks = ", ".join("?" for _ in _CHANGES)
@@ -151,17 +169,25 @@ def snapshot_in(
     events: dict[str, list[Version]] = {}
     for r in hist:
         events.setdefault(d.untext(r[0]) or "", []).append(_version(d, r))
-    out: list[Fact] = []
+    out: list[Versioned] = []
     for r in rows:
-        now = d.fact(r, with_embedding=True)
+        now = d.fact(r)
         fact = replay(now, events.get(now.id, []), as_of, valid_at)
         if fact is not None and (valid_at is not None or include_invalid or fact.invalid_at is None):
-            out.append(fact)
+            out.append((fact, _stored(d, r[21]) if vectors and fact.content == now.content else None))
     return out
 
 
-def _cols(alias: str) -> str:
-    return ", ".join(f"{alias}.{c.strip()}" for c in FACT_COLS.split(","))
+def _stored(d: Dialect, value: object) -> Vector:
+    """A row's stored vector; an empty one when it has none (not embedded yet)."""
+    v = d.vector(value)
+    return np.zeros(0, dtype=np.float32) if v is None else v
+
+
+def _cols(alias: str, vectors: bool = True) -> str:
+    """:data:`FACT_COLS` of table ``alias`` (the embedding read only with ``vectors``)."""
+    cols = [f"{alias}.{c.strip()}" for c in FACT_COLS.split(",")]
+    return ", ".join(cols if vectors else [*cols[:-1], "NULL"])
 
 
 def fact_as_of(
