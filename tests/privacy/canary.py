@@ -61,6 +61,10 @@ class LeakyModel(OfflineModel):
 
     name = "leaky"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.profile_inputs: list[ProfileInput] = []
+
     async def extract_facts(self, inp: ExtractionInput) -> ExtractionOutput:
         out = await super().extract_facts(inp)
         leak = ExtractedFact(content=f"Zoe pays with card {CARD} from {IP}", scope="user", sources=[0])
@@ -81,6 +85,7 @@ class LeakyModel(OfflineModel):
         return (await super().consolidate(inp)) + f"\n- Zoe's IBAN is {IBAN}, badge {BADGE}"
 
     async def distill_profile(self, inp: ProfileInput) -> ProfileOutput:
+        self.profile_inputs.append(inp)
         out = await super().distill_profile(inp)
         return out.model_copy(update={"bullets": [*out.bullets, f"Phone {PHONE}"]})
 

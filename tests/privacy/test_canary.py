@@ -107,8 +107,12 @@ async def write_everywhere(m: AsyncMemory, tmp_path: Path) -> None:
 
 
 async def test_no_raw_pii_reaches_any_store(backend: Backend, tmp_path: Path) -> None:
-    async with backend.memory(redact=CONFIG, llm=LeakyModel()) as m:
+    model = LeakyModel()
+    async with backend.memory(redact=CONFIG, llm=model) as m:
         await write_everywhere(m, tmp_path)
+        assert await m.profile("zoe", items=[f"call {PHONE} about {IBAN}"])
+        sent = [i for inp in model.profile_inputs for i in [*inp.items, *inp.facts]]
+        assert sent and not any(v in i for v in (PHONE, IBAN, EMAIL) for i in sent), sent  # the model saw tokens
         stored = [f.content for f in (await m.list(user_id="zoe", limit=200)).items]
         blobs = [await m.consolidated("session", user_id="zoe", session_id="s1")]
         reflections = await m.reflections("user", user_id="zoe")

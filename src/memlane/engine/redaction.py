@@ -225,7 +225,8 @@ class RedactingSessions:
 class RedactingModel:
     """A :class:`~memlane.formation.model.FormationModel` whose outputs are redacted: the
     extracted facts, merged texts, reflections, consolidated blobs and profile bullets, so
-    what a model adds (or repeats) is stored as the write paths store it."""
+    what a model adds (or repeats) is stored as the write paths store it. Its inputs come from
+    the (redacted) stores, except ``profile(items=...)``'s, redacted here before the call."""
 
     def __init__(self, model: FormationModel, redactor: Redactor) -> None:
         self.model = model
@@ -263,6 +264,8 @@ class RedactingModel:
         return self.redactor.redact(await self.model.consolidate(inp))
 
     async def distill_profile(self, inp: ProfileInput) -> ProfileOutput:
+        # the caller's recent items (tasks, projects) come straight from the call, not from a store
+        inp = inp.model_copy(update={"items": [self.redactor.redact(i) for i in inp.items]})
         out = await self.model.distill_profile(inp)
         bullets = [t for t in (self.redactor.redact(b) for b in out.bullets) if t.strip()]
         return out.model_copy(update={"bullets": bullets})
