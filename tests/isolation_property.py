@@ -387,6 +387,17 @@ def _http_reads(
         r = c.post("/v1/search", json={"query": f"zq{ex}", "top_k": 100, **named})
         assert r.status_code == 200, r.text
         seen["search"] = _tokens(r.text, ex)
+        then = {"as_of": "2999-01-01T00:00:00Z"}  # point-in-time reads (docs/temporal.md): the same walls
+        get("list as_of", "/v1/memories", params={**named, "limit": 100, "include_invalid": True, **then})
+        get("list valid_at", "/v1/memories", params={**named, "limit": 100, "valid_at": then["as_of"]})
+        for mid in ids:
+            r = c.get(f"/v1/memories/{mid}", params={**named, **then})
+            assert r.status_code in (200, 404), r.text
+            seen["get as_of"] = seen.get("get as_of", set()) | _tokens(r.text, ex)
+        r = c.post("/v1/search", params=then, json={"query": f"zq{ex}", "top_k": 100, **named})
+        assert r.status_code == 200, r.text
+        seen["search as_of"] = _tokens(r.text, ex)
+        get("context as_of", "/v1/context", params={**named, **then})
         get("context", "/v1/context", params=named)
         get("profile", "/v1/profile", params=named)
         get("stats", "/v1/stats", params=named)
