@@ -166,6 +166,12 @@ async def test_forget_erases_the_links_and_export_has_them(backend: Backend, mem
     assert q(backend, "SELECT COUNT(*) FROM identities") == [(1,)]
     assert (await mem.export_user("sam"))["identities"] == []
     assert await mem.identities("alex") != []
+    # Gaia's /forget (long-term memory only): the user keeps talking, so the links stay
+    await mem.link_identity("sms", "+15550100", "sam")
+    await mem.add("I am vegetarian", channel="sms", sender="+15550100")
+    await mem.forget("sam", sessions=False)
+    assert (await mem.list(user_id="sam")).items == []
+    assert await mem.resolve_identity("sms", "+15550100") == "sam"
 
 
 def test_in_memory_database_and_the_sync_facade() -> None:

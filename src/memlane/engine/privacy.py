@@ -33,12 +33,15 @@ async def forget(
     contexts: ContextCache,
 ) -> int:
     """Hard purge everything of the (checked) ``user_id`` from the stores, in the order that
-    leaves no text behind: jobs (and, with ``sessions``, formation cursors and sessions),
-    reflections, every cached context, then facts, whose purge ends by scrubbing the file.
+    leaves no text behind: jobs (and, with ``sessions``, formation cursors, sessions and
+    identity links), reflections, every cached context, then facts, whose purge ends by
+    scrubbing the file.
     Returns the number of rows removed (see :meth:`memlane.memory.AsyncMemory.forget`)."""
     removed = await jobs.purge_user(user_id, cursors=sessions)
     if sessions:
         removed += await session_store.delete_user_sessions(user_id)
+        if isinstance(facts, IdentityStore):  # the user's (channel, sender) links
+            removed += await facts.purge_identities(user_id)
     if reflections is not facts:  # type: ignore[comparison-overlap]
         removed += await reflections.purge_user(user_id, shared=shared)
     # Cached contexts hold memory text (agent blobs included): all go, not only the user's.
@@ -108,9 +111,10 @@ class PrivacyMethods(EngineState):
                 dropped and rebuilt from the remaining reflections at the next consolidation.
                 ``"keep"``: the agent keeps them for its other users, unlinked from the user.
             sessions: ``False`` erases the long-term memory only (Gaia's ``/forget``): the
-                user's sessions, their events and their formation cursors stay (short-term
-                memory is untouched; turns not formed yet are still formed later, turns already
-                formed are not formed again). Everything formed from them (facts, reflections of
+                user's sessions, their events, their formation cursors and their identity links
+                stay (short-term memory is untouched and the user's senders still resolve;
+                turns not formed yet are still formed later, turns already formed are not
+                formed again). Everything formed from them (facts, reflections of
                 every scope, blobs) and the formation jobs, which hold formed text, are erased,
                 and the file is scrubbed as with the default.
 

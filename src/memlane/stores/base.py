@@ -549,8 +549,8 @@ class UserExportable(Protocol):
 @runtime_checkable
 class IdentityStore(Protocol):
     """The identity map: which user a sender on a channel is (Gaia's dispatcher). Kept in the
-    long-term store, beside the user's memory: ``purge_user`` erases the user's links in its
-    transaction, and ``export_user`` reads them through :meth:`identities`."""
+    long-term store, beside the user's memory; ``forget`` erases them (:meth:`purge_identities`)
+    and ``export_user`` reads them (:meth:`identities`)."""
 
     async def link_identity(self, channel: str, sender: str, user_id: str) -> Identity:
         """Link ``(channel, sender)`` to ``user_id`` (again: nothing changes, the first link is
@@ -567,6 +567,10 @@ class IdentityStore(Protocol):
 
     async def identities(self, user_id: str) -> list[Identity]:
         """The user's links, by channel then sender."""
+        ...
+
+    async def purge_identities(self, user_id: str) -> int:
+        """For ``forget``: delete the user's links; how many."""
         ...
 
 

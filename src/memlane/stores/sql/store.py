@@ -362,3 +362,8 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
     async def identities(self, user_id: str) -> list[Identity]:
         """The user's links, by channel then sender."""
         return await self._query(idmap.identities_of(self._d, user_id))
+
+    async def purge_identities(self, user_id: str) -> int:
+        """For ``forget``: delete the user's links (before the fact purge, whose clean-up then
+        takes their text out of the files); how many."""
+        return await self._transact(idmap.purge_identities(self._d, user_id))
