@@ -59,6 +59,8 @@ async def _populate(db: Path) -> None:
             "I like hiking in the mountains ☃", user_id="alice", metadata={"topic": "travel", "n": 1}, timestamp=when
         )
         await m.add("Bob prefers tea over coffee", user_id="bob", metadata={"z": [1, 2], "a": {"b": None}})
+        await m.link_identity("sms", "+15550100", "bob")  # the identity map
+        await m.link_identity("télégramme", "bøb", "bob")
         # PostgreSQL text cannot hold NUL: the copy encodes it (and the codec's escape) and back
         await m.add("a NUL \x00 here and the escape \U0010fffe there", user_id="n\x00ul", metadata={"k\x00": "v\x00"})
         await m.add("The team standup is at 9am", user_id="alice", agent_id="helper", scope="agent")

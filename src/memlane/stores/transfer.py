@@ -171,6 +171,7 @@ TABLES: tuple[Table, ...] = (
         times="last_activity_at last_formed_at",
     ),
     _t("applied_batches", ["key"], "key, user_id, at, result", json="result", times="at"),
+    _t("identities", ["channel", "sender"], "channel, sender, user_id, linked_at", times="linked_at"),
 )
 
 #: The keyword-index text of a fact (SQLite ``facts_fts`` columns, PostgreSQL ``facts`` columns).
