@@ -60,6 +60,9 @@ async def test_mask_mode_search_matches_the_mask(tmp_path: Path) -> None:
         await m.add("Zoe plays the cello", user_id="zoe")
         hits = (await m.search("bob@example.com", user_id="zoe", mode="keyword")).hits
         assert [h.fact.content for h in hits] == ["Zoe's address is [email]"]
+        # texts differing only in their values are one text once masked: stored once
+        again = await m.add("Zoe's address is zoe@other.example", user_id="zoe")
+        assert again[0].id == hits[0].fact.id
 
 
 async def test_hash_mode_metadata_filters_match(tmp_path: Path) -> None:
@@ -74,6 +77,8 @@ async def test_hash_mode_metadata_filters_match(tmp_path: Path) -> None:
 async def test_drop_mode(tmp_path: Path) -> None:
     async with AsyncMemory(tmp_path / "m.db", embedder="hash", redact={"mode": "drop"}) as m:
         assert await m.add("zoe@example.org", user_id="zoe") == []  # nothing left: nothing stored
+        assert await m.add("zoe@example.org", user_id="zoe", infer=True, wait=False) == []  # and no job
+        assert await m.list_jobs() == []
         assert await first_content(m, "write to zoe@example.org today") == "write to today"
         facts = await m.add(
             [{"role": "user", "content": "+44 20 7946 0958"}, {"role": "user", "content": "hello"}],
