@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from test_longmemeval import write_data as write_lme
 
 from llama_server import LlamaServer
 from loopback import JsonHandler, Reply, serve
-from memlane.cli.main import main
+from memlane.cli.main import build_parser, main
 from memlane.evaluation import locomo, longmemeval, qa
 from memlane.memory import AsyncMemory
 from memlane.providers.llm.base import ChatMessage, estimate_tokens
@@ -330,3 +331,16 @@ def test_cli_against_llama_cpp(
         assert 0 < tokens["answer"]["completion"] <= qa.ANSWER_MAX_TOKENS
         assert 0 < tokens["judge"]["completion"] <= qa.JUDGE_MAX_TOKENS
         assert rep["seconds_per_question"]["answer"] > 0 and rep["seconds_per_question"]["judge"] > 0
+
+
+def test_the_documented_commands_parse() -> None:
+    """Every ``memlane bench`` command of docs/answer-benchmark.md takes options that exist."""
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs" / "answer-benchmark.md").read_text().replace("\\\n", " ")
+    commands = [line[line.index("memlane bench") :] for line in text.splitlines() if "memlane bench " in line]
+    commands = [c.split(" > ")[0].rstrip("`") for c in commands if "--data" in c]
+    assert len(commands) >= 5
+    parser = build_parser()
+    for command in commands:
+        args = parser.parse_args(shlex.split(command)[1:])
+        assert args.qa and args.data, command
