@@ -80,6 +80,7 @@ from test_temporal import (  # noqa: F401
     test_as_of_sees_memory_as_it_was_before_updates_and_deletes,
     test_context_and_profile_as_of,
     test_forget_erases_at_every_as_of,
+    test_snapshot_reads_settled_access_counts,
     test_valid_at_follows_the_statements_own_times,
 )
 

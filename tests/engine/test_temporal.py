@@ -180,3 +180,10 @@ async def test_memory_database_in_process(tmp_path: object) -> None:
         t = await _tick()
         await m.update(f.id, "Sam lives in Porto", user_id="sam")
         assert [h.fact.content for h in (await m.search(WHERE, user_id="sam", as_of=t)).hits] == ["Sam lives in Lisbon"]
+
+
+async def test_snapshot_reads_settled_access_counts(mem: AsyncMemory) -> None:
+    [f] = await mem.add("Sam lives in Lisbon", user_id="sam")
+    assert [h.fact.id for h in (await mem.search(WHERE, user_id="sam")).hits] == [f.id]  # bumps it (later)
+    [now] = (await mem.list(user_id="sam", as_of=utcnow())).items
+    assert now.access_count == 1

@@ -282,7 +282,9 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
         include_invalid: bool = False,
         vectors: bool = False,
     ) -> list[tuple[Fact, Vector | None]]:
-        """The scope at a record time and/or a world time (:mod:`memlane.stores.sql.temporal`)."""
+        """The scope at a record time and/or a world time (:mod:`memlane.stores.sql.temporal`);
+        pending access counts settled first, as ``list_facts`` does."""
+        await self.settle_access()
         return await self._scoped_query(
             scope.partition_filter(only),
             lambda parts: temporal.snapshot_in(
