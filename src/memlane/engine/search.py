@@ -206,44 +206,36 @@ class Searcher:
         depth = max(cfg.depth, top_k)
         timings: dict[str, float] = {}
         t = time.perf_counter()
-        authors = await self.facts.authors(pf)
-        qvecs: Matrix | None = None
         readable = self.vector_queries(queries, match_threshold)
         use_vectors = use_vectors and self.embed_queries is not None and cfg.vector_weight > 0 and bool(readable)
-        embed_task = (
-            asyncio.ensure_future(self.embed_queries([queries[i] for i in readable]))
-            if use_vectors and self.embed_queries
+        # the vector side (embedding, then its statements) runs while the keyword side does
+        vec_task = (
+            asyncio.ensure_future(self._vectors(pf, queries, readable, depth=depth, flt=flt, timings=timings))
+            if use_vectors
             else None
         )
-        if mode == "vector":  # keywords left out
-            kw_lists: list[list[Candidate]] = [[] for _ in queries]
-        else:
-            kw_lists = list(
-                await asyncio.gather(*(self.keyword(pf, q, authors, limit=depth, flt=flt) for q in queries))
-            )
-            if getattr(self.facts, "authors_cached", False):  # a store answering authors from a
-                fresh = await self.facts.authors(pf)  # cache its keyword search refreshed: free
-                if set(fresh) != set(authors):  # a speaker came or went since: boost with them
-                    authors = fresh
-                    kw_lists = list(
-                        await asyncio.gather(*(self.keyword(pf, q, authors, limit=depth, flt=flt) for q in queries))
-                    )
-        timings["keyword_ms"] = (time.perf_counter() - t) * 1000
-        vec_lists: list[list[Candidate]] = []
-        if embed_task is not None:
-            try:
-                qvecs = await embed_task
-            except ProviderError as exc:
-                log.warning("memlane: query embedding failed (%s); keyword-only results", exc)
-            timings["embed_ms"] = (time.perf_counter() - t) * 1000 - timings["keyword_ms"]
-            if qvecs is not None:
-                t = time.perf_counter()
-                found_vec = await asyncio.gather(
-                    *(self.facts.vector_search(pf, qvecs[j], limit=depth, filter=flt) for j in range(len(readable)))
+        try:
+            authors = await self.facts.authors(pf)
+            if mode == "vector":  # keywords left out
+                kw_lists: list[list[Candidate]] = [[] for _ in queries]
+            else:
+                kw_lists = list(
+                    await asyncio.gather(*(self.keyword(pf, q, authors, limit=depth, flt=flt) for q in queries))
                 )
-                by_query = dict(zip(readable, found_vec, strict=True))
-                vec_lists = [by_query.get(i, []) for i in range(len(queries))]
-                timings["vector_ms"] = (time.perf_counter() - t) * 1000
+                if getattr(self.facts, "authors_cached", False):  # a store answering authors from a
+                    fresh = await self.facts.authors(pf)  # cache its keyword search refreshed: free
+                    if set(fresh) != set(authors):  # a speaker came or went since: boost with them
+                        authors = fresh
+                        kw_lists = list(
+                            await asyncio.gather(*(self.keyword(pf, q, authors, limit=depth, flt=flt) for q in queries))
+                        )
+        except BaseException:
+            if vec_task is not None:
+                vec_task.cancel()
+                await asyncio.gather(vec_task, return_exceptions=True)
+            raise
+        timings["keyword_ms"] = (time.perf_counter() - t) * 1000
+        qvecs, vec_lists = await vec_task if vec_task is not None else (None, [])
         t = time.perf_counter()
         fused = fuse(kw_lists, vec_lists, cfg, top_k=top_k)
         # the hits' rows: those the candidate search returned (PostgreSQL), the rest read
@@ -283,6 +275,36 @@ class Searcher:
                 "filter": flt,
             }
         return SearchResult(hits=hits, debug=dbg)
+
+    async def _vectors(
+        self,
+        pf: PartitionFilter,
+        queries: list[str],
+        readable: list[int],
+        *,
+        depth: int,
+        flt: FactFilter,
+        timings: dict[str, float],
+    ) -> tuple[Matrix | None, list[list[Candidate]]]:
+        """The queries' embeddings (``readable`` ones), then their vector candidates (one list
+        per query, empty for the others); no vectors when the embedder fails (logged)."""
+        assert self.embed_queries is not None
+        t = time.perf_counter()
+        try:
+            qvecs = await self.embed_queries([queries[i] for i in readable])
+        except ProviderError as exc:
+            log.warning("memlane: query embedding failed (%s); keyword-only results", exc)
+            qvecs = None
+        timings["embed_ms"] = (time.perf_counter() - t) * 1000
+        if qvecs is None:
+            return None, []
+        t = time.perf_counter()
+        found_vec = await asyncio.gather(
+            *(self.facts.vector_search(pf, qvecs[j], limit=depth, filter=flt) for j in range(len(readable)))
+        )
+        by_query = dict(zip(readable, found_vec, strict=True))
+        timings["vector_ms"] = (time.perf_counter() - t) * 1000
+        return qvecs, [by_query.get(i, []) for i in range(len(queries))]
 
     async def _substring(
         self,
