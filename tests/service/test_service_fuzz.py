@@ -220,6 +220,10 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
             yield Seeded(srv, tmp / "tenants" / "acme.db", keys, ids)
 
 
+#: alice's sender (the identity map): bob's key and other tenants' keys find it unknown.
+ALICE_SMS = {"channel": "sms", "sender": "+15550100"}
+
+
 def _seed(srv: ServiceServer, key: str) -> dict[str, str]:
     h = {"Authorization": f"Bearer {key}"}
     c = srv.client
@@ -232,6 +236,8 @@ def _seed(srv: ServiceServer, key: str) -> dict[str, str]:
         r = c.post("/v1/memories", json={"text": f"{MARK} {user} likes tea", "user_id": user}, headers=h)
         assert r.status_code == 201, r.text
         ids[f"{user}_memory"] = r.json()["memories"][0]["id"]
+    r = c.post("/v1/identities", json={**ALICE_SMS, "user_id": "alice"}, headers=h)
+    assert r.status_code == 201, r.text
     r = c.post("/v1/documents", json={"text": f"{MARK} alice's notes. " * 40, "user_id": "alice"}, headers=h)
     assert r.status_code == 201, r.text
     ids["document"] = r.json()["id"]
@@ -268,6 +274,10 @@ def _requests(ids: dict[str, str]) -> dict[str, tuple[str, str, dict[str, Any], 
         "POST /v1/documents": ("/v1/documents", {"json": {**text, **a}}, True, True),
         "GET /v1/documents/{document_id}/fragments": (f"/v1/documents/{doc}/fragments", {"params": a}, False, True),
         "GET /v1/embeddings": ("/v1/embeddings", {}, False, False),
+        "POST /v1/identities": ("/v1/identities", {"json": {"channel": "sms", "sender": "+1999", **a}}, True, True),
+        "GET /v1/identities": ("/v1/identities", {"params": a}, False, True),
+        "GET /v1/identities/resolve": ("/v1/identities/resolve", {"params": ALICE_SMS}, False, False),
+        "DELETE /v1/identities": ("/v1/identities", {"params": ALICE_SMS}, True, False),
         "POST /v1/import": ("/v1/import", {"json": {"content": _IMPORT_LINE}}, True, True),
         "GET /v1/fragments/{fragment_id}/document": (f"/v1/fragments/{frag}/document", {"params": a}, False, True),
         "GET /v1/jobs": ("/v1/jobs", {}, False, False),
