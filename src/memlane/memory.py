@@ -46,6 +46,7 @@ from memlane.engine.formation import FormationMethods
 from memlane.engine.identity import IdentityMethods, resolve_user
 from memlane.engine.opening import open_parts
 from memlane.engine.privacy import PrivacyMethods
+from memlane.engine.review import ReviewMethods
 from memlane.engine.search import SEARCH_MODES, Searcher, SearchMode, fact_filter, redact_contributor
 from memlane.engine.status import StatusMethods
 from memlane.engine.temporal import TemporalQuery, get_at, list_at, search_at
@@ -115,7 +116,9 @@ _OPENED_ATTRS = frozenset(
 )
 
 
-class AsyncMemory(FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMethods, StatusMethods, IdentityMethods):
+class AsyncMemory(
+    FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMethods, StatusMethods, IdentityMethods, ReviewMethods
+):
     """memlane's memory engine (async). Use :class:`memlane.Memory` from sync code.
 
     Args:

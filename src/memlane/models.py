@@ -684,3 +684,56 @@ class Page(BaseModel):
 
     def __getitem__(self, index: int) -> Fact:
         return self.items[index]
+
+
+# --------------------------------------------------------------------------- review queue
+
+ProposalAction = Literal["add", "update", "delete"]
+ProposalStatus = Literal["pending", "approved", "rejected", "stale"]
+PROPOSAL_ACTIONS: tuple[ProposalAction, ...] = ("add", "update", "delete")
+PROPOSAL_STATUSES: tuple[ProposalStatus, ...] = ("pending", "approved", "rejected", "stale")
+
+
+class Proposal(BaseModel):
+    """A change to long-term memory waiting for a human (``AsyncMemory.propose``, or formation
+    in review mode): applied through formation's write path only once a reviewer approves it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=new_id)
+    action: ProposalAction
+    """``add`` a fact; ``update`` the target's text; ``delete`` the target (with ``text``: the
+    statement that replaces it, stored as a new fact)."""
+    text: str | None = None
+    """The fact to store (``add``, a ``delete``'s replacement) or the target's new text
+    (``update``); after an edited approval, the text applied."""
+    target_id: str | None = None
+    """The fact an ``update`` / ``delete`` changes."""
+    target_version: int | None = None
+    """The target's version when proposed: a target changed since makes the proposal ``stale``."""
+    reason: str | None = None
+    """Why (the caller's words, or formation's decision)."""
+    provenance: dict[str, Any] = Field(default_factory=dict)
+    """Where it came from: ``origin`` (``api``, ``formation``, ``tool``), ``source_event_ids``,
+    formation's ``job``, ``occurred_at``."""
+    scope: FactScope = "user"
+    """The scope the fact is (or would be) stored in: a target's own scope."""
+    user_id: str | None = None
+    """The user it is about (on an agent fact: the contributor)."""
+    agent_id: str | None = None
+    session_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Stored on the fact an approval adds."""
+    status: ProposalStatus = "pending"
+    """``pending``, ``approved`` (applied), ``rejected``, ``stale`` (its target changed or went
+    before the review: not applied)."""
+    created_at: UtcDatetime = Field(default_factory=utcnow)
+    reviewed_at: UtcDatetime | None = None
+    reviewer: str | None = None
+    """Who reviewed it: the actor of the history rows an approval writes."""
+    result_id: str | None = None
+    """The fact an approval stored or changed."""
+    result_event: Literal["ADD", "UPDATE", "DELETE", "NONE"] | None = None
+    """What the approval did once core policy resolved it (``NONE``: the text was stored already)."""
+    edited_from: str | None = None
+    """The proposed text, when the reviewer approved an edited one."""

@@ -83,6 +83,9 @@ class MemorySettings(BaseModel):
     keep_user_turns: bool = True
     """A formed session that is cleared (idle, ``/reset``) leaves its user turns in the user's
     long-term memory as verbatim ``message`` memories (off: only the facts formed from them)."""
+    review: bool = False
+    """Review mode (docs/review.md): formation queues its decided changes as proposals for a
+    reviewer instead of storing them (``FormationConfig.review``)."""
     llm: str = "offline"
     """Fast formation model: ``offline`` or ``provider:model`` (``openai:gpt-4o-mini``, ...)."""
     strong_llm: str | None = None
@@ -258,6 +261,7 @@ ENV_VARS: dict[str, str] = {
     "MEMLANE_PRELOAD_LIMIT": "memory.preload_limit",
     "MEMLANE_EXTRACTION_INSTRUCTIONS": "memory.extraction_instructions",
     "MEMLANE_KEEP_USER_TURNS": "memory.keep_user_turns",
+    "MEMLANE_REVIEW": "memory.review",
     "MEMLANE_LLM": "memory.llm",
     "MEMLANE_STRONG_LLM": "memory.strong_llm",
     "MEMLANE_EMBEDDER": "memory.embedder",
@@ -545,6 +549,7 @@ def formation_config(settings: MemlaneSettings, **overrides: Any) -> FormationCo
         "preload_limit": m.preload_limit,
         "extraction_instructions": m.extraction_instructions,
         "keep_user_turns": m.keep_user_turns,
+        "review": m.review,
         "idle_minutes": s.idle_consolidate_minutes,
         "model": m.llm,
         "strong_model": m.strong_llm,

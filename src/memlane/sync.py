@@ -34,6 +34,8 @@ from memlane.models import (
     Identity,
     Job,
     Page,
+    Proposal,
+    ProposalAction,
     Reflection,
     ScopeName,
     SearchResult,
@@ -640,6 +642,69 @@ class Memory:
     ) -> builtins.list[Event]:
         """See :meth:`AsyncMemory.window`."""
         return self._portal.call(self._async.window(session_id, app=app, user_turns=user_turns, last_n=last_n))
+
+    # ---- the review queue (docs/review.md)
+    def propose(
+        self,
+        text: str | None,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        action: ProposalAction = "add",
+        target_id: str | None = None,
+        reason: str | None = None,
+        scope: ScopeName = "user",
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        origin: str = "api",
+    ) -> Proposal:
+        """See :meth:`AsyncMemory.propose`."""
+        return self._portal.call(
+            self._async.propose(
+                text,
+                user_id=user_id,
+                agent_id=agent_id,
+                action=action,
+                target_id=target_id,
+                reason=reason,
+                scope=scope,
+                session_id=session_id,
+                metadata=metadata,
+                origin=origin,
+            )
+        )
+
+    def proposals(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        status: str | None = "pending",
+        limit: int = 50,
+    ) -> builtins.list[Proposal]:
+        """See :meth:`AsyncMemory.proposals`."""
+        return self._portal.call(self._async.proposals(user_id=user_id, agent_id=agent_id, status=status, limit=limit))
+
+    def get_proposal(self, proposal_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Proposal:
+        """See :meth:`AsyncMemory.get_proposal`."""
+        return self._portal.call(self._async.get_proposal(proposal_id, user_id=user_id, agent_id=agent_id))
+
+    def review(
+        self,
+        proposal_id: str,
+        *,
+        approve: bool = True,
+        edit: str | None = None,
+        reviewer: str = "reviewer",
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> Proposal:
+        """See :meth:`AsyncMemory.review`."""
+        return self._portal.call(
+            self._async.review(
+                proposal_id, approve=approve, edit=edit, reviewer=reviewer, user_id=user_id, agent_id=agent_id
+            )
+        )
 
 
 async def _build(

@@ -75,6 +75,23 @@ from test_memory import (  # noqa: F401
     test_unrelated_vector_neighbours_are_not_returned,
     test_update_delete_history,
 )
+from test_review import (  # noqa: F401
+    test_a_delete_with_a_replacement_stores_the_new_statement,
+    test_a_proposal_whose_target_changed_goes_stale_and_is_not_applied,
+    test_a_rejected_proposal_changes_nothing,
+    test_a_replayed_formation_queues_each_proposal_once,
+    test_an_add_of_a_stored_text_is_none_through_core_policy,
+    test_an_agent_fact_proposal_takes_the_targets_scope,
+    test_an_approved_proposal_is_stored_with_the_reviewer_in_history,
+    test_an_edited_approval_stores_the_reviewers_text,
+    test_bad_input_is_refused_and_queues_nothing,
+    test_forget_erases_proposals_and_export_includes_them,
+    test_formation_in_review_mode_queues_its_decisions,
+    test_proposals_stay_with_their_user,
+    test_review_mode_per_agent,
+    test_the_sync_facade_reviews,
+    test_update_and_delete_proposals_apply_to_their_target,
+)
 from test_temporal import (  # noqa: F401
     test_as_of_pages_filters_and_modes,
     test_as_of_sees_memory_as_it_was_before_updates_and_deletes,

@@ -108,6 +108,7 @@ SAMPLES: dict[str, str] = {
     "memory.preload_limit": "9",
     "memory.extraction_instructions": "Only food preferences.",
     "memory.keep_user_turns": "false",
+    "memory.review": "true",
     "memory.llm": "openai:gpt-4o-mini",
     "memory.strong_llm": "openai:gpt-4o",
     "memory.embedder": "hash",

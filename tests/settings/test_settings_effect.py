@@ -160,6 +160,17 @@ def obs_kept_turns(world: World) -> Any:
     return world.run(go)
 
 
+def obs_review(world: World) -> Any:
+    """What ``add(infer=True)`` stores, and what it queues for a reviewer."""
+
+    async def go(m: AsyncMemory) -> Any:
+        await m.add("I am vegan", user_id="u", infer=True)
+        queued = [p.text for p in await m.proposals(user_id="u")]
+        return [f.content for f in (await m.list(user_id="u")).items], queued
+
+    return world.run(go)
+
+
 def obs_extraction(world: World) -> Any:
     """The models formation calls and whether the extraction prompt carries the marker."""
 
@@ -428,6 +439,7 @@ CASES: dict[str, Case] = {
     "memory.preload_limit": _case("MEMLANE_PRELOAD_LIMIT", "1", obs_profile),
     "memory.extraction_instructions": _case("MEMLANE_EXTRACTION_INSTRUCTIONS", "ZZ-MARKER", obs_extraction, **OLLAMA),
     "memory.keep_user_turns": _case("MEMLANE_KEEP_USER_TURNS", "false", obs_kept_turns),
+    "memory.review": _case("MEMLANE_REVIEW", "true", obs_review),
     "memory.llm": _case("MEMLANE_LLM", "ollama:fast", obs_extraction),
     "memory.strong_llm": _case("MEMLANE_STRONG_LLM", "ollama:strong", obs_strong_profile, **OLLAMA),
     "memory.embedder": _case("MEMLANE_EMBEDDER", "none", obs_stats),

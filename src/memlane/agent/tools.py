@@ -1,5 +1,6 @@
 """Memory tools for a function-calling agent: ``search_facts``, ``load_memory``, ``remember``
-(advertised to the model) and ``preload_memory`` (passive, called by the app at turn start).
+(advertised to the model) and ``preload_memory`` (passive, called by the app at turn start);
+``review_memory`` (opt-in, for an admin agent: the bound user's review queue, docs/review.md).
 
 A :class:`MemoryTools` is bound to one memlane engine and to the caller's identity
 (``user_id``, ``agent_id``, ``session_id``, ``app``), both fixed by the app when it builds the
@@ -33,7 +34,7 @@ from memlane import inputs
 from memlane.agent._binding import Binding, Identity, MemoryLike
 from memlane.agent.config import RECALL_LIMIT
 from memlane.agent.context import escape_memory_text
-from memlane.errors import ConfigError, InvalidInputError, UsageError
+from memlane.errors import ConfigError, ConflictError, InvalidInputError, NotFoundError, UsageError
 from memlane.models import Fact, Hit, utcnow
 from memlane.retrieval.hybrid import MAX_QUERIES
 
@@ -45,6 +46,7 @@ __all__ = [
     "PRELOAD_HEADER",
     "PRELOAD_MAX_ENTRIES",
     "RECALL_LIMIT",
+    "REVIEW_LIST_LIMIT",
     "MemoryTools",
     "SchemaFormat",
     "ToolName",
@@ -54,7 +56,7 @@ __all__ = [
     "tool_result_json",
 ]
 
-ToolName = Literal["search_facts", "load_memory", "remember"]
+ToolName = Literal["search_facts", "load_memory", "remember", "review_memory"]
 SchemaFormat = Literal["openai", "openai_responses", "anthropic", "gemini"]
 
 #: The tools advertised by default, in this order.
@@ -74,6 +76,8 @@ MAX_FACT_CHARS: Final = 4000
 PRELOAD_SNIPPET_CHARS: Final = 500
 #: Longest user message ``preload_memory`` searches with (characters; the start is used).
 PRELOAD_QUERY_CHARS: Final = 4000
+#: Proposals ``review_memory`` lists at most.
+REVIEW_LIST_LIMIT: Final = 20
 
 _DESCRIPTIONS: Final[dict[ToolName, str]] = {
     "search_facts": (
@@ -90,6 +94,12 @@ _DESCRIPTIONS: Final[dict[ToolName, str]] = {
         "Store a fact about the user verbatim in long-term memory, for future conversations. Use it when the "
         "user shares something durable (identity, relationships and contacts, stable preferences, ongoing "
         "goals). Write one self-contained statement."
+    ),
+    "review_memory": (
+        "Review proposed changes to this user's long-term memory (the review queue). action 'list' shows the "
+        "pending proposals with their id, action (add / update / delete), text and reason; 'approve' applies one "
+        "(optionally with an edited text), 'reject' discards it. Approve only what is accurate and appropriate "
+        "to keep about the user."
     ),
 }
 
@@ -145,6 +155,30 @@ _PARAMETERS: Final[dict[ToolName, dict[str, Any]]] = {
             },
         },
         "required": ["fact"],
+        "additionalProperties": False,
+    },
+    "review_memory": {
+        "type": "object",
+        "properties": {
+            "action": {
+                "type": "string",
+                "enum": ["list", "approve", "reject"],
+                "description": "list the pending proposals, or approve / reject one",
+            },
+            "proposal_id": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 256,
+                "description": "The proposal to approve or reject (an id from action 'list')",
+            },
+            "edit": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_FACT_CHARS,
+                "description": "approve: store this text instead of the proposed one",
+            },
+        },
+        "required": ["action"],
         "additionalProperties": False,
     },
 }
@@ -351,6 +385,7 @@ class MemoryTools:
             "search_facts": self.search_facts,
             "load_memory": self.load_memory,
             "remember": self.remember,
+            "review_memory": self.review_memory,
         }
         return {name: table[name] for name in self.tools}
 
@@ -396,6 +431,23 @@ class MemoryTools:
         self._binding.require("remember")
         fact = self._text(fact, "fact", MAX_FACT_CHARS)
         return await self._binding.run(self._remember(fact))
+
+    async def review_memory(
+        self, action: str, proposal_id: str | None = None, edit: str | None = None
+    ) -> dict[str, Any]:
+        """An admin agent's review of the bound user's proposals (under the agent namespace):
+        ``list`` the pending ones, ``approve`` one (``edit``: store that text instead) or
+        ``reject`` it. The history names ``agent:<namespace>`` (else ``tool:review_memory``) as
+        the reviewer. Opt-in: advertised only when ``tools`` lists it.
+
+        Returns:
+            ``list``: ``{"proposals": [{"id", "action", "text", "target_id", "reason", "created_at"}, ...]}``;
+            ``approve`` / ``reject``: ``{"id", "status", "result_id", "result_event"}`` (``status``
+            ``stale``: its target changed since; nothing applied).
+        """
+        self._binding.require("review_memory")
+        args = self._review_args(action, proposal_id, edit)
+        return await self._binding.run(self._review_memory(*args))
 
     async def preload_memory(
         self, user_text: str | None, system_text: str = "", *, max_entries: int | None = None
@@ -456,6 +508,14 @@ class MemoryTools:
         self._binding.require("remember")
         fact = self._text(fact, "fact", MAX_FACT_CHARS)
         return self._binding.run_sync(self._remember(fact))
+
+    def review_memory_sync(
+        self, action: str, proposal_id: str | None = None, edit: str | None = None
+    ) -> dict[str, Any]:
+        """Blocking :meth:`review_memory`."""
+        self._binding.require("review_memory")
+        args = self._review_args(action, proposal_id, edit)
+        return self._binding.run_sync(self._review_memory(*args))
 
     def preload_memory_sync(
         self, user_text: str | None, system_text: str = "", *, max_entries: int | None = None
@@ -529,9 +589,59 @@ class MemoryTools:
             query = self._text(args["query"], "query", MAX_QUERY_CHARS)
             self._binding.require(tool)
             return lambda: self._load_memory(query)
+        if tool == "review_memory":
+            review = self._review_args(args["action"], args.get("proposal_id"), args.get("edit"))
+            self._binding.require(tool)
+            return lambda: self._review_memory(*review)
         fact = self._text(args["fact"], "fact", MAX_FACT_CHARS)
         self._binding.require(tool)
         return lambda: self._remember(fact)
+
+    def _review_args(self, action: object, proposal_id: object, edit: object) -> tuple[str, str | None, str | None]:
+        inputs.choice(action, "action", ("list", "approve", "reject"))
+        assert isinstance(action, str)
+        if action == "list":
+            if proposal_id is not None or edit is not None:
+                raise InvalidInputError("review_memory: action 'list' takes no proposal_id or edit")
+            return action, None, None
+        pid = inputs.identifier(proposal_id, "proposal_id", error=InvalidInputError)
+        if edit is not None and action != "approve":
+            raise InvalidInputError("review_memory: edit is the text to approve; it goes with action 'approve' only")
+        return action, pid, None if edit is None else self._text(edit, "edit", MAX_FACT_CHARS)
+
+    async def _review_memory(self, action: str, proposal_id: str | None, edit: str | None) -> dict[str, Any]:
+        engine = self._binding.require("review_memory")
+        ids = {"user_id": self.identity.user_id, "agent_id": self.identity.namespace}
+        if action == "list":
+            found = await engine.proposals(**ids, limit=REVIEW_LIST_LIMIT)
+            return {
+                "proposals": [
+                    {
+                        "id": p.id,
+                        "action": p.action,
+                        "text": p.text,
+                        "target_id": p.target_id,
+                        "reason": p.reason,
+                        "created_at": p.created_at.isoformat(),
+                    }
+                    for p in found
+                ]
+            }
+        assert proposal_id is not None
+        ns = self.identity.namespace
+        try:
+            done = await engine.review(
+                proposal_id,
+                approve=action == "approve",
+                edit=edit,
+                reviewer=f"agent:{ns}" if ns else "tool:review_memory",
+                **ids,
+            )
+        except NotFoundError as exc:  # the model's mistake (an id it was not shown): a result it can read
+            return _error("not_found", str(exc.args[0]) if exc.args else str(exc))
+        except ConflictError as exc:
+            return _error("already_reviewed", str(exc))
+        return {"id": done.id, "status": done.status, "result_id": done.result_id, "result_event": done.result_event}
 
     def _preload_args(self, user_text: object, system_text: object, max_entries: object) -> tuple[str | None, int]:
         """The query ``preload_memory`` searches with (None: nothing to do) and its cap."""

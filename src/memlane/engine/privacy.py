@@ -69,6 +69,7 @@ async def export_user(
         "jobs": [],
         "formation_cursors": [],
         "identities": [],
+        "proposals": [],
     }
     not_exported: list[str] = []
     seen: set[int] = set()
@@ -150,10 +151,11 @@ class PrivacyMethods(EngineState):
         references to agent memories formed from the user's words; their text holds other
         users' words too), ``sessions`` (the sessions the user takes part in, with events; a
         group session with the user's own events only), ``jobs`` (their formation jobs: input
-        and status), ``formation_cursors`` and ``identities`` (the user's ``(channel, sender)``
-        links). ``not_included`` says what is left out and why
-        (caches and indexes derived from the exported rows); ``not_exported`` names a store
-        that cannot export (a custom store without ``export_user``).
+        and status), ``formation_cursors``, ``identities`` (the user's ``(channel, sender)``
+        links) and ``proposals`` (the review queue's, every status). ``not_included`` says
+        what is left out and why (caches and indexes derived from the exported rows);
+        ``not_exported`` names a store that cannot export (a custom store without
+        ``export_user``).
         """
         user_id = inputs.identifier(user_id, "user_id")
         return await export_user(

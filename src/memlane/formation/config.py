@@ -53,6 +53,23 @@ class FormationConfig(BaseModel):
     dedup_threshold: float = Field(0.7, ge=-1.0, le=1.0)
     """Minimum cosine similarity for a dedup candidate."""
 
+    # ---- review mode (docs/review.md)
+    review: bool = False
+    """Review mode: formation's decided ADD / UPDATE / DELETE changes (sessions and
+    ``add(infer=True)``) are queued as proposals for a reviewer (``AsyncMemory.review``) instead
+    of being applied; NONE decisions are dropped. Reflections, consolidation and kept user turns
+    still run."""
+    review_agents: dict[str, bool] = Field(default_factory=dict)
+    """Review mode per agent namespace (a session's ``agent_id``, else its app; ``add``'s
+    ``agent_id``), overriding :attr:`review`: ``{"support-bot": True}`` reviews that agent's
+    formation only, ``{"internal": False}`` exempts one agent when ``review`` is on."""
+
+    def reviews(self, agent_ns: str | None) -> bool:
+        """Whether formation under this agent namespace queues its decisions for review."""
+        if agent_ns is not None and agent_ns in self.review_agents:
+            return self.review_agents[agent_ns]
+        return self.review
+
     # ---- scopes (Eden agent toggles)
     user_memory: bool = True
     """User-scoped facts and reflections (always off in group sessions)."""

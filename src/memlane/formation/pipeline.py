@@ -16,6 +16,7 @@ model step's output in the job row, so a replay after a crash calls no model twi
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from memlane._cpu import run_cpu
-from memlane.errors import ProviderError
+from memlane.errors import ConfigError, ProviderError
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.model import FormationModel
 from memlane.formation.prompts import DEFAULT_EXTRACTION_INSTRUCTIONS
@@ -53,6 +54,8 @@ from memlane.models import (
     Fact,
     FactFilter,
     PartitionFilter,
+    Proposal,
+    ProposalAction,
     Reflection,
     Scope,
     agent_partition,
@@ -63,7 +66,7 @@ from memlane.models import (
 )
 from memlane.providers.embed.base import Matrix
 from memlane.retrieval.text import parse_query, query_terms
-from memlane.stores.base import AppliedChange, FactChange, FactStore, ReflectionStore, TemporalReadable
+from memlane.stores.base import AppliedChange, FactChange, FactStore, ProposalStore, ReflectionStore, TemporalReadable
 
 log = logging.getLogger("memlane.formation")
 
@@ -415,6 +418,41 @@ class Pipeline:
         if vecs is not None:
             for c, v in zip(todo, vecs, strict=True):
                 c.vector = v
+
+    async def propose_changes(self, changes: Sequence[FactChange], *, job_key: str) -> list[Proposal]:
+        """Review mode: queue a batch's ADD / UPDATE / DELETE changes as proposals (NONE changes
+        nothing, so it is dropped). Each proposal's id is derived from the job and the change's
+        position: a replayed job queues nothing twice."""
+        store = self.facts
+        if not isinstance(store, ProposalStore):
+            raise ConfigError(f"review mode needs a store with a review queue; {type(store).__name__} has none")
+        actions: dict[str, ProposalAction] = {"ADD": "add", "UPDATE": "update", "DELETE": "delete"}
+        out: list[Proposal] = []
+        for i, ch in enumerate(changes):
+            f = ch.fact
+            if ch.event == "NONE" or f is None:
+                continue
+            text = ch.text if ch.event == "UPDATE" and ch.text else f.content
+            why = f"formation decided {ch.event}" + (f" from: {f.content}" if text != f.content else "")
+            provenance: dict[str, Any] = {"origin": "formation", "job": job_key, "source_event_ids": f.source_event_ids}
+            if f.occurred_at is not None:
+                provenance["occurred_at"] = f.occurred_at.isoformat()
+            out.append(
+                Proposal(
+                    id=hashlib.md5(f"{job_key}\x1f{i}".encode()).hexdigest(),
+                    action=actions[ch.event],
+                    text=text,
+                    target_id=ch.target_id if ch.event != "ADD" else None,
+                    reason=why,
+                    provenance=provenance,
+                    scope=f.scope,
+                    user_id=f.user_id,
+                    agent_id=f.agent_id,
+                    session_id=f.session_id,
+                    metadata=f.metadata,
+                )
+            )
+        return await store.put_proposals(out, missing="add")
 
     async def apply(
         self, changes: Sequence[FactChange], reflections: Sequence[Reflection], *, key: str

@@ -88,6 +88,9 @@ class FormationResult(BaseModel):
     kept: list[str] = Field(default_factory=list)
     """Ids of the ``message`` memories that keep a cleared session's user turns
     (``FormationConfig.keep_user_turns``)."""
+    proposed: list[str] = Field(default_factory=list)
+    """Review mode (``FormationConfig.review``): ids of the proposals the decisions were queued
+    as, instead of ``changes`` (docs/review.md)."""
     unread: list[UnreadTurn] = Field(default_factory=list)
     """Turns of the batch the model could not read, with the reason (the offline model: a language
     other than English, or a first-person statement no rule understood); no text, only positions and ids."""
@@ -560,7 +563,7 @@ class FormationRunner:
 
     async def _form_batch(
         self, job: Job, target: Target, turns: list[Turn], *, reflect: bool
-    ) -> tuple[list[FactEvent], list[Reflection]]:
+    ) -> tuple[list[FactEvent], list[Reflection], list[str]]:
         p = self.pipeline
 
         async def extract() -> list[dict[str, Any]]:
@@ -582,6 +585,10 @@ class FormationRunner:
 
         decisions = [Decision.model_validate(d) for d in await self._checkpointed(job, "decisions", decide)]
         changes = p.plan(target, facts, vectors, candidates, decisions, turns, job_key=job.id)
+        review = self.config.reviews(target.agent_ns)
+        proposed = [x.id for x in await p.propose_changes(changes, job_key=job.id)] if review else []
+        if review:
+            changes = []  # queued for a reviewer: nothing is applied to memory now
         await p.embed_updates(changes)
         reflections: list[Reflection] = []
         if reflect:
@@ -593,7 +600,7 @@ class FormationRunner:
                 Reflection.model_validate(r) for r in await self._checkpointed(job, "reflections", do_reflect)
             ]
         applied = await p.apply(changes, reflections, key=f"job:{job.id}")
-        return [FactEvent(event=a.event, fact=a.fact, previous=a.previous) for a in applied], reflections
+        return [FactEvent(event=a.event, fact=a.fact, previous=a.previous) for a in applied], reflections, proposed
 
     async def _run_infer(self, job: Job) -> FormationResult:
         pl = job.payload
@@ -606,8 +613,10 @@ class FormationRunner:
             force_scope=pl.get("scope", "user"),
             metadata=tuple(sorted((pl.get("metadata") or {}).items())),
         )
-        changes, _ = await self._form_batch(job, target, turns, reflect=False)
-        return FormationResult(job_id=job.id, reason="infer", turns=len(turns), changes=changes, unread=_unread(job))
+        changes, _, proposed = await self._form_batch(job, target, turns, reflect=False)
+        return FormationResult(
+            job_id=job.id, reason="infer", turns=len(turns), changes=changes, proposed=proposed, unread=_unread(job)
+        )
 
     async def _run_form(self, job: Job) -> FormationResult:
         pl = job.payload
@@ -647,7 +656,7 @@ class FormationRunner:
             agent_name=_speaker(turns, "assistant") or session.agent_id,
         )
         if turns and (forced or len(turns) >= self.config.min_messages):
-            changes, reflections = await self._form_batch(job, target, turns, reflect=True)
+            changes, reflections, result.proposed = await self._form_batch(job, target, turns, reflect=True)
             result.changes, result.reflections, result.turns = changes, reflections, len(turns)
             result.unread = _unread(job)
         elif not turns:

@@ -52,6 +52,7 @@ ROUTERS: list[str] = [
     "users",
     "imports",
     "identities",
+    "proposals",
 ]
 
 

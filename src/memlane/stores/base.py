@@ -43,6 +43,7 @@ from memlane.models import (
     KeywordQuery,
     Page,
     PartitionFilter,
+    Proposal,
     Reflection,
     Scope,
     Session,
@@ -60,6 +61,7 @@ __all__ = [
     "KeywordQuery",
     "MetaStore",
     "PartitionFilter",
+    "ProposalStore",
     "ReflectionStore",
     "SessionStore",
     "StoreStats",
@@ -571,6 +573,44 @@ class IdentityStore(Protocol):
 
     async def purge_identities(self, user_id: str) -> int:
         """For ``forget``: delete the user's links; how many."""
+        ...
+
+
+@runtime_checkable
+class ProposalStore(Protocol):
+    """An optional capability of a fact store: the review queue (docs/review.md). Proposed
+    changes wait in the store until a reviewer approves (applied as :meth:`FactStore.apply_changes`
+    applies a formation batch, history naming the reviewer) or rejects them. ``forget`` erases a
+    user's proposals with their facts (``purge_user``); ``export_user`` includes them."""
+
+    async def put_proposals(self, proposals: Sequence[Proposal], *, missing: str = "raise") -> list[Proposal]:
+        """Queue proposals (a known id changes nothing), recording each target's current version;
+        a target that is not a valid fact in the proposal's scope raises ``NotFoundError``
+        (``missing="add"``: the proposal becomes an ``add`` of its text)."""
+        ...
+
+    async def get_proposal(self, proposal_id: str) -> Proposal | None:
+        """One proposal by id (the caller checks whose it is), or None."""
+        ...
+
+    async def list_proposals(
+        self, *, user_id: str | None = None, agent_id: str | None = None, status: str | None = None, limit: int = 50
+    ) -> builtins.list[Proposal]:
+        """Proposals of a user, of an agent, or of a user under an agent (at least one is
+        named), newest first."""
+        ...
+
+    async def review_proposal(
+        self,
+        proposal_id: str,
+        *,
+        approve: bool,
+        reviewer: str,
+        edit: str | None = None,
+        vector: Vector | None = None,
+    ) -> Proposal:
+        """Approve (apply, in one transaction, unless the target changed since: then ``stale``)
+        or reject a pending proposal. ``ConflictError`` when it was decided already."""
         ...
 
 

@@ -172,6 +172,14 @@ TABLES: tuple[Table, ...] = (
     ),
     _t("applied_batches", ["key"], "key, user_id, at, result", json="result", times="at"),
     _t("identities", ["channel", "sender"], "channel, sender, user_id, linked_at", times="linked_at"),
+    _t(
+        "proposals",
+        ["id"],
+        "id, action, text, target_id, target_version, reason, provenance, scope, user_id, agent_id, session_id, "
+        "metadata, status, created_at, reviewed_at, reviewer, result_id, result_event, edited_from",
+        json="provenance metadata",
+        times="created_at reviewed_at",
+    ),
 )
 
 #: The keyword-index text of a fact (SQLite ``facts_fts`` columns, PostgreSQL ``facts`` columns).

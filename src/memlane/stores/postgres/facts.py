@@ -37,6 +37,7 @@ from memlane.stores.postgres.rows import (
     enc,
 )
 from memlane.stores.postgres.search import PgSearchMixin, partitions_now_sql
+from memlane.stores.sql.proposals import export_proposals
 from memlane.stores.sql.stmt import ALL, ONE, Program, Stmt, drive_async
 from memlane.stores.sql.store import SqlFactStore
 
@@ -308,7 +309,7 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
                         await conn.execute("DROP INDEX CONCURRENTLY IF EXISTS facts_tsv_ccold")
                         await conn.execute(
                             f"VACUUM {'FULL ' if self.purge_rewrite else ''}facts, history, reflections,"
-                            " consolidated, contributors, applied_batches, partitions, authors"
+                            " consolidated, contributors, applied_batches, partitions, authors, proposals"
                         )
                         if reindex and not self.purge_rewrite:  # a rewrite rebuilt every index
                             await conn.execute("REINDEX INDEX CONCURRENTLY facts_tsv")
@@ -448,6 +449,7 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
             "reflections": reflections,
             "consolidated": blobs,
             "shared": shared,
+            "proposals": await self._query(export_proposals(self._d, user_id)),
         }
 
     @staticmethod

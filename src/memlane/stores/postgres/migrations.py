@@ -169,6 +169,12 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         [f"ALTER TABLE history ADD COLUMN effective_at {T.ts}"],
     ),
     (
+        # The review queue (docs/review.md): proposed ADD / UPDATE / DELETE changes waiting for a
+        # reviewer, applied through formation's write path on approval; forget(user) erases them.
+        "0008_proposals",
+        [*schema.proposals(T)],
+    ),
+    (
         # One person across channels (issue 20): (channel, sender) -> user_id, written by
         # link_identity, read by add / sessions given channel= and sender=, erased by forget.
         "0009_identities",

@@ -6,10 +6,10 @@ The order: unlink what the agent keeps (``shared="keep"``), then delete the user
 their keyword rows, history and contributor links; with ``shared="erase"`` the agent-scope
 reflections formed from their words and each blob those went into (its other reflections
 become unabsorbed, so the next consolidation rebuilds it without the user); then the user's
-own reflections, blobs and applied batches; then rewrite the neighbour context of the turns
-beside deleted ones, drop or bump the touched partitions' counters and authors, and move the
-database's purge generation (caches keyed by counters must not take a new partition for the
-one they cached).
+own reflections, blobs, applied batches and review-queue proposals; then rewrite the neighbour
+context of the turns beside deleted ones, drop or bump the touched partitions' counters and
+authors, and move the database's purge generation (caches keyed by counters must not take a
+new partition for the one they cached).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 from memlane.stores.sql.dialect import Dialect
 from memlane.stores.sql.facts import refresh_context
+from memlane.stores.sql.proposals import purge_proposals
 from memlane.stores.sql.reflections import reflection_where
 from memlane.stores.sql.stmt import Program, Stmt, all_rows, count, one, run_all
 
@@ -81,6 +82,7 @@ def purge_user(d: Dialect, user_id: str, *, erase: bool) -> Program[Purged]:
     removed += yield from count("DELETE FROM consolidated WHERE user_id=?", (uid,))
     yield Stmt("DELETE FROM contributors WHERE user_id=?", (uid,))
     removed += yield from count("DELETE FROM applied_batches WHERE user_id=?", (uid,))
+    removed += yield from purge_proposals(d, user_id)
     sessions: dict[tuple[str, str], list[int | None]] = {}
     for _, _, part, session_id, seq in victims:
         if session_id and seq is not None:

@@ -24,6 +24,7 @@ __all__ = [
     "history",
     "identities",
     "jobs",
+    "proposals",
     "reflections",
     "sessions",
 ]
@@ -290,4 +291,33 @@ def identities(t: ColumnTypes) -> list[str]:
                 PRIMARY KEY (channel, sender)
             ){t.no_rowid}""",
         "CREATE INDEX identities_user ON identities(user_id)",
+    ]
+
+
+def proposals(t: ColumnTypes) -> list[str]:
+    """The review queue: proposed changes to long-term memory and their outcome (with its indexes)."""
+    return [
+        f"""CREATE TABLE proposals (
+                id TEXT PRIMARY KEY,
+                action TEXT NOT NULL,
+                text TEXT,
+                target_id TEXT,
+                target_version INTEGER,
+                reason TEXT,
+                provenance {t.json} NOT NULL DEFAULT '{{}}',
+                scope TEXT NOT NULL,
+                user_id TEXT,
+                agent_id TEXT,
+                session_id TEXT,
+                metadata {t.json} NOT NULL DEFAULT '{{}}',
+                status TEXT NOT NULL,
+                created_at {t.ts} NOT NULL,
+                reviewed_at {t.ts},
+                reviewer TEXT,
+                result_id TEXT,
+                result_event TEXT,
+                edited_from TEXT
+            )""",
+        "CREATE INDEX proposals_user ON proposals(user_id, status, created_at)",
+        "CREATE INDEX proposals_agent ON proposals(agent_id, status, created_at)",
     ]

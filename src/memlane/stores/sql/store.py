@@ -24,6 +24,7 @@ from memlane.models import (
     Identity,
     Page,
     PartitionFilter,
+    Proposal,
     Reflection,
     Scope,
     utcnow,
@@ -33,6 +34,7 @@ from memlane.stores.embedding import check_vectors
 from memlane.stores.sql import erasure, meta, reads, temporal
 from memlane.stores.sql import facts as core
 from memlane.stores.sql import identities as idmap
+from memlane.stores.sql import proposals as props
 from memlane.stores.sql import reflections as refl
 from memlane.stores.sql.access import AccessCounts
 from memlane.stores.sql.dialect import Dialect
@@ -369,3 +371,41 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
         """For ``forget``: delete the user's links (before the fact purge, whose clean-up then
         takes their text out of the files); how many."""
         return await self._transact(idmap.purge_identities(self._d, user_id))
+
+    # ------------------------------------------------------------------ the review queue
+    async def put_proposals(self, proposals: Sequence[Proposal], *, missing: str = "raise") -> list[Proposal]:
+        """Queue proposals (:func:`memlane.stores.sql.proposals.insert_proposals`)."""
+        if not proposals:
+            return []
+        return await self._transact(props.insert_proposals(self._d, proposals, missing=missing))
+
+    async def get_proposal(self, proposal_id: str) -> Proposal | None:
+        """One proposal by id, or None."""
+        return await self._query(props.get_proposal(self._d, proposal_id))
+
+    async def list_proposals(
+        self, *, user_id: str | None = None, agent_id: str | None = None, status: str | None = None, limit: int = 50
+    ) -> list[Proposal]:
+        """Proposals of a user, of an agent, or of a user under an agent, newest first."""
+        if user_id is None and agent_id is None:
+            raise ScopeError("listing proposals needs a user_id or an agent_id")
+        return await self._query(
+            props.list_proposals(self._d, user_id=user_id, agent_id=agent_id, status=status, limit=limit)
+        )
+
+    async def review_proposal(
+        self,
+        proposal_id: str,
+        *,
+        approve: bool,
+        reviewer: str,
+        edit: str | None = None,
+        vector: Vector | None = None,
+    ) -> Proposal:
+        """Approve or reject a pending proposal (:func:`memlane.stores.sql.proposals.review_proposal`)."""
+        await self._ready()
+        if vector is not None:
+            self._check_vectors(vector.reshape(1, -1), 1)
+        return await self._transact(
+            props.review_proposal(self._d, proposal_id, approve=approve, reviewer=reviewer, edit=edit, vector=vector)
+        )

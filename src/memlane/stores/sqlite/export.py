@@ -32,6 +32,7 @@ TABLES: dict[str, str] = {
     "jobs": EXPORTED,  # the user's formation jobs (input and status)
     "formation_cursors": EXPORTED,  # formation bookkeeping of the user's sessions
     "identities": EXPORTED,  # the user's (channel, sender) links ("identities", engine/privacy.py)
+    "proposals": EXPORTED,  # the review queue's proposals about the user ("proposals")
     # ---- not exported
     "meta": "not personal: schema settings (embedder name, dimension, purge generation)",
     "_migrations": "not personal: applied schema migrations",

@@ -27,6 +27,7 @@ from memlane.stores.base import (
 from memlane.stores.embedding import check_binding
 from memlane.stores.sql import facts as core
 from memlane.stores.sql.dialect import Dialect
+from memlane.stores.sql.proposals import export_proposals
 from memlane.stores.sql.stmt import Program
 from memlane.stores.sql.store import SqlFactStore
 from memlane.stores.sqlite import export as export_
@@ -473,7 +474,9 @@ class SqliteFactStore(SqlFactStore):
         """The user's facts (with history), reflections and blobs, and references to the shared
         memories formed from their words (see :mod:`memlane.stores.sqlite.export`)."""
         await self.settle_access()
-        return await self._db.run(lambda c: export_.facts_part(c, user_id))
+        out = await self._db.run(lambda c: export_.facts_part(c, user_id))
+        out["proposals"] = await self._query(export_proposals(self._d, user_id))
+        return out
 
     async def close(self) -> None:
         await self._close_access()
