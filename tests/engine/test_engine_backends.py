@@ -87,6 +87,7 @@ from test_review import (  # noqa: F401
     test_bad_input_is_refused_and_queues_nothing,
     test_forget_erases_proposals_and_export_includes_them,
     test_formation_in_review_mode_queues_its_decisions,
+    test_proposals_are_redacted_before_they_are_queued,
     test_proposals_stay_with_their_user,
     test_review_mode_per_agent,
     test_the_sync_facade_reviews,

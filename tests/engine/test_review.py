@@ -210,6 +210,26 @@ async def test_a_replayed_formation_queues_each_proposal_once(mem: AsyncMemory) 
     assert [(x.id, x.text) for x in await mem.proposals(user_id="sam")] == [("p-fixed", "Sam is vegan")]
 
 
+async def test_proposals_are_redacted_before_they_are_queued(
+    tmp_path: Path, open_memory: Callable[..., AsyncMemory]
+) -> None:
+    """With ``redact=``, what waits in the queue (text, reason, metadata, a reviewer's edit) is
+    redacted as ``add`` would store it."""
+    # sessions="local": a redacting engine wraps its session store (the backends' check looks at it)
+    async with open_memory(tmp_path / "m.db", embedder="hash", redact=["email"], sessions="local") as m:
+        p = await m.propose(
+            "Ann's mail is ann.zq@example.org",
+            user_id="ann",
+            reason="from ann.zq@example.org",
+            metadata={"m": "ann.zq@example.org"},
+        )
+        assert "ann.zq@example.org" not in p.model_dump_json()
+        q = await m.propose("Ann has a mail address", user_id="ann")
+        done = await m.review(q.id, edit="Ann's mail is ann.zq@example.org", reviewer="kim")
+        assert "ann.zq@example.org" not in (done.text or "")
+        assert "ann.zq@example.org" not in str([f.content for f in (await m.list(user_id="ann")).items])
+
+
 def test_the_sync_facade_reviews(tmp_path: Path, open_sync_memory: Callable[..., Any]) -> None:
     with open_sync_memory(tmp_path / "m.db", embedder="hash") as m:
         p = m.propose("Ann likes jazz", user_id="ann")

@@ -88,10 +88,12 @@ class ReviewMethods(EngineState):
         fact_scope = inputs.fact_scope(scope)
         if fact_scope == "room":
             raise InvalidInputError("a proposal adds to scope 'user' or 'agent' (a room memory's change names it)")
+        # redacted as add() redacts (AsyncMemory(redact=...)): nothing unredacted waits in the queue
         if text is not None or action != "delete":
-            text = clean_text(text, "text")
-        reason = None if reason is None else clean_text(reason, "reason", max_chars=MAX_REASON_CHARS)
-        meta = inputs.metadata(metadata) if metadata is not None else {}
+            text = clean_text(self._writer.redact_text(text), "text")
+        if reason is not None:
+            reason = clean_text(self._writer.redact_text(reason), "reason", max_chars=MAX_REASON_CHARS)
+        meta = self._writer.redact_data(inputs.metadata(metadata)) if metadata is not None else {}
         origin = inputs.identifier(origin, "origin", error=InvalidInputError)
         store = self._proposal_store()
         fields: dict[str, Any] = {"scope": fact_scope, "user_id": user_id, "agent_id": agent_id}
@@ -211,7 +213,7 @@ class ReviewMethods(EngineState):
         if edit is not None:
             if not approve:
                 raise InvalidInputError("edit is the text to approve: it has no meaning with approve=False")
-            edit = clean_text(edit, "edit")
+            edit = clean_text(self._writer.redact_text(edit), "edit")
         p = await self.get_proposal(proposal_id, user_id=user_id, agent_id=agent_id)
         text = edit if edit is not None else p.text
         vector = None
