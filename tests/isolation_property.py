@@ -23,12 +23,16 @@ a unique token:
 * ``identity``: the user links a sender of a small pool shared by every user and both tenants
   of the example (``/v1/identities``: 201, or 409 when another user of the tenant holds it),
   then writes a memory naming that sender instead of a user: it is the holder's memory
-  (a user-bound key naming another user's sender gets 404, as for an unknown one).
+  (a user-bound key naming another user's sender gets 404, as for an unknown one);
+* ``proposal``: the user proposes a memory to the review queue (``POST /v1/proposals``), and,
+  in pool slot 0, approves it (``POST /v1/proposals/{id}/review``).
 
 Then every reader (each user's bound key, and the tenant-wide key naming that user) asks every
 read route (memories, search, context, profile, stats, export, sessions and events of every
 pool session in both apps, KAOS routes, the tools, room reads naming each pool session in each
-app, formation jobs list and get) and, when the world has an MCP URL, the MCP tools ``search``,
+app, formation jobs list and get, the review queue: ``GET /v1/proposals`` and each proposal by id,
+where a user-bound key's review of another user's or tenant's proposal must answer 404) and,
+when the world has an MCP URL, the MCP tools ``search``,
 ``list``, ``context`` and ``profile``. A reader must see exactly its own (tenant, user)'s
 tokens where the route lists everything (list, export, session events) and never another's
 anywhere; every reader lists exactly its own user's links of the example and resolves a pool
@@ -136,7 +140,7 @@ class World:
 
 #: tenant, user, what, by the tenant-wide key, pool slot (``SLOTS`` = the default import id), app
 Write = tuple[str, str, str, bool, int, str]
-KINDS = ("memory", "event", "event", "import", "room", "reset", "flood", "identity")
+KINDS = ("memory", "event", "event", "import", "room", "reset", "flood", "identity", "proposal")
 
 writes_strategy = st.lists(
     st.tuples(
@@ -160,7 +164,9 @@ writes_strategy = st.lists(
 #: session of the same id in another app; one user's floods evicting another's session (in a
 #: capped store: 4 x FLOOD sessions); a sender one user linked, claimed by another user of the
 #: tenant (bound key: 409, then 404 writing through it; tenant-wide key: 409, and what it writes
-#: through the sender is the holder's) and linked in the other tenant (its own map).
+#: through the sender is the holder's) and linked in the other tenant (its own map);
+#: pending and approved proposals of users and tenants whose ids collide (another user's or
+#: tenant's must be unreadable and unreviewable).
 ATTACKS: list[list[Write]] = [
     [("acme", "alice", "event", False, 0, "default"), ("acme", "alice|x", "import", False, 0, "default")],
     [
@@ -179,6 +185,11 @@ ATTACKS: list[list[Write]] = [
         ("acme", "alice|x", "identity", False, 0, "default"),
         ("acme|x", "alice|x", "identity", True, 0, "default"),
         ("acme", "alice|x", "identity", True, 0, "default"),
+    ],
+    [
+        ("acme", "alice", "proposal", False, 1, "default"),
+        ("acme", "alice|x", "proposal", True, 0, "default"),
+        ("acme|x", "alice", "proposal", False, 1, "default"),
     ],
 ]
 
@@ -203,6 +214,7 @@ class Outcome:
     jobs: dict[str, tuple[str, frozenset[str]]] = field(default_factory=dict)  # id -> (tenant, participants)
     events: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # acknowledged token -> tenant, app, sid
     links: dict[tuple[str, str], str] = field(default_factory=dict)  # (tenant, pool sender) -> its user
+    proposals: dict[str, str] = field(default_factory=dict)  # proposal id -> token
     """Acknowledged session events that must still be there at the end: the user's own reset
     and (where the store is capped) the user's own later session creations may remove theirs."""
 
@@ -336,6 +348,14 @@ def _write(world: World, ex: int, writes: list[Write]) -> Outcome:
                 assert r.status_code == 201 and r.json()["memories"][0]["user_id"] == holder, r.text
                 out.owners[token] = (tenant, holder)  # a tenant-wide key writes for the sender's user
                 out.ids[r.json()["memories"][0]["id"]] = token
+            elif what == "proposal":
+                r = c.post("/v1/proposals", json={"text": f"zq{ex} {token} likes jam", "reason": token, **named})
+                assert r.status_code == 201, r.text
+                out.owners[token] = (tenant, user)
+                out.proposals[r.json()["id"]] = token
+                if slot == 0:
+                    r = c.post(f"/v1/proposals/{r.json()['id']}/review", json={"reviewer": "iso"})
+                    assert r.status_code == 200 and r.json()["status"] == "approved", r.text
             else:  # flood
                 if world.capped:
                     out.forget(tenant, user)
@@ -439,6 +459,17 @@ def _http_reads(
             seen["job get"] = seen.get("job get", set()) | _tokens(r.text, ex)
             if r.status_code == 200:
                 jobs.add(job)
+        r = c.get("/v1/proposals", params={**named, "status": "all", "limit": 100})
+        assert r.status_code == 200, r.text
+        seen["proposals"] = _tokens(r.text, ex)
+        for pid in out.proposals:
+            r = c.get(f"/v1/proposals/{pid}")
+            assert r.status_code in (200, 404), r.text
+            seen["proposal get"] = seen.get("proposal get", set()) | _tokens(r.text, ex)
+            if user is None and r.status_code == 404:  # a bound key reviewing another's: 404, nothing changes
+                r = c.post(f"/v1/proposals/{pid}/review", json={"approve": False})
+                assert r.status_code == 404, r.text
+                seen["proposal review"] = seen.get("proposal review", set()) | _tokens(r.text, ex)
         r = c.post("/v1/tools/search_facts", params=named, json={"query": [f"zq{ex}"], "top_k": 50})
         assert r.status_code == 200, r.text
         seen["tool search_facts"] = _tokens(r.text, ex)
@@ -515,6 +546,7 @@ TENANT_LEVEL = {
     "room list",
     "room search",
     "room tool",
+    "proposal get",  # a proposal by id: a tenant-wide key reads any of its tenant's
 }
 
 
@@ -557,6 +589,9 @@ def _check(world: World, ex: int, out: Outcome) -> None:
                 assert jobs <= my_jobs, f"{reader} of {(tenant, user)} saw others' jobs {jobs - my_jobs}"
                 for route in COMPLETE & seen.keys():
                     assert memories <= seen[route], f"{reader} of {(tenant, user)}: {route} misses {memories}"
+                proposed = {t for t in mine if t in out.proposals.values()}
+                for route in ("proposals", "export"):
+                    assert proposed <= seen[route], f"{reader} of {(tenant, user)}: {route} misses {proposed}"
                 kept = {t for t in out.events if owners[t] == (tenant, user)}
                 lost = kept - (seen["session events"] | seen["export"])
                 assert not lost, f"{reader} of {(tenant, user)}: acknowledged events {lost} are gone"

@@ -20,7 +20,7 @@ The first property runs twice: sessions in the SQLite file, and in a capped in-p
 (KAOS ``LocalMemory``, 40 sessions: eviction pressure), where it first tries the reported
 attacks (isolation_property.ATTACKS).
 
-CI: 2 generated examples per world (plus the 4 attacks in the capped one) and 4 for the
+CI: 2 generated examples per world (plus the 6 attacks in the capped one) and 4 for the
 sibling property; ``MEMLANE_ISOLATION_LONG=1`` for 60 each; ``MEMLANE_ISOLATION_OPS=N`` runs
 the first property until N requests per world were made (``MEMLANE_ISOLATION_REPORT=path``
 records the counts per surface; docs/reliability.md has the long run's).

@@ -123,5 +123,9 @@ def test_who_may_propose_list_and_review(keyed: tuple[ServiceServer, dict[str, s
         assert [p["id"] for p in queue] == [prop["id"]]
         done = ok(admin.post(f"/v1/proposals/{prop['id']}/review", json={}))
         assert done["status"] == "approved" and done["reviewer"].startswith("key:")
+        # her export over HTTP carries her proposals; bob's does not
+        exported = ok(alice.get("/v1/users/alice/export"))["proposals"]
+        assert [p["id"] for p in exported if p["id"] == mine["id"]] == [mine["id"]]
+        assert CA not in bob.get("/v1/users/bob/export").text
         # alice approves her own
         assert ok(alice.post(f"/v1/proposals/{mine['id']}/review", json={}))["status"] == "approved"

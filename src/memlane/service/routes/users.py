@@ -27,6 +27,7 @@ class UserExport(BaseModel):
     jobs: list[dict[str, Any]]
     formation_cursors: list[dict[str, Any]]
     identities: list[dict[str, Any]] = []
+    proposals: list[dict[str, Any]] = []
     not_included: dict[str, str]
     not_exported: list[str]
 
