@@ -244,6 +244,9 @@ def _seed(srv: ServiceServer, key: str) -> dict[str, str]:
     r = c.get(f"/v1/documents/{ids['document']}/fragments", params={"user_id": "alice"}, headers=h)
     assert r.status_code == 200, r.text
     ids["fragment"] = r.json()["fragments"][0]["id"]
+    r = c.post("/v1/proposals", json={"text": f"{MARK} alice is a vegan", "user_id": "alice"}, headers=h)
+    assert r.status_code == 201, r.text
+    ids["proposal"] = r.json()["id"]
     r = c.post("/v1/sessions/sa/form", headers=h)
     assert r.status_code == 202, r.text
     ids["job"] = r.json()["job_id"]
@@ -259,6 +262,7 @@ def _requests(ids: dict[str, str]) -> dict[str, tuple[str, str, dict[str, Any], 
     label -> (path, httpx kwargs, write?, names alice?)."""
     a = {"user_id": "alice"}
     mem, doc, frag, job = ids["alice_memory"], ids["document"], ids["fragment"], ids["job"]
+    prop = ids["proposal"]
     text = {"text": "overwritten by an attacker"}
     return {
         "PATCH /apps/{app}/users/{user}/memory": (
@@ -290,6 +294,10 @@ def _requests(ids: dict[str, str]) -> dict[str, tuple[str, str, dict[str, Any], 
         "PATCH /v1/memories/{memory_id}": (f"/v1/memories/{mem}", {"params": a, "json": text}, True, True),
         "GET /v1/memories/{memory_id}/history": (f"/v1/memories/{mem}/history", {"params": a}, False, True),
         "GET /v1/profile": ("/v1/profile", {"params": a}, False, True),
+        "GET /v1/proposals": ("/v1/proposals", {"params": a}, False, True),
+        "POST /v1/proposals": ("/v1/proposals", {"json": {**text, **a}}, True, True),
+        "GET /v1/proposals/{proposal_id}": (f"/v1/proposals/{prop}", {}, False, False),
+        "POST /v1/proposals/{proposal_id}/review": (f"/v1/proposals/{prop}/review", {"json": {}}, True, False),
         "POST /v1/search": ("/v1/search", {"json": {"query": MARK, **a}}, False, True),
         "GET /v1/sessions": ("/v1/sessions", {"params": a}, False, True),
         "POST /v1/sessions": ("/v1/sessions", {"json": {"session_id": "sx", "user_ids": ["alice"]}}, True, True),
@@ -329,7 +337,7 @@ def _snapshot(db: Path) -> dict[str, list[str]]:
 def test_every_route_has_a_bypass_request() -> None:
     """A route added to the committed schema without a bypass attempt here fails this test."""
     labels = {op.label for op in OPERATIONS} - PUBLIC
-    assert labels == set(_requests(dict.fromkeys(("alice_memory", "document", "fragment", "job"), "x")))
+    assert labels == set(_requests(dict.fromkeys(("alice_memory", "document", "fragment", "job", "proposal"), "x")))
 
 
 def test_public_routes_need_no_key(seeded: Seeded) -> None:

@@ -36,7 +36,7 @@ async def _populate(db: Path) -> None:
     """A store with a row in every copied table: verbatim memories (metadata, unicode, a date,
     an update, a deletion), agent-shared memory, a document and its fragments, chat messages
     with neighbours, a formed conversation (facts, reflections, consolidated memory, a done
-    job, an applied batch, a cursor) and a queued job."""
+    job, an applied batch, a cursor), a queued job and review-queue proposals."""
     brain = Brain()
     brain.queue(
         "extract",
@@ -70,6 +70,10 @@ async def _populate(db: Path) -> None:
         gone = await m.add("something to delete", user_id="alice")
         assert isinstance(gone, list)
         await m.delete(gone[0].id, user_id="alice")
+        # the review queue: one proposal approved (its fact and history are copied too), one pending
+        approved = await m.propose("Alice reviews pull requests", user_id="alice", reason="said so")
+        await m.review(approved.id, edit="Alice reviews pull requests on Fridays", reviewer="kim")
+        await m.propose("a pending ☃ change", user_id="alice", action="update", target_id=note[0].id)
         await m.add_document(
             "# Guide\n\nInstallation steps: unpack, configure, run.\n\n" + "More words. " * 50,
             title="guide",
