@@ -91,6 +91,7 @@ from test_review import (  # noqa: F401
     test_proposals_stay_with_their_user,
     test_review_mode_per_agent,
     test_the_sync_facade_reviews,
+    test_two_reviews_at_once_apply_a_proposal_once,
     test_update_and_delete_proposals_apply_to_their_target,
 )
 from test_temporal import (  # noqa: F401

@@ -6,6 +6,7 @@ on PostgreSQL and PostgreSQL + Redis."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,27 @@ async def test_a_proposal_whose_target_changed_goes_stale_and_is_not_applied(mem
     await mem.delete(fact.id, user_id="ann")
     assert (await mem.review(rm.id, reviewer="kim")).status == "stale"
     assert [x.id for x in await mem.proposals(user_id="ann", status="stale")] == [rm.id, up.id]
+
+
+async def test_two_reviews_at_once_apply_a_proposal_once(
+    tmp_path: Path, open_memory: Callable[..., AsyncMemory]
+) -> None:
+    """Two engines (replicas) approve the same proposal at the same time: one applies it, the
+    other gets ConflictError; one fact, one history row."""
+    async with (
+        open_memory(tmp_path / "m.db", embedder="hash") as a,
+        open_memory(tmp_path / "m.db", embedder="hash") as b,
+    ):
+        p = await a.propose("Ann plays chess", user_id="ann")
+        results = await asyncio.gather(
+            a.review(p.id, reviewer="kim"), b.review(p.id, reviewer="lee"), return_exceptions=True
+        )
+        done = [r for r in results if isinstance(r, Proposal)]
+        assert len(done) == 1 and done[0].status == "approved", results
+        assert [type(r) for r in results if not isinstance(r, Proposal)] == [ConflictError]
+        facts = (await a.list(user_id="ann")).items
+        assert [f.content for f in facts] == ["Ann plays chess"]
+        assert [h.actor for h in await a.history(facts[0].id, user_id="ann")] == [done[0].reviewer]
 
 
 async def test_an_add_of_a_stored_text_is_none_through_core_policy(mem: AsyncMemory) -> None:
