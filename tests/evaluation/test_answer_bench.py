@@ -23,6 +23,7 @@ from test_longmemeval import write_data as write_lme
 from llama_server import LlamaServer
 from loopback import JsonHandler, Reply, serve
 from memlane.cli.main import build_parser, main
+from memlane.errors import LLMError
 from memlane.evaluation import locomo, longmemeval, qa
 from memlane.memory import AsyncMemory
 from memlane.providers.llm.base import ChatMessage, estimate_tokens
@@ -231,6 +232,9 @@ class FakeOpenAI(JsonHandler):
         state = self.server.state
         with state["lock"]:
             state["requests"].append(body)
+            if len(state["requests"]) > state.get("fail_after", 10**6):
+                self._send(Reply(400, {"error": {"message": "model exploded"}}))
+                return
         text = body["messages"][-1]["content"]
         if "response_format" in body:
             gold = re.findall(r"^Gold answer: (.*)$", text, re.M)[-1]  # the first is the prompt's example
@@ -292,6 +296,36 @@ def test_cli_longmemeval_qa(tmp_path: Path, fake_openai: dict[str, Any], capsys:
     (rep,) = out["results"]
     assert rep["questions"] == 2 and rep["J"] == 0.0  # gold answers are "-"
     assert set(rep["by_category"]) == {"single-session-user", "multi-session"}
+
+
+async def test_a_failed_model_call_keeps_the_questions_graded_before_it(data: Path, tmp_path: Path) -> None:
+    answer, judge = scripted()
+    answer.reset()
+    answer.push("one", "two", LLMError("server gone", retryable=True))
+    async with AsyncMemory(str(tmp_path / "qa.db"), embedder=None, sessions="null") as m:
+        run = await qa.run_locomo(m, locomo.load(data), answer, judge)
+    assert run.error == "stopped after 2 questions: server gone"
+    assert [r.answer for r in run.reports[0].rows] == ["one", "two"]
+
+    f = tmp_path / "lme.json"
+    write_lme(f)
+    failing = ScriptedLLM([LLMError("server gone", retryable=True)])
+    async with AsyncMemory(str(tmp_path / "lme.db"), embedder=None, sessions="null") as m:
+        run = await qa.run_longmemeval(m, longmemeval.load(f), failing)
+        assert not (await m.search("Biscuit beagle", user_id="lme-qa:q1")).hits  # forgotten all the same
+    assert run.error == "stopped after 0 questions: server gone" and run.turns > 0
+
+
+def test_cli_prints_the_figures_of_a_run_that_stopped(
+    data: Path, fake_openai: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_openai["fail_after"] = 4  # two questions answered and judged, then HTTP 400
+    args = ["bench", "locomo", "--data", str(data), "--embedder", "none", "-q", "--qa", "--answer-llm", "openai:m"]
+    code = main([*args, "--json"])
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert code == 2 and "stopped after 2 questions" in captured.err and "model exploded" in captured.err
+    assert out["results"][0]["questions"] == 2 and out["error"].startswith("stopped after 2 questions")
 
 
 def test_cli_usage_errors(data: Path, capsys: pytest.CaptureFixture[str]) -> None:

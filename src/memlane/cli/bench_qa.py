@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from memlane.cli.progress import Progress
-from memlane.errors import InvalidInputError, UsageError
+from memlane.errors import InvalidInputError, LLMError, UsageError
 from memlane.providers.llm.base import LLM
 
 __all__ = ["add_qa_options", "check_qa_options", "cmd_locomo_qa", "cmd_longmemeval_qa"]
@@ -189,6 +189,7 @@ def _summary(
         "ingest_s": round(res.ingest_s, 2),
         "skipped": res.skipped,
         "note": note,
+        "error": res.error,
         "results": [r.as_dict() for r in res.reports],
     }
 
@@ -198,9 +199,17 @@ def _fmt(x: float) -> str:
 
 
 def _print(args: argparse.Namespace, out: dict[str, Any]) -> int:
+    """Print the figures (also those of a run that stopped early: then exit 2 with the reason)."""
+    _show(args, out)
+    if out["error"]:
+        raise LLMError(f"{out['error']} (the figures above are of the questions graded before it)")
+    return 0
+
+
+def _show(args: argparse.Namespace, out: dict[str, Any]) -> None:
     if args.json:
         print(json.dumps(out, indent=2, ensure_ascii=False))
-        return 0
+        return
     name = "LoCoMo" if out["benchmark"] == "locomo" else "LongMemEval"
     print(
         f"{name} J {Path(out['data']).name}: answer {out['answer_llm']}, judge {out['judge_llm']}, "
@@ -222,4 +231,3 @@ def _print(args: argparse.Namespace, out: dict[str, Any]) -> int:
         print(f"seconds/question: retrieve {sec['retrieve']}, answer {sec['answer']}, judge {sec['judge']}")
         if r["labels_unparsed"]:
             print(f"judge replies without a CORRECT/WRONG label (counted WRONG): {r['labels_unparsed']}")
-    return 0

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from memlane.errors import InvalidInputError
+from memlane.errors import InvalidInputError, LLMError
 from memlane.evaluation import locomo, longmemeval
 from memlane.memory import AsyncMemory
 from memlane.providers.llm.base import LLM, ChatMessage, Usage, UsageMeter
@@ -471,6 +471,9 @@ class Run:
     turns: int
     ingest_s: float
     skipped: int = 0
+    error: str | None = None
+    """Why the run stopped early (a model call failed after the client's retries); the
+    reports hold the questions graded before it."""
 
 
 def _check(top_k: int, context_tokens: int) -> None:
@@ -510,6 +513,27 @@ async def run_locomo(
             left -= len(chosen[-1][1])
     turns, ingest_s = await locomo.ingest(memory, [c for c, _ in chosen])
     grader = Grader(answer_llm, judge_llm or answer_llm, _modes(full_context))
+    try:
+        await _grade_locomo(memory, grader, chosen, top_k, full_context, context_tokens, progress)
+    except LLMError as exc:
+        return Run(list(grader.reports.values()), turns, ingest_s, error=_stopped(grader, exc))
+    return Run(list(grader.reports.values()), turns, ingest_s)
+
+
+def _stopped(grader: Grader, exc: LLMError) -> str:
+    done = max((len(r.rows) for r in grader.reports.values()), default=0)
+    return f"stopped after {done} questions: {exc}"
+
+
+async def _grade_locomo(
+    memory: AsyncMemory,
+    grader: Grader,
+    chosen: Sequence[tuple[locomo.Conversation, list[locomo.QA]]],
+    top_k: int,
+    full_context: bool,
+    context_tokens: int,
+    progress: Callable[[int], None] | None,
+) -> None:
     for conv, items in chosen:
         everything = [Line(t.when, None, t.text) for s in conv.sessions for t in s]
         for i, qa in enumerate(items):
@@ -528,7 +552,6 @@ async def run_locomo(
                 await grader.grade("full-context", case, whole)
             if progress:
                 progress(1)
-    return Run(list(grader.reports.values()), turns, ingest_s)
 
 
 def _question_text(q: longmemeval.Question) -> str:
@@ -552,17 +575,34 @@ async def run_longmemeval(
     user is forgotten. Abstention questions are skipped (counted in ``Run.skipped``)."""
     _check(top_k, context_tokens)
     grader = Grader(answer_llm, judge_llm or answer_llm, _modes(full_context))
-    turns, ingest_s, skipped = 0, 0.0, 0
+    run = Run(list(grader.reports.values()), 0, 0.0)
+    try:
+        await _grade_longmemeval(memory, grader, questions, run, top_k, full_context, context_tokens, progress)
+    except LLMError as exc:
+        run.error = _stopped(grader, exc)
+    return run
+
+
+async def _grade_longmemeval(
+    memory: AsyncMemory,
+    grader: Grader,
+    questions: Sequence[longmemeval.Question],
+    run: Run,
+    top_k: int,
+    full_context: bool,
+    context_tokens: int,
+    progress: Callable[[int], None] | None,
+) -> None:
     for q in questions:
         if q.abstention:
-            skipped += 1
+            run.skipped += 1
             if progress:
                 progress(1)
             continue
         user = f"lme-qa:{q.question_id}"
         t0 = time.perf_counter()
-        turns += await longmemeval.ingest(memory, q, user)
-        ingest_s += time.perf_counter() - t0
+        run.turns += await longmemeval.ingest(memory, q, user)
+        run.ingest_s += time.perf_counter() - t0
         question = _question_text(q)
         case = Case(q.question_id, q.question_type, question, q.answer)
 
@@ -573,18 +613,19 @@ async def run_longmemeval(
             ]
             return one_block_messages(question, lines), 0
 
-        await grader.grade("memlane", case, retrieved)
-        if full_context:
-            everything = [Line(s.when, role, text) for s in q.sessions for role, text in s.turns]
+        everything = [Line(s.when, role, text) for s in q.sessions for role, text in s.turns]
 
-            async def whole(lines: list[Line] = everything, question: str = question) -> tuple[list[ChatMessage], int]:
-                return full_context_messages(question, lines, context_tokens)
+        async def whole(lines: list[Line] = everything, question: str = question) -> tuple[list[ChatMessage], int]:
+            return full_context_messages(question, lines, context_tokens)
 
-            await grader.grade("full-context", case, whole)
-        await memory.forget(user)
+        try:
+            await grader.grade("memlane", case, retrieved)
+            if full_context:
+                await grader.grade("full-context", case, whole)
+        finally:
+            await memory.forget(user)
         if progress:
             progress(1)
-    return Run(list(grader.reports.values()), turns, ingest_s, skipped)
 
 
 __all__ = [
