@@ -28,7 +28,7 @@ a unique token:
   in pool slot 0, approves it (``POST /v1/proposals/{id}/review``).
 
 Then every reader (each user's bound key, and the tenant-wide key naming that user) asks every
-read route (memories, search, context, profile, stats, export, sessions and events of every
+read route (memories, search, context, profile, stats, export, session summaries, sessions and events of every
 pool session in both apps, KAOS routes, the tools, room reads naming each pool session in each
 app, formation jobs list and get, the review queue: ``GET /v1/proposals`` and each proposal by id,
 where a user-bound key's review of another user's or tenant's proposal must answer 404) and,
@@ -425,6 +425,7 @@ def _http_reads(
         if user or key:
             who = user or _key_user(world, key)
             get("export", f"/v1/users/{quote(who, safe='')}/export")
+            get("summaries", f"/v1/users/{quote(who, safe='')}/summaries")
         get("sessions", "/v1/sessions", params=named)
         for app in APPS:
             get("kaos sessions", "/memory/sessions", params={"app": app})

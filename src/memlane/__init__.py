@@ -37,6 +37,7 @@ from memlane.errors import (
 )
 from memlane.formation.config import FormationConfig
 from memlane.formation.runner import FormationResult
+from memlane.formation.summaries import SessionSummary
 from memlane.ingest.bulk import AddBatch
 from memlane.memory import AsyncMemory
 from memlane.models import (
@@ -105,6 +106,7 @@ __all__ = [
     "ScopeError",
     "SearchResult",
     "Session",
+    "SessionSummary",
     "StorageError",
     "UnknownIdentityError",
     "UsageError",

@@ -49,14 +49,10 @@ from memlane.engine.privacy import PrivacyMethods
 from memlane.engine.review import ReviewMethods
 from memlane.engine.search import SEARCH_MODES, Searcher, SearchMode, fact_filter, redact_contributor
 from memlane.engine.status import StatusMethods
+from memlane.engine.summaries import SummaryMethods
 from memlane.engine.temporal import TemporalQuery, get_at, list_at, search_at
 from memlane.engine.writes import Writer
-from memlane.errors import (
-    ConfigError,
-    EmbedderError,
-    InvalidInputError,
-    UsageError,
-)
+from memlane.errors import ConfigError, EmbedderError, InvalidInputError, UsageError
 from memlane.formation.config import FormationConfig
 from memlane.formation.model import FormationModel
 from memlane.formation.pipeline import Pipeline
@@ -81,10 +77,7 @@ from memlane.models import (
 from memlane.privacy.redaction import RedactSpec, as_config
 from memlane.providers.embed.base import Embedder, is_latin_only
 from memlane.providers.llm.base import LLM, UsageMeter
-from memlane.registry import (
-    check_embedder_spec,
-    store_location,
-)
+from memlane.registry import check_embedder_spec, store_location
 from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig
 from memlane.settings import MemlaneSettings, engine_arguments, load_settings
 from memlane.stores.base import (
@@ -117,7 +110,14 @@ _OPENED_ATTRS = frozenset(
 
 
 class AsyncMemory(
-    FormationMethods, DocumentMethods, EmbeddingMethods, PrivacyMethods, StatusMethods, IdentityMethods, ReviewMethods
+    FormationMethods,
+    DocumentMethods,
+    EmbeddingMethods,
+    PrivacyMethods,
+    StatusMethods,
+    IdentityMethods,
+    ReviewMethods,
+    SummaryMethods,
 ):
     """memlane's memory engine (async). Use :class:`memlane.Memory` from sync code.
 
@@ -530,7 +530,7 @@ class AsyncMemory(
 
         Args:
             kind: only memories of this type: ``"fact"``, ``"message"``, ``"document"``,
-                ``"fragment"``, ``"description"`` or ``"custom"``.
+                ``"fragment"``, ``"description"``, ``"custom"`` or ``"summary"``.
             filters: the filters of :meth:`search`, applied in the store's query: exact matches
                 on ``kind``, ``author``, ``session_id``, ``scope`` (``"user"``/``"private"``,
                 ``"agent"``/``"shared"``, ``"room"``) or on ``metadata`` keys (a dotted key is a

@@ -186,7 +186,7 @@ def session_key(user_id: str, channel: str) -> str:
 # --------------------------------------------------------------------------- scopes
 
 FactScope = Literal["user", "agent", "room"]
-FactKind = Literal["message", "fact", "document", "fragment", "description", "custom"]
+FactKind = Literal["message", "fact", "document", "fragment", "description", "custom", "summary"]
 #: Scope names ``add`` accepts: memlane's, and elizaOS's ``private`` / ``shared`` (see :data:`SCOPE_ALIASES`).
 ScopeName = Literal["user", "agent", "room", "private", "shared"]
 #: ``add(embed=...)``: ``now`` embeds before returning; ``high`` / ``normal`` / ``low`` queue.
@@ -194,7 +194,7 @@ EmbedPriority = Literal["now", "high", "normal", "low"]
 #: elizaOS's memory scopes, as memlane's: ``private`` is the user's own, ``shared`` the agent's.
 SCOPE_ALIASES: dict[str, FactScope] = {"private": "user", "shared": "agent"}
 #: Every :data:`FactKind`, for validation.
-FACT_KINDS: tuple[str, ...] = ("message", "fact", "document", "fragment", "description", "custom")
+FACT_KINDS: tuple[str, ...] = ("message", "fact", "document", "fragment", "description", "custom", "summary")
 ReflectionScope = Literal["session", "user", "agent"]
 
 
@@ -435,7 +435,9 @@ class Fact(BaseModel):
     ``document``: long content kept whole (not itself searched); ``fragment``: one searchable
     piece of a document (``metadata["document_id"]``, ``["fragment"]``, ``["headings"]``);
     ``description``: a description of an entity (a profile, an agent, a relationship);
-    ``custom``: an application-defined memory (name its type in ``metadata``)."""
+    ``custom``: an application-defined memory (name its type in ``metadata``); ``summary``: a
+    formed session's summary (its time range, message count and topics in ``metadata``; see
+    :class:`memlane.formation.summaries.SessionSummary`)."""
     author: str | None = None
     """Who said it (role or speaker name) for verbatim memories."""
     seq: int | None = None

@@ -86,6 +86,9 @@ class MemorySettings(BaseModel):
     review: bool = False
     """Review mode (docs/review.md): formation queues its decided changes as proposals for a
     reviewer instead of storing them (``FormationConfig.review``)."""
+    session_summaries: bool = True
+    """Keep a summary of each formed one-to-one session (time range, message count, topics) in
+    the user's memory, listed by ``memlane summaries`` (off: none are written)."""
     llm: str = "offline"
     """Fast formation model: ``offline`` or ``provider:model`` (``openai:gpt-4o-mini``, ...)."""
     strong_llm: str | None = None
@@ -262,6 +265,7 @@ ENV_VARS: dict[str, str] = {
     "MEMLANE_EXTRACTION_INSTRUCTIONS": "memory.extraction_instructions",
     "MEMLANE_KEEP_USER_TURNS": "memory.keep_user_turns",
     "MEMLANE_REVIEW": "memory.review",
+    "MEMLANE_SESSION_SUMMARIES": "memory.session_summaries",
     "MEMLANE_LLM": "memory.llm",
     "MEMLANE_STRONG_LLM": "memory.strong_llm",
     "MEMLANE_EMBEDDER": "memory.embedder",
@@ -550,6 +554,7 @@ def formation_config(settings: MemlaneSettings, **overrides: Any) -> FormationCo
         "extraction_instructions": m.extraction_instructions,
         "keep_user_turns": m.keep_user_turns,
         "review": m.review,
+        "session_summaries": m.session_summaries,
         "idle_minutes": s.idle_consolidate_minutes,
         "model": m.llm,
         "strong_model": m.strong_llm,

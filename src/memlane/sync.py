@@ -9,7 +9,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 
@@ -21,6 +21,7 @@ from memlane.engine.status import ConsolidationStatus, EmbeddingProgress, Memory
 from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.model import FormationModel
 from memlane.formation.runner import FormationResult
+from memlane.formation.summaries import SessionSummary
 from memlane.ingest.bulk import AddBatch
 from memlane.memory import AsyncMemory, Message
 from memlane.models import (
@@ -586,6 +587,20 @@ class Memory:
         """See :meth:`AsyncMemory.consolidated`."""
         return self._portal.call(
             self._async.consolidated(scope, user_id=user_id, agent_id=agent_id, session_id=session_id)
+        )
+
+    def summaries(
+        self,
+        user_id: str,
+        *,
+        agent_id: str | None = None,
+        since: datetime | date | str | None = None,
+        until: datetime | date | str | None = None,
+        limit: int = 100,
+    ) -> builtins.list[SessionSummary]:
+        """See :meth:`AsyncMemory.summaries`."""
+        return self._portal.call(
+            self._async.summaries(user_id, agent_id=agent_id, since=since, until=until, limit=limit)
         )
 
     def get_consolidation_status(

@@ -242,7 +242,9 @@ def test_sigterm_releases_the_running_job_and_a_later_worker_completes_it(
     assert done.returncode == 0, done.stderr
     assert _job_lines(done.stdout) == {job.id: ["done"]}
     assert _rows(db, "SELECT status, attempts FROM jobs WHERE id=?", job.id) == [("done", 0)]
-    assert _rows(db, "SELECT content FROM facts WHERE invalid_at IS NULL") == [("Sam is vegetarian",)]
+    facts = "SELECT content FROM facts WHERE invalid_at IS NULL AND kind <> 'summary'"  # and the session's summary
+    assert _rows(db, facts) == [("Sam is vegetarian",)]
+    assert _rows(db, "SELECT count(*) FROM facts WHERE invalid_at IS NULL AND kind = 'summary'") == [(1,)]
     assert _rows(db, "SELECT count(*) FROM applied_batches") == [(1,)]
 
 

@@ -414,6 +414,7 @@ METHODS: dict[str, dict[str, Any]] = {
     "get_consolidation_status": {"user_id": "u", "agent_id": None, "session_id": None},
     "get_memory_stats": {"user_id": "u", "agent_id": None, "session_id": None},
     "get_job": {"job_id": "nojob"},
+    "summaries": {"user_id": "u", "agent_id": None, "since": None, "until": None, "limit": 10},
 }
 POSITIONAL = {
     "add": 1,
@@ -427,6 +428,7 @@ POSITIONAL = {
     "consolidated": 1,
     "profile": 1,
     "get_job": 1,
+    "summaries": 1,
 }
 
 

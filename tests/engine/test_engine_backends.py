@@ -94,6 +94,16 @@ from test_review import (  # noqa: F401
     test_two_reviews_at_once_apply_a_proposal_once,
     test_update_and_delete_proposals_apply_to_their_target,
 )
+from test_summaries import (  # noqa: F401
+    test_a_cleared_session_keeps_its_summary_and_the_next_one_under_its_id_gets_its_own,
+    test_a_formed_session_is_summarised_listed_by_period_and_found_by_its_date,
+    test_a_group_session_writes_no_summary,
+    test_a_later_formation_updates_the_same_summary_versioned,
+    test_a_replayed_job_writes_the_summary_once,
+    test_forget_erases_the_summaries,
+    test_limit_keeps_the_latest_sessions,
+    test_summaries_of_one_agent,
+)
 from test_temporal import (  # noqa: F401
     test_as_of_pages_filters_and_modes,
     test_as_of_sees_memory_as_it_was_before_updates_and_deletes,

@@ -142,7 +142,7 @@ async def test_session_formed_through_openai_compatible_server(
         )
         res2 = await m.form("s")
         assert [c.event for c in res2.changes] == ["NONE", "NONE"]
-        assert (await m.stats(user_id="sam")).valid_facts == 2
+        assert (await m.stats(user_id="sam")).valid_facts == 3  # two facts and the session's summary
 
 
 async def test_malformed_json_keeps_the_job_then_succeeds(
@@ -161,7 +161,7 @@ async def test_malformed_json_keeps_the_job_then_succeeds(
         assert job.status == "queued" and "OutputParseError" in (job.last_error or "")
         assert await m.run_jobs() == 1
         assert (await m.get_job(job.id)).status == "done"
-        assert (await m.stats(user_id="sam")).valid_facts == 2
+        assert (await m.stats(user_id="sam")).valid_facts == 3  # two facts and the session's summary
 
 
 async def test_429_storm_is_ridden_out(server: Server, tmp_path: Path) -> None:
@@ -174,7 +174,7 @@ async def test_429_storm_is_ridden_out(server: Server, tmp_path: Path) -> None:
         await m.run_jobs()  # two more 429s, then the server recovers
         (job,) = await m.list_jobs()
         assert job.status == "done" and job.attempts == 1
-        assert (await m.stats(user_id="sam")).valid_facts == 2
+        assert (await m.stats(user_id="sam")).valid_facts == 3  # two facts and the session's summary
 
 
 async def test_timeout_is_retried(server: Server, tmp_path: Path) -> None:
@@ -186,7 +186,7 @@ async def test_timeout_is_retried(server: Server, tmp_path: Path) -> None:
             await m.form("s")
         server.delay = 0
         await m.run_jobs()
-        assert (await m.stats(user_id="sam")).valid_facts == 2
+        assert (await m.stats(user_id="sam")).valid_facts == 3  # two facts and the session's summary
 
 
 def test_sync_facade_add_infer(server: Server, tmp_path: Path) -> None:
@@ -255,7 +255,7 @@ async def test_process_killed_mid_formation_loses_nothing(server: Server, tmp_pa
         assert await m.run_jobs() == 1
         (job,) = await m.list_jobs()
         assert job.status == "done"
-        assert sorted(f.content for f in (await m.list(user_id="sam")).items) == [
+        assert sorted(f.content for f in (await m.list(user_id="sam")).items if f.kind != "summary") == [
             "Sam is vegetarian",
             "Sam lives in Lisbon",
         ]

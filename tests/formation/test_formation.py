@@ -462,7 +462,8 @@ async def test_reset_forms_then_clears_and_end_session_consolidates(tmp_path: Pa
         assert await m.consolidated("session", user_id="sam", session_id="a") is None
         assert await m.reflections("session", user_id="sam", session_id="a") == []
         # the fact, and the user's turn kept verbatim (FormationConfig.keep_user_turns)
-        assert [f.kind for f in (await m.list(user_id="sam")).items] == ["message", "fact"]
+        # and the session's summary (FormationConfig.session_summaries), which outlives it
+        assert [f.kind for f in (await m.list(user_id="sam")).items] == ["message", "summary", "fact"]
 
         await m.sessions.create_session(user_ids=["sam"], session_id="b")
         await chat(m, "b", 2)
@@ -492,7 +493,7 @@ async def test_model_failure_keeps_the_job_and_replays_from_checkpoint(
     assert await m.run_jobs() == 1
     assert brain.count("extract") == 1  # the replay reused the checkpointed extraction
     assert (await m.get_job(job.id)).status == "done"
-    assert [f.content for f in (await m.list(user_id="sam")).items] == ["Sam is vegetarian"]
+    assert [f.content for f in (await m.list(user_id="sam")).items if f.kind != "summary"] == ["Sam is vegetarian"]
     assert await m.sessions.get_session("s") is not None
 
 
@@ -590,7 +591,7 @@ async def test_facts_are_keyed_by_the_canonical_user_across_channels(tmp_path: P
             await m.sessions.create_session(user_ids=["sam"], session_id=sid, channel=channel)
             await m.add_event(sid, Event(type=EventType.USER_MESSAGE, author="Sam", content=text))
             await m.end_session(sid)
-        facts = sorted(f.content for f in (await m.list(user_id="sam")).items)
+        facts = sorted(f.content for f in (await m.list(user_id="sam")).items if f.kind != "summary")
         assert facts == ["Sam is vegetarian", "Sam lives in Lisbon"]
         assert await m.profile("sam") is not None
 

@@ -46,7 +46,8 @@ async def session(m: AsyncMemory, sid: str, *texts: str) -> FormationResult:
 
 
 async def facts(m: AsyncMemory) -> list[str]:
-    return sorted(f.content for f in (await m.list(user_id="sam")).items)
+    """Every memory of Sam's but the sessions' summaries (docs/summaries.md)."""
+    return sorted(f.content for f in (await m.list(user_id="sam")).items if f.kind != "summary")
 
 
 async def profile(m: AsyncMemory) -> list[str]:
@@ -105,7 +106,7 @@ async def test_new_email_in_one_batch_keeps_only_the_new_one(tmp_path: Path) -> 
 async def test_new_email_in_a_later_batch_updates_the_old_fact(tmp_path: Path) -> None:
     async with AsyncMemory(tmp_path / "e.db", embedder="hash", formation=cfg()) as m:
         await session(m, "s1", "my email is bob@old.example")
-        [old] = (await m.list(user_id="sam")).items
+        [old] = (await m.list(user_id="sam", kind="fact")).items
         res = await session(m, "s2", "FYI my new email is bob@new.example")
         [change] = res.changes
         assert (change.event, change.fact.id) == ("UPDATE", old.id)

@@ -109,6 +109,7 @@ SAMPLES: dict[str, str] = {
     "memory.extraction_instructions": "Only food preferences.",
     "memory.keep_user_turns": "false",
     "memory.review": "true",
+    "memory.session_summaries": "false",
     "memory.llm": "openai:gpt-4o-mini",
     "memory.strong_llm": "openai:gpt-4o",
     "memory.embedder": "hash",

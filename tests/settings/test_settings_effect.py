@@ -171,6 +171,18 @@ def obs_review(world: World) -> Any:
     return world.run(go)
 
 
+def obs_summaries(world: World) -> Any:
+    """What a formed session leaves of itself in the user's memory: its summary."""
+
+    async def go(m: AsyncMemory) -> Any:
+        await m.sessions.create_session(session_id="s", user_ids=["u"])
+        await m.add_event("s", Event(type=EventType.USER_MESSAGE, author="u", content="I am planning a trip to Porto"))
+        await m.form("s")
+        return [s.topics for s in await m.summaries("u")]
+
+    return world.run(go)
+
+
 def obs_extraction(world: World) -> Any:
     """The models formation calls and whether the extraction prompt carries the marker."""
 
@@ -440,6 +452,7 @@ CASES: dict[str, Case] = {
     "memory.extraction_instructions": _case("MEMLANE_EXTRACTION_INSTRUCTIONS", "ZZ-MARKER", obs_extraction, **OLLAMA),
     "memory.keep_user_turns": _case("MEMLANE_KEEP_USER_TURNS", "false", obs_kept_turns),
     "memory.review": _case("MEMLANE_REVIEW", "true", obs_review),
+    "memory.session_summaries": _case("MEMLANE_SESSION_SUMMARIES", "false", obs_summaries),
     "memory.llm": _case("MEMLANE_LLM", "ollama:fast", obs_extraction),
     "memory.strong_llm": _case("MEMLANE_STRONG_LLM", "ollama:strong", obs_strong_profile, **OLLAMA),
     "memory.embedder": _case("MEMLANE_EMBEDDER", "none", obs_stats),

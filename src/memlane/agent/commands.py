@@ -195,7 +195,9 @@ async def _remember(engine: AsyncMemory, who: Identity, fact: str) -> CommandRes
 async def _list(engine: AsyncMemory, who: Identity) -> CommandResult:
     # user_id alone: all of the caller's own memories, under every agent; never an agent's shared ones
     page = await engine.list(user_id=who.user_id, limit=LIST_LIMIT)
-    shown = [f for f in page.items if f.kind != "fragment"]  # a document stands for its fragments
+    # a document stands for its fragments; a session's summary retells turns and facts listed
+    # here already (``memlane summaries`` / ``AsyncMemory.summaries`` list them)
+    shown = [f for f in page.items if f.kind not in ("fragment", "summary")]
     if not shown:
         return CommandResult("memory", "I don't have anything stored about you.", data={"memories": [], "total": 0})
     lines = []
@@ -206,10 +208,11 @@ async def _list(engine: AsyncMemory, who: Identity) -> CommandResult:
         lines.append(f"{i}. {line} ({age(f.occurred_at or f.formed_at)})")
     more = page.total - len(page.items)
     tail = f"\n… and {more} more." if more > 0 else ""
+    total = page.total - (await engine.list(user_id=who.user_id, kind="summary", limit=1)).total
     return CommandResult(
         "memory",
-        f"What I have stored about you ({page.total}):\n" + "\n".join(lines) + tail,
-        data={"memories": [{"id": f.id, "content": f.content, "kind": f.kind} for f in shown], "total": page.total},
+        f"What I have stored about you ({total}):\n" + "\n".join(lines) + tail,
+        data={"memories": [{"id": f.id, "content": f.content, "kind": f.kind} for f in shown], "total": total},
     )
 
 

@@ -30,6 +30,7 @@ from memlane.cli.migrate_cmd import add_parser as add_migrate_parser
 from memlane.cli.progress import Progress
 from memlane.cli.review_cmd import add_parser as add_review_parser
 from memlane.cli.serve_cmd import add_parser as add_serve_parser
+from memlane.cli.summaries_cmd import add_parser as add_summaries_parser
 from memlane.cli.worker_cmd import add_parser as add_worker_parser
 from memlane.config import MemlaneSettings, formation_config, load_settings, redact_url, session_backend
 from memlane.errors import CorruptDatabaseError, InvalidInputError, MemlaneError, NotFoundError, UsageError
@@ -55,7 +56,9 @@ def _dump(obj: Any) -> None:
 
 #: Commands that read (or change) what is stored: they never create a database, a missing
 #: file is an error. ``add``, ``import``, ``serve``, ``worker``, ``mcp`` and ``migrate`` create one.
-NEEDS_DB = frozenset({"search", "list", "history", "delete", "stats", "reflections", "profile", "proposals", "review"})
+NEEDS_DB = frozenset(
+    {"search", "list", "history", "delete", "stats", "reflections", "profile", "proposals", "review", "summaries"}
+)
 #: These also read the session store and job queue, which may live in Redis without the file.
 NEEDS_DB_UNLESS_REDIS = frozenset({"sessions", "form", "sweep", "jobs", "forget"})
 
@@ -800,6 +803,7 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     add_migrate_parser(sub, common)
     add_identity_parser(sub, common, _open)
     add_review_parser(sub, common, _open)
+    add_summaries_parser(sub, common, _open)
 
     b = sub.add_parser("bench", help="benchmarks")
     bsub = b.add_subparsers(dest="bench", metavar="BENCH", required=True)

@@ -94,6 +94,10 @@ class FormationConfig(BaseModel):
     id kept; stored once however often the job runs), so nothing the user said is lost to an
     extraction the model missed. Group sessions never write user memory. False: a cleared session
     leaves only the facts and reflections formed from it."""
+    session_summaries: bool = True
+    """Keep a summary of each formed one-to-one session in the user's memory (a ``summary``
+    memory: time range, message count, topics and the session's reflections; updated by each
+    later formation of the session; docs/summaries.md). False: no summaries are written."""
 
     # ---- consolidation (Eden thresholds / word limits)
     consolidation_threshold: dict[ReflectionScopeName, int] = Field(default_factory=lambda: _per_scope(10, 4, 4))

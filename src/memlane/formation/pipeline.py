@@ -46,6 +46,7 @@ from memlane.formation.schemas import (
     UnreadTurn,
     word_count,
 )
+from memlane.formation.summaries import SUMMARY_KIND, session_topics, summary_metadata, summary_text
 from memlane.ingest.messages import message_fact
 from memlane.models import (
     TEXT_EVENT_TYPES,
@@ -408,6 +409,74 @@ class Pipeline:
         ]
         vectors = await self.embed([r.content for r in rows])
         return [f for f, _ in await self.facts.put_facts(rows, vectors, actor="formation")]
+
+    async def summarize(
+        self,
+        target: Target,
+        turns: Sequence[Turn],
+        reflections: Sequence[Reflection],
+        *,
+        app: str,
+        session_created: datetime,
+        job_key: str,
+    ) -> FactChange | None:
+        """The session's summary as a change of the formation batch
+        (``FormationConfig.session_summaries``; :mod:`memlane.formation.summaries`): ``turns``
+        are the session's messages formed so far, ``reflections`` this batch's. ADD the first
+        time; UPDATE (text, time range, count and topics; version + 1) the summary of the same
+        session (its id and creation time) after that. None in a group session, with user
+        memory off, or without turns."""
+        user_ok, _ = fact_scopes(target, self.config)
+        if not (self.config.session_summaries and user_ok and target.session_id and turns):
+            return None
+        assert target.user_id is not None and target.session_id is not None
+        times = [t.at for t in turns if t.at is not None]
+        start, end = (min(times), max(times)) if times else (session_created, utcnow())
+        key = scope_key(target, "session")
+        earlier = await self.reflections.list_reflections(scope="session", absorbed=None, **key)
+        notes = [r.content for r in earlier] + [r.content for r in reflections if r.scope == "session"]
+        topics = await run_cpu(session_topics, turns)
+        text = summary_text(
+            start=start, end=end, message_count=len(turns), topics=topics, notes=notes, agent_name=target.agent_name
+        )
+        meta = summary_metadata(
+            session_id=target.session_id,
+            app=app,
+            session_created=session_created,
+            start=start,
+            end=end,
+            message_count=len(turns),
+            topics=topics,
+            job=job_key,
+        )
+        part = user_partition(target.user_id, target.agent_ns)
+        found = await self.facts.list_facts(
+            Scope(user_id=target.user_id, agent_id=target.agent_ns),
+            limit=10,
+            filter=FactFilter(
+                kind=SUMMARY_KIND,
+                session_id=target.session_id,
+                metadata=(("session_created", meta["session_created"]),),
+            ),
+            only="user",
+        )
+        existing = next((f for f in found.items if f.partition == part), None)
+        fact = Fact(
+            content=text,
+            hash=content_hash(text),
+            scope="user",
+            user_id=target.user_id,
+            agent_id=target.agent_ns,
+            session_id=target.session_id,
+            kind=SUMMARY_KIND,
+            occurred_at=end,
+            metadata=meta,
+        )
+        vectors = await self.embed([text])
+        vec = vectors[0] if vectors is not None else None
+        if existing is None:
+            return FactChange("ADD", part, fact=fact, vector=vec)
+        return FactChange("UPDATE", part, fact=fact, target_id=existing.id, text=text, vector=vec, metadata=meta)
 
     async def embed_updates(self, changes: Sequence[FactChange]) -> None:
         """Embed merged UPDATE texts (one call) so the updated facts stay vector-searchable."""

@@ -19,7 +19,7 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -51,7 +51,7 @@ from memlane.models import (
     utcnow,
 )
 from memlane.providers.llm.base import UsageMeter
-from memlane.stores.base import JobStore, SessionStore
+from memlane.stores.base import FactChange, JobStore, SessionStore
 
 log = logging.getLogger("memlane.formation")
 
@@ -59,6 +59,9 @@ log = logging.getLogger("memlane.formation")
 #: characters-per-token estimate.
 CHAR_WEIGHTS: dict[str, float] = {"user": 1.0, "assistant": 0.2, "tool": 0.5}
 CHARS_PER_TOKEN = 4.5
+
+#: Builds a batch's session-summary change from the batch's reflections (:meth:`Pipeline.summarize`).
+Summarize = Callable[[list[Reflection]], Awaitable[FactChange | None]]
 
 
 class FactEvent(BaseModel):
@@ -91,6 +94,9 @@ class FormationResult(BaseModel):
     proposed: list[str] = Field(default_factory=list)
     """Review mode (``FormationConfig.review``): ids of the proposals the decisions were queued
     as, instead of ``changes`` (docs/review.md)."""
+    summary: Fact | None = None
+    """The session's ``summary`` memory as this job left it, added or updated
+    (``FormationConfig.session_summaries``; not among ``changes``)."""
     unread: list[UnreadTurn] = Field(default_factory=list)
     """Turns of the batch the model could not read, with the reason (the offline model: a language
     other than English, or a first-person statement no rule understood); no text, only positions and ids."""
@@ -562,8 +568,12 @@ class FormationRunner:
         return value
 
     async def _form_batch(
-        self, job: Job, target: Target, turns: list[Turn], *, reflect: bool
-    ) -> tuple[list[FactEvent], list[Reflection], list[str]]:
+        self, job: Job, target: Target, turns: list[Turn], *, reflect: bool, summary: Summarize | None = None
+    ) -> tuple[list[FactEvent], list[Reflection], list[str], Fact | None]:
+        """Extract, decide, reflect and apply one batch (review mode: queue its changes as
+        proposals); ``summary`` adds the session summary's change to the batch (applied with it,
+        exactly once, also in review mode: it retells the reflections, which are applied) and is
+        returned apart."""
         p = self.pipeline
 
         async def extract() -> list[dict[str, Any]]:
@@ -599,8 +609,15 @@ class FormationRunner:
             reflections = [
                 Reflection.model_validate(r) for r in await self._checkpointed(job, "reflections", do_reflect)
             ]
+        summary_change = await summary(reflections) if summary is not None else None
+        if summary_change is not None:
+            changes.append(summary_change)
         applied = await p.apply(changes, reflections, key=f"job:{job.id}")
-        return [FactEvent(event=a.event, fact=a.fact, previous=a.previous) for a in applied], reflections, proposed
+        summary_fact = None
+        if applied and applied[-1].fact.kind == "summary":  # formation writes no other summary
+            summary_fact = applied.pop().fact
+        events = [FactEvent(event=a.event, fact=a.fact, previous=a.previous) for a in applied]
+        return events, reflections, proposed, summary_fact
 
     async def _run_infer(self, job: Job) -> FormationResult:
         pl = job.payload
@@ -613,7 +630,7 @@ class FormationRunner:
             force_scope=pl.get("scope", "user"),
             metadata=tuple(sorted((pl.get("metadata") or {}).items())),
         )
-        changes, _, proposed = await self._form_batch(job, target, turns, reflect=False)
+        changes, _, proposed, _ = await self._form_batch(job, target, turns, reflect=False)
         return FormationResult(
             job_id=job.id, reason="infer", turns=len(turns), changes=changes, proposed=proposed, unread=_unread(job)
         )
@@ -656,7 +673,16 @@ class FormationRunner:
             agent_name=_speaker(turns, "assistant") or session.agent_id,
         )
         if turns and (forced or len(turns) >= self.config.min_messages):
-            changes, reflections, result.proposed = await self._form_batch(job, target, turns, reflect=True)
+            so_far = events_to_turns(events[:end])  # the session up to this batch: what its summary covers
+
+            async def summary(reflections: list[Reflection]) -> FactChange | None:
+                return await self.pipeline.summarize(
+                    target, so_far, reflections, app=app, session_created=session.created_at, job_key=job.id
+                )
+
+            changes, reflections, result.proposed, result.summary = await self._form_batch(
+                job, target, turns, reflect=True, summary=summary
+            )
             result.changes, result.reflections, result.turns = changes, reflections, len(turns)
             result.unread = _unread(job)
         elif not turns:

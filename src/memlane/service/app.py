@@ -53,6 +53,7 @@ ROUTERS: list[str] = [
     "imports",
     "identities",
     "proposals",
+    "summaries",
 ]
 
 

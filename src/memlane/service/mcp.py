@@ -225,7 +225,7 @@ _ANNOTATIONS: Final[dict[str, ToolAnnotations]] = {
 
 Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
 Queries = Annotated[list[Query], Field(min_length=1, max_length=MAX_QUERIES)]
-Kind = Literal["fact", "message", "document", "fragment", "description", "custom"]
+Kind = Literal["fact", "message", "document", "fragment", "description", "custom", "summary"]
 
 
 def _fact_row(fact: Fact) -> dict[str, Any]:

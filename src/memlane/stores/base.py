@@ -172,6 +172,8 @@ class FactChange:
     partition is never stored twice: NONE, or, when the change replaces another valid fact
     (a DELETE, or an UPDATE to that same text), that other fact is invalidated and the result
     is a DELETE whose ``fact`` is the identical one (:func:`memlane.policy.resolve_change`).
+    ``metadata``, on an UPDATE that changes the text: the target's metadata is replaced by it
+    (a session summary's time range, message count and topics move with its text).
     """
 
     event: Literal["ADD", "UPDATE", "DELETE", "NONE"]
@@ -180,6 +182,7 @@ class FactChange:
     target_id: str | None = None
     text: str | None = None
     vector: Vector | None = None
+    metadata: dict[str, Any] | None = None
 
 
 @dataclass

@@ -27,7 +27,7 @@ class FactOut(BaseModel):
     agent_id: str | None
     user_id: str | None
     session_id: str | None
-    kind: Literal["fact", "message", "document", "fragment", "description", "custom"]
+    kind: Literal["fact", "message", "document", "fragment", "description", "custom", "summary"]
     author: str | None
     seq: int | None
     occurred_at: datetime | None

@@ -25,7 +25,7 @@ from memlane.service.routes.sessions import JobAccepted, accepted
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 
-Kind = Literal["fact", "message", "document", "fragment", "description", "custom"]
+Kind = Literal["fact", "message", "document", "fragment", "description", "custom", "summary"]
 
 
 class MessageIn(BaseModel):

@@ -537,6 +537,9 @@ def _apply_one(d: Dialect, ch: FactChange, actor: str) -> Program[AppliedChange]
             sources, when = merge_provenance(updated, new_fact)
             yield from run_all(d.set_provenance(target_row[0], sources, when, date_words(when)))
             updated = updated.model_copy(update={"source_event_ids": sources, "occurred_at": when})
+        if ch.metadata is not None:
+            yield Stmt("UPDATE facts SET metadata=? WHERE rowid=?", (d.json(ch.metadata), target_row[0]))
+            updated = updated.model_copy(update={"metadata": dict(ch.metadata)})
         return AppliedChange("UPDATE", updated, target.content)
     assert new_fact is not None
     previous_text = None
