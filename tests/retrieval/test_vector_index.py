@@ -152,9 +152,11 @@ async def test_sidecar_reused_by_a_second_store(tmp_path: Path) -> None:
     await a.close()
 
     b = await open_store(db)
+    await search(b, queries[0])  # loads the partition: vectors memory-mapped, the graph file
+    # mapped on the builder thread; until it is, searches are exact (so results may differ)
+    assert b.vector_caches.wait_idle(60)
     after = [await search(b, q) for q in queries]
     assert b.vector_blob_rows == 0  # memory-mapped, no BLOB read
-    assert b.vector_caches.wait_idle(60)  # the graph file is mapped on the builder thread
     cached = b._cache[PART]
     assert len(cached.index) == n and cached.index.base_rows == n and cached.index.ann_n == n
     assert after == before
