@@ -313,6 +313,7 @@ def _requests(ids: dict[str, str]) -> dict[str, tuple[str, str, dict[str, Any], 
         "POST /v1/tools/{name}": ("/v1/tools/remember", {"params": a, "json": {"content": "x"}}, True, True),
         "DELETE /v1/users/{user_id}": ("/v1/users/alice", {}, True, True),
         "GET /v1/users/{user_id}/export": ("/v1/users/alice/export", {}, False, True),
+        "GET /v1/users/{user_id}/summaries": ("/v1/users/alice/summaries", {}, False, True),
     }
 
 

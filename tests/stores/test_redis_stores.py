@@ -460,7 +460,8 @@ async def test_memory_forms_through_the_redis_queue(tmp_path: Path, redis_url: s
         cursor = await m.jobs.get_cursor("default", "s")
         assert cursor is not None and cursor.formed_events == 2
         hits = (await m.search("vegetarian", user_id="sam")).hits
-        assert [h.fact.content for h in hits] == ["Sam is vegetarian"]
+        assert [h.fact.content for h in hits if h.fact.kind != "summary"] == ["Sam is vegetarian"]
+        assert [h.fact.metadata["session_id"] for h in hits if h.fact.kind == "summary"] == ["s"]
         assert (await m.check()).ok  # memlane check covers the Redis stores too
         stats = await m.stats()
         assert (stats.sessions, stats.events) == (1, 2)
