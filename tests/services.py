@@ -16,6 +16,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
@@ -105,3 +106,26 @@ def redis_url(redis_server: str) -> Iterator[str]:
     prefix = f"memlane-test:{uuid.uuid4().hex[:12]}:"
     yield with_params(redis_server, prefix=prefix)
     delete_prefix(redis_server, prefix)
+
+
+def redis_key_bytes(client: Any, key: bytes) -> bytes:
+    """A Redis key and everything stored under it (string, hash, list, set, zset or stream), joined
+    by newlines: what a test scans for text that must not be there."""
+    kind = client.type(key).decode()
+    parts: list[bytes] = [key]
+    if kind == "string":
+        parts.append(client.get(key) or b"")
+    elif kind == "hash":
+        for k, v in client.hgetall(key).items():
+            parts += [k, v]
+    elif kind == "list":
+        parts += client.lrange(key, 0, -1)
+    elif kind == "set":
+        parts += list(client.smembers(key))
+    elif kind == "zset":
+        parts += client.zrange(key, 0, -1)
+    elif kind == "stream":
+        for _, fields in client.xrange(key):
+            for k, v in fields.items():
+                parts += [k, v]
+    return b"\n".join(parts)

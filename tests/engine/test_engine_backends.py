@@ -116,7 +116,7 @@ from test_temporal import (  # noqa: F401
 from memlane import AsyncMemory, Event, EventType, Memory
 from memlane.models import ConsolidatedMemory
 from memlane.stores.postgres.db import parse_pg_location
-from services import drop_schema, with_params
+from services import drop_schema, redis_key_bytes, with_params
 
 # --------------------------------------------------------------------------- backends
 
@@ -298,24 +298,7 @@ def redis_hits(url: str, needles: list[str]) -> list[str]:
     try:
         hits = []
         for key in client.scan_iter(match=f"{loc.prefix}*", count=1000):
-            kind = client.type(key).decode()
-            parts: list[bytes] = [key]
-            if kind == "string":
-                parts.append(client.get(key) or b"")
-            elif kind == "hash":
-                for k, v in client.hgetall(key).items():
-                    parts += [k, v]
-            elif kind == "list":
-                parts += client.lrange(key, 0, -1)
-            elif kind == "set":
-                parts += list(client.smembers(key))
-            elif kind == "zset":
-                parts += client.zrange(key, 0, -1)
-            elif kind == "stream":
-                for _, fields in client.xrange(key):
-                    for k, v in fields.items():
-                        parts += [k, v]
-            blob = b"\n".join(parts).decode("utf-8", "replace").lower()
+            blob = redis_key_bytes(client, key).decode("utf-8", "replace").lower()
             if any(n in blob for n in needles):
                 hits.append(key.decode("utf-8", "replace"))
         return hits

@@ -23,6 +23,7 @@ from memlane.formation.schemas import (
     ReflectionOutput,
 )
 from memlane.privacy.redaction import RedactionConfig
+from services import redis_key_bytes
 
 EMAIL = "zoequartz77@example.org"
 PHONE = "+447700900461"
@@ -148,24 +149,7 @@ def redis_hits(url: str) -> list[str]:
         keys = list(client.scan_iter(match=f"{loc.prefix}*", count=1000))
         assert keys, "nothing under the test's Redis prefix"
         for key in keys:
-            kind = client.type(key).decode()
-            parts: list[bytes] = [key]
-            if kind == "string":
-                parts.append(client.get(key) or b"")
-            elif kind == "hash":
-                for k, v in client.hgetall(key).items():
-                    parts += [k, v]
-            elif kind == "list":
-                parts += client.lrange(key, 0, -1)
-            elif kind == "set":
-                parts += list(client.smembers(key))
-            elif kind == "zset":
-                parts += client.zrange(key, 0, -1)
-            elif kind == "stream":
-                for _, fields in client.xrange(key):
-                    for k, v in fields.items():
-                        parts += [k, v]
-            hits += [f"redis {key.decode()}: {n}" for n in _found(b"\n".join(parts))]
+            hits += [f"redis {key.decode()}: {n}" for n in _found(redis_key_bytes(client, key))]
     finally:
         client.close()
     return hits
