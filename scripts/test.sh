@@ -11,6 +11,14 @@ if ! command -v redis-server >/dev/null && ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2
     apt-get install -y -q redis-server >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q redis-server >/dev/null; }
   fi
 fi
+# The inspector's browser tests (tests/ui) need Chromium: Debian's chromium package (Playwright
+# drives it with executable_path; its own browser download is impossible offline).
+if [ ! -x /usr/bin/chromium ] && [ -z "${MEMLANE_CHROMIUM:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== installing chromium (apt)"
+    apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
+  fi
+fi
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 echo "== ruff"
 .venv/bin/ruff check src tests bench examples

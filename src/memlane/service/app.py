@@ -54,6 +54,7 @@ ROUTERS: list[str] = [
     "identities",
     "proposals",
     "summaries",
+    "ui",
 ]
 
 

@@ -1,0 +1,134 @@
+"""The inspector's browser tests: headless Chromium (Debian's ``chromium``, driven by Playwright
+with ``executable_path``; Playwright's own browser download is not used) against a REAL memlane
+server on loopback, over SQLite and over PostgreSQL.
+
+Fixtures:
+
+* ``browser`` (session): Chromium, started once.
+* ``inspector``: a server with API keys over a fresh store, parametrized ``sqlite`` / ``pg``:
+  ``inspector.keys["rw" | "ro" | "ann"]`` (read-write, read-only, bound to user ``ann``),
+  ``inspector.client`` (httpx with the read-write key: seed data, check what was stored).
+* ``page``: a fresh browser context and page; any JavaScript error on the page fails the test.
+* :func:`login`: open ``/ui/`` and log in with a key.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("playwright.sync_api")
+
+from playwright import sync_api
+
+from memlane import AsyncMemory
+from memlane.config import MemlaneSettings, ServerSettings
+from memlane.service.app import create_app
+from memlane.service.hub import MemoryHub
+from memlane.service.keys import KeyStore
+from service_server import ServiceServer, serve, service  # noqa: F401  (the fixture, for these tests)
+
+#: Where Debian's chromium package puts the browser (override with $MEMLANE_CHROMIUM).
+CHROMIUM = os.environ.get("MEMLANE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+#: The flags a root, offline, headless Chromium needs here (no sandbox as root; no calls home).
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        reason = f"Chromium not found at {CHROMIUM} (apt-get install chromium; .ci/run installs it)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with sync_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@dataclass
+class Inspector:
+    """A running server with keys: ``url`` (``http://127.0.0.1:PORT``), the keys' secrets by
+    role, ``client`` (httpx, read-write key), the backend (``sqlite`` / ``pg``)."""
+
+    url: str
+    keys: dict[str, str]
+    client: httpx.Client
+    backend: str
+    server: ServiceServer
+    key_store: KeyStore
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def client_for(self, role: str) -> httpx.Client:
+        """An httpx client with the ``role`` key (close it yourself)."""
+        return self.server.new_client(headers={"Authorization": f"Bearer {self.keys[role]}"})
+
+
+@pytest.fixture(params=["sqlite", "pg"])
+def inspector(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Inspector]:
+    backend = request.param
+    location = str(tmp_path / "memlane.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
+
+    def factory(where: str) -> AsyncMemory:
+        return AsyncMemory(where, embedder="hash", sessions="sqlite")
+
+    keys = KeyStore(tmp_path / "keys.db")
+    secrets = {
+        "rw": keys.create("default", name="inspector rw").secret,
+        "ro": keys.create("default", read_only=True, name="inspector ro").secret,
+        "ann": keys.create("default", user_id="ann", name="inspector ann").secret,
+    }
+    settings = MemlaneSettings(server=ServerSettings(rate_limit=0))
+    app = create_app(settings, hub=MemoryHub(factory, location, tmp_path / "tenants"), keys=keys)
+    try:
+        with serve(app, headers={"Authorization": f"Bearer {secrets['rw']}"}) as srv:
+            yield Inspector(srv.url, secrets, srv.client, backend, srv, keys)
+    finally:
+        keys.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield tab
+    finally:
+        context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def login(page: Any, inspector: Inspector, role: str = "rw") -> None:
+    """Open the inspector and log in with the ``role`` key; returns once the shell shows who is in."""
+    page.goto(f"{inspector.url}/ui/")
+    page.get_by_label("API key").fill(inspector.keys[role])
+    page.get_by_role("button", name="Log in").click()
+    page.locator("#who").filter(has_text="tenant default").wait_for()
+
+
+def ok(response: httpx.Response, status: int = 200) -> Any:
+    assert response.status_code == status, (response.status_code, response.text)
+    return response.json()
