@@ -17,16 +17,15 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 pytest.importorskip("fastapi")
 pytest.importorskip("playwright.sync_api")
 
+from inspector_helpers import Inspector, login, ok  # noqa: F401  (re-exported for the tests)
 from playwright import sync_api
 
 from memlane import AsyncMemory
@@ -34,7 +33,7 @@ from memlane.config import MemlaneSettings, ServerSettings
 from memlane.service.app import create_app
 from memlane.service.hub import MemoryHub
 from memlane.service.keys import KeyStore
-from service_server import ServiceServer, serve, service  # noqa: F401  (the fixture, for these tests)
+from service_server import serve, service  # noqa: F401  (the fixture, for these tests)
 
 #: Where Debian's chromium package puts the browser (override with $MEMLANE_CHROMIUM).
 CHROMIUM = os.environ.get("MEMLANE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -64,24 +63,6 @@ def browser() -> Iterator[Any]:
             yield chromium
         finally:
             chromium.close()
-
-
-@dataclass
-class Inspector:
-    """A running server with keys: ``url`` (``http://127.0.0.1:PORT``), the keys' secrets by
-    role, ``client`` (httpx, read-write key), the backend (``sqlite`` / ``pg``)."""
-
-    url: str
-    keys: dict[str, str]
-    client: httpx.Client
-    backend: str
-    server: ServiceServer
-    key_store: KeyStore
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def client_for(self, role: str) -> httpx.Client:
-        """An httpx client with the ``role`` key (close it yourself)."""
-        return self.server.new_client(headers={"Authorization": f"Bearer {self.keys[role]}"})
 
 
 @pytest.fixture(params=["sqlite", "pg"])
@@ -119,16 +100,3 @@ def page(browser: Any) -> Iterator[Any]:
     finally:
         context.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
-
-
-def login(page: Any, inspector: Inspector, role: str = "rw") -> None:
-    """Open the inspector and log in with the ``role`` key; returns once the shell shows who is in."""
-    page.goto(f"{inspector.url}/ui/")
-    page.get_by_label("API key").fill(inspector.keys[role])
-    page.get_by_role("button", name="Log in").click()
-    page.locator("#who").filter(has_text="tenant default").wait_for()
-
-
-def ok(response: httpx.Response, status: int = 200) -> Any:
-    assert response.status_code == status, (response.status_code, response.text)
-    return response.json()
