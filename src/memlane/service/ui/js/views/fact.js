@@ -77,6 +77,7 @@ export async function render(main, [userId, factId], ctx) {
 async function showProvenance(el, fact, userId) {
   const ids = fact.source_event_ids || [];
   const origin = (fact.metadata && fact.metadata.provenance) || {};
+  const jobId = origin.job || (fact.metadata && fact.metadata.job);
   const parts = [h("h2", { id: "prov-h" }, "Provenance")];
   if (!fact.session_id && !ids.length) {
     parts.push(h("p", { class: "muted" }, "Added directly (not from a session)."));
@@ -84,13 +85,13 @@ async function showProvenance(el, fact, userId) {
     return;
   }
   let app = (fact.metadata && fact.metadata.app) || "default";
-  if (origin.job) {
+  if (jobId) {
     try {
-      const job = await get(`/v1/jobs/${seg(origin.job)}`);
-      app = (job.payload && job.payload.app) || app;
+      const job = await get(`/v1/jobs/${seg(jobId)}`);
+      app = job.app || (job.payload && job.payload.app) || app;
       parts.push(h("p", {}, "Formed by job ", link(`#/jobs/${seg(job.id)}`, job.id), ` (${job.status}).`));
     } catch (err) {
-      parts.push(h("p", { class: "muted" }, `Formed by job ${origin.job} (no longer available).`));
+      parts.push(h("p", { class: "muted" }, `Formed by job ${jobId} (no longer available).`));
     }
   }
   if (fact.session_id) {
