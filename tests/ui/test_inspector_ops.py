@@ -10,9 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from inspector_helpers import Inspector, login, ok
 from playwright.sync_api import expect
-
-from ui.conftest import Inspector, login, ok
 
 LISBON = "I live in Lisbon and I love jazz music."
 
@@ -197,3 +196,50 @@ def test_a_user_bound_key_sees_only_its_sessions(inspector: Inspector, page: Any
     expect(page.get_by_role("table", name="Events")).to_have_count(0)
     with inspector.client_for("ann") as ann:
         assert [s["id"] for s in ok(ann.get("/v1/sessions", params={"app": "shop"}))["sessions"]] == ["s-ann"]
+
+
+def test_apps_and_agents_lead_to_sessions_and_users(inspector: Inspector, page: Any) -> None:
+    seed_sessions(inspector)
+    chess = {"text": "Bob plays chess", "user_id": "bob", "agent_id": "coach"}
+    ok(inspector.client.post("/v1/memories", json=chess), 201)
+    login(page, inspector)
+    page.goto(f"{inspector.url}/ui/#/agents")
+    expect(page.get_by_role("heading", name="Apps & agents")).to_be_visible()
+    agents = page.get_by_role("table", name="Agents")
+    expect(agents.get_by_role("row", name="coach 1")).to_be_visible()
+    expect(page.get_by_role("table", name="Apps").get_by_role("row", name="shop 2")).to_be_visible()
+    page.get_by_role("table", name="Apps").get_by_role("link", name="shop").click()
+    expect(page.get_by_role("table", name="Sessions").locator("tbody tr")).to_have_count(2)
+    page.goto(f"{inspector.url}/ui/#/agents")
+    agents.get_by_role("link", name="coach").click()
+    users = page.get_by_role("table", name="Users")
+    expect(users.locator("tbody tr")).to_have_count(1)
+    expect(users).to_contain_text("bob")
+    listed = ok(inspector.client.get("/v1/agents"))
+    assert {a["agent_id"]: a["facts"] for a in listed["agents"]} == {"coach": 1}
+
+
+def test_an_admin_key_lists_tenants_and_switches_to_another(inspector: Inspector, page: Any) -> None:
+    admin = inspector.key_store.create("default", admin=True, name="inspector admin").secret
+    acme = inspector.key_store.create("acme", name="acme rw").secret
+    with inspector.server.new_client(headers={"Authorization": f"Bearer {acme}"}) as client:
+        ok(client.post("/v1/memories", json={"text": "Zed likes rain", "user_id": "zed"}), 201)
+    ok(inspector.client.post("/v1/memories", json={"text": "Bob plays chess", "user_id": "bob"}), 201)
+    inspector.keys["admin"] = admin
+    login(page, inspector, "admin")
+    page.get_by_role("navigation").get_by_role("link", name="Tenants").click()
+    tenants = page.get_by_role("table", name="Tenants")
+    expect(tenants.get_by_role("row", name="default current")).to_be_visible()
+    tenants.get_by_role("button", name="Open tenant acme").click()
+    expect(page.locator("#who")).to_contain_text("tenant acme")
+    users = page.get_by_role("table", name="Users")
+    expect(users.get_by_role("link", name="zed")).to_be_visible()
+    expect(users.locator("tbody tr")).to_have_count(1)  # bob is in the default tenant
+    expect(page.get_by_label("Tenant")).to_have_value("acme")
+
+    # a key that is not an admin's has no Tenants entry, and the API refuses the list
+    page.goto(f"{inspector.url}/ui/")
+    page.get_by_role("button", name="Log out").click()
+    login(page, inspector)
+    expect(page.get_by_role("navigation").get_by_role("link", name="Tenants")).to_have_count(0)
+    assert inspector.client.get("/v1/tenants").status_code == 403

@@ -83,7 +83,11 @@ async function whoami() {
   }
 }
 
+/** The latest route() call: an earlier one still loading draws nothing (its address is gone). */
+let routing = 0;
+
 async function route() {
+  const token = ++routing;
   const [rawPath, rawQuery] = window.location.hash.replace(/^#/, "").split("?");
   const path = rawPath || "/";
   ctx.query = new URLSearchParams(rawQuery || "");
@@ -100,6 +104,7 @@ async function route() {
       return;
     }
     await renderHeader();
+    if (token !== routing) return;
   }
   if (path === "/" ) {
     window.location.replace(ctx.me ? home() : "#/login");
@@ -112,9 +117,14 @@ async function route() {
     const params = match.slice(1).map((p) => (p === undefined ? undefined : decodeURIComponent(p)));
     try {
       const view = await import(`./views/${name}.js`);
-      fill(el);
-      await view.render(el, params, ctx);
+      if (token !== routing) return;
+      // Each address draws into its own box: a view still loading for an earlier address
+      // draws into a box no longer on the page, never over this one.
+      const box = h("div", { class: "view" });
+      fill(el, box);
+      await view.render(box, params, ctx);
     } catch (err) {
+      if (token !== routing) return;
       if (err instanceof ApiError && err.status === 401) {
         logout();
         return;
