@@ -6,8 +6,10 @@ refuses them)."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from inspector_helpers import Inspector, login, ok
 from playwright.sync_api import expect
 
+from memlane import AsyncMemory
 from memlane.service.app import ROUTERS
 
 
@@ -98,6 +101,48 @@ def test_form_memories_watch_the_job_and_follow_provenance_to_the_source_turn(in
     expect(page.locator("#job-fields")).to_contain_text("s-bob")
     expect(page.locator("#job-watch .job-status")).to_contain_text("done")
     expect(page.get_by_role("button", name="Retry")).to_have_count(0)  # only failed jobs
+
+
+def failed_formation_job(location: str) -> str:
+    """A formation job of s-bob that failed (its one attempt taken and failed here, as a worker
+    whose model was down would), written through a second engine on the same store (no worker
+    of its own); returns its id."""
+
+    async def run() -> str:
+        memory = AsyncMemory(location, embedder="hash", sessions="sqlite")
+        await memory.open()
+        try:
+            payload = {"app": "shop", "session_id": "s-bob", "reason": "manual", "user_ids": ["bob"]}
+            job = await memory.jobs.enqueue("form", "session\x1fshop\x1fs-bob", payload, user_id="bob", max_attempts=1)
+            assert await memory.jobs.claim("test", lease_seconds=60, job_id=job.id) is not None
+            assert (await memory.jobs.fail(job.id, "model unreachable", retry_in=None)).status == "failed"
+            return job.id
+        finally:
+            await memory.close()
+
+    with ThreadPoolExecutor(1) as pool:  # its own event loop, beside Playwright's
+        return pool.submit(asyncio.run, run()).result()
+
+
+def test_a_failed_job_shows_its_error_and_is_retried_from_its_page(
+    inspector: Inspector, page: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    seed_sessions(inspector)
+    location = str(tmp_path / "memlane.db") if inspector.backend == "sqlite" else request.getfixturevalue("pg_url")
+    job_id = failed_formation_job(location)
+    login(page, inspector)
+    page.goto(f"{inspector.url}/ui/#/jobs?status=failed")
+    page.get_by_role("table", name="Jobs").get_by_role("link", name=job_id).click()
+    expect(page.get_by_role("alert")).to_contain_text("Failed: model unreachable")
+    expect(page.locator("#job-fields")).to_contain_text("1 of 1")
+    page.get_by_role("button", name="Retry").click()
+    expect(page.locator("#job-watch .job-status")).to_contain_text("done")
+    expect(page.get_by_role("table", name="Memory changes")).to_contain_text("Bob lives in Lisbon")
+    expect(page.get_by_role("button", name="Retry")).to_have_count(0)
+    assert ok(inspector.client.get(f"/v1/jobs/{job_id}"))["status"] == "done"
+    assert memories(inspector, "bob") == ["Bob lives in Lisbon", "Bob loves jazz music"]
+    with inspector.client_for("ro") as ro:  # the API refuses a read-only key's retry
+        assert ro.post(f"/v1/jobs/{job_id}/retry").status_code == 403
 
 
 def test_approve_reject_and_edit_proposals(inspector: Inspector, page: Any) -> None:
