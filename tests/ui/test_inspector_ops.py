@@ -48,6 +48,16 @@ def seed_sessions(inspector: Inspector) -> dict[str, str]:
     return {"turn": turn["id"]}
 
 
+def tab_to(page: Any, target: Any, most: int = 40) -> None:
+    """Press Tab until ``target`` has the focus (fails when it is not reachable so)."""
+    target.wait_for()
+    for _ in range(most):
+        page.keyboard.press("Tab")
+        if target.evaluate("el => el === document.activeElement"):
+            return
+    raise AssertionError(f"{target} is not reachable with Tab")
+
+
 def memories(inspector: Inspector, user: str) -> list[str]:
     page = ok(inspector.client.get("/v1/memories", params={"user_id": user, "kind": "fact"}))
     return sorted(m["content"] for m in page["memories"])
@@ -75,7 +85,8 @@ def test_form_memories_watch_the_job_and_follow_provenance_to_the_source_turn(in
     assert memories(inspector, "bob") == []
     login(page, inspector)
     page.goto(f"{inspector.url}/ui/#/sessions/shop/s-bob")
-    page.get_by_role("button", name="Form memories now").click()
+    tab_to(page, page.get_by_role("button", name="Form memories now"))
+    page.keyboard.press("Enter")  # reached and pressed with the keyboard alone
     status = page.locator("#session-job .job-status")
     expect(status).to_contain_text("done")
     formed = page.get_by_role("table", name="Memory changes")

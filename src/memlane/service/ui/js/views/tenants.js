@@ -13,7 +13,7 @@ export async function render(main, _params, ctx) {
   const { tenants } = await get("/v1/tenants");
   main.append(
     h("p", { class: "muted" }, "Opening a tenant shows its users, sessions and jobs with this admin key."),
-    table(["Tenant", "", ""], tenants.map((t) => [
+    table(["Tenant", "Status", "Action"], tenants.map((t) => [
       t.tenant,
       t.current ? h("span", { class: "badge good" }, "current") : "",
       t.current ? "" : h("button", {
