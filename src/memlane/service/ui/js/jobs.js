@@ -55,11 +55,18 @@ export function jobResult(job) {
   const changes = Array.isArray(r.changes) ? r.changes : [];
   const counts = [];
   if (typeof r.turns === "number") counts.push(`${r.turns} turns formed`);
-  counts.push(`${changes.length} memory changes`);
+  if (typeof r.turns === "number" || changes.length) counts.push(`${changes.length} memory changes`);
   if (Array.isArray(r.reflections)) counts.push(`${r.reflections.length} reflections`);
   if (Array.isArray(r.consolidated)) counts.push(`${r.consolidated.length} consolidations`);
+  else if (r.consolidated && typeof r.consolidated === "object") {
+    // a consolidation job (POST /v1/consolidate): the blob it wrote
+    counts.push(`consolidated${r.consolidated.version ? ` (version ${r.consolidated.version})` : ""}`);
+  }
   if (Array.isArray(r.proposed) && r.proposed.length) counts.push(`${r.proposed.length} proposals for review`);
-  out.push(h("p", { class: "job-summary" }, counts.join(" · ")));
+  out.push(h("p", { class: "job-summary" }, counts.join(" · ") || "Done."));
+  if (r.consolidated && !Array.isArray(r.consolidated) && typeof r.consolidated.content === "string") {
+    out.push(h("blockquote", { class: "card" }, r.consolidated.content));
+  }
   if (r.skipped) out.push(h("p", { class: "muted" }, `Nothing formed: ${r.skipped}`));
   if (changes.length) {
     out.push(table(["Change", "Memory", "Before"], changes.map((c) => {
