@@ -112,8 +112,8 @@ function drawChart(points, bucket) {
       ? s("text", { class: "tick", x: x(i), y: H - PAD.bottom + 16, "text-anchor": "middle" }, p.start.slice(0, 10))
       : null)),
     s("g", { class: "legend" },
-      s("rect", { class: "bar", x: W - 200, y: H - 14, width: 10, height: 10 }),
+      s("rect", { class: "key-bar", x: W - 200, y: H - 14, width: 10, height: 10 }),
       s("text", { class: "tick", x: W - 186, y: H - 5 }, "added"),
-      s("circle", { class: "point", cx: W - 120, cy: H - 9, r: 4 }),
+      s("circle", { class: "key-point", cx: W - 120, cy: H - 9, r: 4 }),
       s("text", { class: "tick", x: W - 112, y: H - 5 }, "valid at the end")));
 }

@@ -71,7 +71,8 @@ export async function render(panel, { userId, agentId }) {
       fill(list, errorText(err));
       return;
     }
-    stops = [...new Set(events.map((e) => e.at))].sort((a, b) => Date.parse(a) - Date.parse(b));
+    // oldest first; within one millisecond (Date's precision) the ISO strings' microseconds decide
+    stops = [...new Set(events.map((e) => e.at))].sort((a, b) => Date.parse(a) - Date.parse(b) || (a < b ? -1 : a > b ? 1 : 0));
     slider.max = String(stops.length);
     slider.value = String(chosen === null ? stops.length : Math.max(stops.indexOf(chosen), 0));
     renderList();
@@ -105,6 +106,7 @@ export async function render(panel, { userId, agentId }) {
     try {
       const page = await get("/v1/memories", { user_id: userId, agent_id: agentId, as_of: at, limit: 100 });
       if (chosen !== at) return; // a later move won
+      snapshot.dataset.asOf = at || "now";
       fill(snapshot,
         h("p", { id: "asof-count" }, `${page.total} memories ${at ? `as of ${text}` : "now"}`),
         page.memories.length
