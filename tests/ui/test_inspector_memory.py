@@ -76,6 +76,9 @@ def test_search_shows_results_with_their_ranks_and_the_debug_view(page: Any, ins
     row = cand.locator("tbody tr").filter(has_text="Ann likes green tea").locator("td")
     expect(row.nth(1)).to_have_text("—")  # no keyword rank: "cello" is not in it
     expect(row.nth(3)).to_have_text(str(vector_ids.index(tea) + 1))  # its vector rank
+    floor = api["debug"]["config"]["min_vector_score"]
+    assert dict(api["debug"]["vector"][0])[tea] < floor and tea not in [h["fact"]["id"] for h in api["hits"]]
+    expect(row.nth(5)).to_have_text(f"not returned: vector score under min_vector_score ({floor})")
 
 
 def test_context_shows_the_block_and_its_token_count_under_a_budget(page: Any, inspector: Inspector) -> None:

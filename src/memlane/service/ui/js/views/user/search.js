@@ -78,12 +78,12 @@ async function show(el, { userId, agentId, text, mode, topK, asOf }) {
         { label: "Stage timings" }),
       h("h4", {}, "Candidates"),
       h("p", { class: "muted" },
-        "Every memory the keyword side or the vector side brought, with its rank on each side (— : that side did not bring it) and its place in the results."),
+        "Every memory the keyword side or the vector side brought, with its rank on each side (— : that side did not bring it) and its place in the results. A memory missing here was brought by neither side."),
       table(["Memory", "Keyword rank", "Keyword score", "Vector rank", "Vector score", "Result"],
         [...candidates.entries()].map(([id, c]) => [
           texts.has(id) ? link(href(id), short(texts.get(id))) : link(href(id), id),
           rank(c.keywordRank), num(c.keywordScore, 6), rank(c.vectorRank), num(c.vectorScore),
-          resultRank.has(id) ? `#${resultRank.get(id)}` : "not returned",
+          resultRank.has(id) ? `#${resultRank.get(id)}` : notReturned(c, debug.config || {}),
         ]), { label: "Candidates" }),
       h("h4", {}, "Fusion settings"),
       kv(Object.entries(debug.config || {}).map(([k, v]) => [k, v === null ? dash : String(v)])),
@@ -91,6 +91,15 @@ async function show(el, { userId, agentId, text, mode, topK, asOf }) {
       h("pre", {}, JSON.stringify(debug.filter ?? null, null, 2)));
   }
   fill(el, parts);
+}
+
+/** Why a candidate is not in the results, as far as the debug view tells. */
+function notReturned(c, config) {
+  const floor = config.min_vector_score;
+  if (c.keywordRank === null && c.vectorScore !== null && typeof floor === "number" && c.vectorScore < floor) {
+    return `not returned: vector score under min_vector_score (${floor})`;
+  }
+  return "not returned";
 }
 
 /** Each candidate (by memory id): its best rank and score on the keyword and vector sides,
