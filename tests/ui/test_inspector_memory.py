@@ -317,3 +317,38 @@ def test_stats_and_the_growth_chart(page: Any, inspector: Inspector, request: py
     page.get_by_label("Bucket").select_option("week")
     weeks = ok(inspector.client.get("/v1/users/ann/growth", params={"bucket": "week"}))["points"]
     expect(page.get_by_role("img", name="Memory growth per week").locator("circle.point")).to_have_count(len(weeks))
+
+
+MY_TABS = ["timeline", "search", "context", "profile", "reflections", "blobs", "documents", "stats"]
+
+#: Every form control of the panel that has no label (``<label for>``, a wrapping label or aria-label).
+UNLABELLED = """() => [...document.querySelectorAll('#panel input, #panel select, #panel textarea, #panel button')]
+  .filter((el) => !(el.labels && el.labels.length) && !el.getAttribute('aria-label') && !el.textContent.trim())
+  .map((el) => el.outerHTML)"""
+
+
+def test_every_tab_has_a_heading_labelled_controls_and_no_write_control_for_a_read_only_key(
+    page: Any, inspector: Inspector
+) -> None:
+    add(inspector, "Ann lives in Lisbon")
+    add(inspector, "Bob plays the cello", user="bob")
+    login(page, inspector, "ro")
+    for tab in MY_TABS:
+        open_tab(page, inspector, tab)
+        expect(page.locator("#panel h2").first).to_be_visible()
+        expect(page.locator("#panel .muted", has_text="Loading")).to_have_count(0)
+        assert page.evaluate(UNLABELLED) == [], tab
+        expect(page.get_by_role("alert")).to_have_count(0)
+        expect(page.get_by_role("button", name="Consolidate now")).to_have_count(0)
+
+    # a user-bound key: its own user's tabs work; another user's show the API's refusal
+    page.evaluate("sessionStorage.clear()")
+    login(page, inspector, "ann")
+    open_tab(page, inspector, "timeline")
+    expect(page.get_by_role("table", name="Timeline")).to_contain_text("Ann lives in Lisbon")
+    for tab in ("timeline", "context", "stats"):
+        open_tab(page, inspector, tab, user="bob")
+        expect(page.get_by_role("alert").first).to_be_visible()
+        expect(page.locator("#panel")).not_to_contain_text("Bob plays the cello")
+    with inspector.client_for("ann") as ann:
+        assert ann.get("/v1/users/bob/timeline").status_code == 403
