@@ -28,7 +28,8 @@ a unique token:
   in pool slot 0, approves it (``POST /v1/proposals/{id}/review``).
 
 Then every reader (each user's bound key, and the tenant-wide key naming that user) asks every
-read route (memories, search, context, profile, stats, export, session summaries, sessions and events of every
+read route (memories, search, context, profile, stats, export, session summaries, the users and
+agents lists (a user-bound key lists its own user only), sessions and events of every
 pool session in both apps, KAOS routes, the tools, room reads naming each pool session in each
 app, formation jobs list and get, the review queue: ``GET /v1/proposals`` and each proposal by id,
 where a user-bound key's review of another user's or tenant's proposal must answer 404) and,
@@ -422,6 +423,17 @@ def _http_reads(
         get("profile", "/v1/profile", params=named)
         get("stats", "/v1/stats", params=named)
         get("consolidation", "/v1/consolidation-status", params=named)
+        # the directory (ids and counts, no tokens): a user-bound key lists its own user only,
+        # and no other user's id anywhere in the users or agents lists
+        if not user:
+            own = _key_user(world, key)
+            r = c.get("/v1/users", params={"limit": 100})
+            assert r.status_code == 200, r.text
+            assert {u["user_id"] for u in r.json()["users"]} <= {own}, r.text
+            r = c.get("/v1/agents")
+            assert r.status_code == 200, r.text
+            names = {a["agent_id"] for a in r.json()["agents"]} | {a["app"] for a in r.json()["apps"]}
+            assert not names & (set(USERS) - {own}), r.text
         if user or key:
             who = user or _key_user(world, key)
             get("export", f"/v1/users/{quote(who, safe='')}/export")

@@ -39,6 +39,7 @@ from memlane.engine.context import (
     build_context,
     read_window,
 )
+from memlane.engine.directory import DirectoryMethods
 from memlane.engine.documents import DocumentMethods
 from memlane.engine.embeddings import QUERY_CACHE_SIZE as QUERY_CACHE_SIZE  # re-exported
 from memlane.engine.embeddings import EmbeddingLifecycle, EmbeddingMethods
@@ -118,6 +119,7 @@ class AsyncMemory(
     IdentityMethods,
     ReviewMethods,
     SummaryMethods,
+    DirectoryMethods,
 ):
     """memlane's memory engine (async). Use :class:`memlane.Memory` from sync code.
 

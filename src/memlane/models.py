@@ -688,6 +688,54 @@ class Page(BaseModel):
         return self.items[index]
 
 
+# --------------------------------------------------------------------------- directory
+
+
+class UserActivity(BaseModel):
+    """One user of a store, as the directory lists it (``AsyncMemory.users``): counts only,
+    no content. A store reports the counts it holds (a fact store its facts, a session store
+    its sessions); the engine adds them up."""
+
+    user_id: str
+    facts: int = 0
+    """The user's own memories (user scope), valid or not."""
+    valid_facts: int = 0
+    """Of which not invalidated."""
+    sessions: int = 0
+    """Sessions the user takes part in (every app)."""
+    last_activity: UtcDatetime | None = None
+    """The latest change of the user's memories or sessions (None: no time known)."""
+
+
+class UserPage(BaseModel):
+    """A page of :class:`UserActivity` sorted by ``user_id``; pass ``next_cursor`` back as
+    ``cursor`` for the next page (None: this is the last)."""
+
+    users: list[UserActivity]
+    next_cursor: str | None = None
+
+
+class AgentCount(BaseModel):
+    """An agent namespace and how many memories it holds (its users' and its shared ones)."""
+
+    agent_id: str
+    facts: int = 0
+
+
+class AppCount(BaseModel):
+    """An app (session namespace) and how many sessions it holds."""
+
+    app: str
+    sessions: int = 0
+
+
+class Directory(BaseModel):
+    """The agents and apps a store knows (``AsyncMemory.directory``), sorted by name."""
+
+    agents: list[AgentCount] = Field(default_factory=list)
+    apps: list[AppCount] = Field(default_factory=list)
+
+
 # --------------------------------------------------------------------------- review queue
 
 ProposalAction = Literal["add", "update", "delete"]

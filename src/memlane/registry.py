@@ -87,6 +87,10 @@ class Backend:
     """``(location, tenant) -> location``: a service tenant's own place on the same shared
     server (a PostgreSQL schema, a Redis key prefix). None: a location is a file, and each
     tenant gets a file of its own (``server.tenants_dir``)."""
+    tenants: str | None = None
+    """``async (location) -> list[str]``: the service tenants that have a place on the shared
+    server of ``location`` (the default tenant's store), for ``GET /v1/tenants``. None: a
+    file-per-tenant backend (the hub lists the tenants dir) or no listing."""
     transfer: str | None = None
     """``async open_side(location, role) -> TransferSide``: this backend's side of
     ``memlane migrate`` (:mod:`memlane.transfer`)."""

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memlane.errors import InvalidInputError
-from memlane.models import EVENT_ROLES, Event, EventType, Session
+from memlane.models import EVENT_ROLES, AppCount, Directory, Event, EventType, Session, UserActivity
 
 #: Event types that start a user turn (Gaia's window counts these).
 TURN_START_TYPES = frozenset({EventType.USER_MESSAGE, EventType.TASK_DELEGATION_RECEIVED})
@@ -275,3 +275,38 @@ def export_session(session: Session, user_id: str) -> dict[str, Any]:
     out["group"] = group
     out["events"] = [e.model_dump(mode="json") for e in events]
     return out
+
+
+# --------------------------------------------------------------------------- directory
+
+
+def directory_users(
+    sessions: Iterable[Session], *, agent_id: str | None, user_id: str | None, after: str | None, limit: int
+) -> list[UserActivity]:
+    """The participants of ``sessions`` as :meth:`UserDirectory.directory_users
+    <memlane.stores.base.UserDirectory.directory_users>` lists them (for stores that hold
+    their sessions as objects: in process, Redis): sessions per user and the latest activity,
+    by user id after ``after``, at most ``limit``."""
+    found: dict[str, UserActivity] = {}
+    for s in sessions:
+        if agent_id is not None and s.agent_id != agent_id:
+            continue
+        for u in dict.fromkeys(s.user_ids):
+            if (user_id is not None and u != user_id) or (after is not None and u <= after):
+                continue
+            row = found.setdefault(u, UserActivity(user_id=u))
+            row.sessions += 1
+            if row.last_activity is None or s.updated_at > row.last_activity:
+                row.last_activity = s.updated_at
+    return [found[u] for u in sorted(found)[:limit]]
+
+
+def directory_apps(sessions: Iterable[Session], *, user_id: str | None) -> Directory:
+    """The apps of ``sessions`` with their session counts (with ``user_id``: that user's
+    sessions only), as :meth:`UserDirectory.directory <memlane.stores.base.UserDirectory.directory>`
+    reports them."""
+    apps: dict[str, int] = {}
+    for s in sessions:
+        if user_id is None or user_id in s.user_ids:
+            apps[s.app] = apps.get(s.app, 0) + 1
+    return Directory(apps=[AppCount(app=a, sessions=n) for a, n in apps.items()])

@@ -27,6 +27,7 @@ from memlane.memory import AsyncMemory, Message
 from memlane.models import (
     CheckReport,
     ConsolidatedMemory,
+    Directory,
     EmbedPriority,
     Event,
     Fact,
@@ -41,6 +42,7 @@ from memlane.models import (
     ScopeName,
     SearchResult,
     Session,
+    UserPage,
 )
 from memlane.privacy.redaction import RedactSpec
 from memlane.providers.embed.base import Embedder
@@ -453,6 +455,16 @@ class Memory:
     def stats(self, *, user_id: str | None = None, agent_id: str | None = None) -> StoreStats:
         """See :meth:`AsyncMemory.stats`."""
         return self._portal.call(self._async.stats(user_id=user_id, agent_id=agent_id))
+
+    def users(
+        self, agent_id: str | None = None, limit: int = 50, cursor: str | None = None, *, user_id: str | None = None
+    ) -> UserPage:
+        """See :meth:`AsyncMemory.users`."""
+        return self._portal.call(self._async.users(agent_id, limit, cursor, user_id=user_id))
+
+    def directory(self, *, user_id: str | None = None) -> Directory:
+        """See :meth:`AsyncMemory.directory`."""
+        return self._portal.call(self._async.directory(user_id=user_id))
 
     def backfill_embeddings(self, *, batch_size: int = 256) -> int:
         """See :meth:`AsyncMemory.backfill_embeddings`."""

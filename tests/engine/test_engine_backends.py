@@ -41,6 +41,13 @@ from test_context import (  # noqa: F401  (collected here, on every backend)
     test_one_users_context_never_shows_anothers,
     test_window_replays_last_user_turns_or_last_events,
 )
+from test_directory import (  # noqa: F401
+    test_bad_arguments_are_refused,
+    test_directory_lists_agents_and_apps,
+    test_paging_walks_every_user_once_in_code_point_order,
+    test_users_by_agent_and_by_user,
+    test_users_come_from_memories_and_sessions_with_counts,
+)
 from test_formation_kept import (  # noqa: F401
     test_a_cleared_session_keeps_what_the_user_said,
     test_a_group_session_keeps_no_users_turns,

@@ -188,6 +188,8 @@ STATIC: set[str] = set()
 #: ingest: "no session of that user", hiding whether it exists). Nothing is read or changed.
 NOT_FOUND_FOR_OTHER_USER = {"PATCH /apps/{app}/users/{user}/memory"}
 MARK = "acmesecret"
+#: The header with which an admin key acts in another tenant (a non-admin key: 403).
+TENANT = "X-Memlane-Tenant"
 
 
 @dataclass
@@ -314,6 +316,10 @@ def _requests(ids: dict[str, str]) -> dict[str, tuple[str, str, dict[str, Any], 
         "DELETE /v1/users/{user_id}": ("/v1/users/alice", {}, True, True),
         "GET /v1/users/{user_id}/export": ("/v1/users/alice/export", {}, False, True),
         "GET /v1/users/{user_id}/summaries": ("/v1/users/alice/summaries", {}, False, True),
+        "GET /v1/whoami": ("/v1/whoami", {}, False, False),
+        "GET /v1/tenants": ("/v1/tenants", {}, False, False),
+        "GET /v1/users": ("/v1/users", {}, False, False),
+        "GET /v1/agents": ("/v1/agents", {}, False, False),
     }
 
 
@@ -349,7 +355,8 @@ def test_public_routes_need_no_key(seeded: Seeded) -> None:
 def test_auth_bypass_attempts_fail_and_change_nothing(seeded: Seeded) -> None:
     """No key, a wrong key, a revoked key, a wrong scheme, two different keys (401); a read-only
     key writing (403); a bob-bound key naming alice (403) or reaching her sessions and jobs
-    (403/404, never her data); another tenant's key (never acme's data, 404 on acme's ids).
+    (403/404, never her data); another tenant's key (never acme's data, 404 on acme's ids;
+    403 when it names acme with the X-Memlane-Tenant header).
     Tenant acme's store file is byte-for-byte the same rows afterwards."""
     srv, keys, ids = seeded.server, seeded.keys, seeded.ids
     before = _snapshot(seeded.store)
@@ -383,6 +390,10 @@ def test_auth_bypass_attempts_fail_and_change_nothing(seeded: Seeded) -> None:
             problems.append(f"bob-bound key on alice's session/job: {label} -> {r.status_code} {r.text[:120]}")
         elif r.is_success and leaked:
             problems.append(f"bob-bound key saw alice's data: {label} -> {r.text[:200]}")
+        # another tenant's (non-admin) key naming acme with the tenant header: 403, always
+        r = _send(srv, label, path, kwargs, {"Authorization": f"Bearer {keys['other_tenant']}", TENANT: "acme"})
+        if r.status_code != 403 or MARK in r.text:
+            problems.append(f"another tenant's key naming acme: {label} -> {r.status_code} {r.text[:120]}")
         r = _send(srv, label, path, kwargs, {"Authorization": f"Bearer {keys['other_tenant']}"})
         if MARK in r.text:
             problems.append(f"another tenant's key saw acme's data: {label} -> {r.text[:200]}")

@@ -36,6 +36,7 @@ def _public(key: ApiKey) -> dict[str, Any]:
         "tenant": key.tenant,
         "user_id": key.user_id,
         "read_only": key.read_only,
+        "admin": key.admin,
         "name": key.name,
         "created_at": key.created_at.isoformat(),
         "last_used_at": None if key.last_used_at is None else key.last_used_at.isoformat(),
@@ -44,19 +45,20 @@ def _public(key: ApiKey) -> dict[str, Any]:
 
 
 def _flags(key: ApiKey) -> str:
-    flags = [f for f, on in (("read-only", key.read_only), ("revoked", key.revoked)) if on]
+    flags = [f for f, on in (("admin", key.admin), ("read-only", key.read_only), ("revoked", key.revoked)) if on]
     return ",".join(flags) or "-"
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
     with KeyStore(_keys_file(args)) as keys:
-        new = keys.create(args.tenant, user_id=args.user, read_only=args.read_only, name=args.name)
+        new = keys.create(args.tenant, user_id=args.user, read_only=args.read_only, name=args.name, admin=args.admin)
     if args.json:
         print(json.dumps({**_public(new.key), "key": new.secret}, indent=2, ensure_ascii=False))
         return 0
     k = new.key
     bound = f"tenant {k.tenant!r}" + (f", user {k.user_id!r}" if k.user_id else ", any user")
-    print(f"created API key {k.id} ({bound}{', read-only' if k.read_only else ''})")
+    flags = (", admin: any tenant with X-Memlane-Tenant" if k.admin else "") + (", read-only" if k.read_only else "")
+    print(f"created API key {k.id} ({bound}{flags})")
     print(f"key: {new.secret}")
     print("This is the only time the key is shown: store it now. Send it as 'Authorization: Bearer <key>'.")
     return 0
@@ -105,6 +107,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     s.add_argument("--tenant", required=True, help="the app the key is bound to (its own store)")
     s.add_argument("--user", help="bind the key to this one user (default: any user of the tenant)")
     s.add_argument("--read-only", action="store_true", help="the key may only read")
+    s.add_argument(
+        "--admin",
+        action="store_true",
+        help="an admin key: may also act in any other tenant (header X-Memlane-Tenant) and list the tenants; "
+        "not with --user",
+    )
     s.add_argument("--name", help="a label for people")
     s.set_defaults(fn=cmd_keys_create)
 

@@ -55,6 +55,7 @@ ROUTERS: list[str] = [
     "proposals",
     "summaries",
     "ui",
+    "directory",
 ]
 
 

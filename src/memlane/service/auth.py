@@ -9,9 +9,16 @@
   middleware.
 
 Rules (DESIGN9): the tenant comes only from the key. No keys configured at all (no key was
-ever created) → every request is ``Principal(tenant="default")`` and the server binds to
-loopback only. Keys configured → a request without a key, or with an unknown or revoked one,
-is refused (401 with ``WWW-Authenticate: Bearer``).
+ever created) → every request is ``Principal(tenant="default", admin=True)`` and the server
+binds to loopback only. Keys configured → a request without a key, or with an unknown or
+revoked one, is refused (401 with ``WWW-Authenticate: Bearer``).
+
+The one exception to "the tenant comes from the key": an *admin* key (and the key-less
+loopback server, the operator's own) may name another tenant with the
+:data:`TENANT_HEADER` header; the request then acts in that tenant, with the key's other
+bindings (read-only stays read-only). A non-admin key naming another tenant than its own is
+refused (403); naming its own is allowed. The header is read here, once, so no route names a
+tenant itself.
 """
 
 from __future__ import annotations
@@ -22,13 +29,15 @@ from typing import Any
 import anyio.to_thread
 from starlette.requests import HTTPConnection
 
-from memlane.errors import AuthenticationError, PermissionDeniedError
+from memlane import inputs
+from memlane.errors import AuthenticationError, PermissionDeniedError, ScopeError
 from memlane.models import SCOPE_ALIASES
 from memlane.service.hub import DEFAULT_TENANT
 from memlane.service.keys import ApiKey, KeyStore, NewKey, default_keys_path
 from memlane.service.limits import BodySizeLimit, Limits, RateLimiter
 
 __all__ = [
+    "TENANT_HEADER",
     "WWW_AUTHENTICATE",
     "ApiKey",
     "KeyStore",
@@ -39,10 +48,13 @@ __all__ = [
     "default_keys_path",
     "install_auth",
     "presented_key",
+    "requested_tenant",
 ]
 
 #: The ``WWW-Authenticate`` header value sent with every 401.
 WWW_AUTHENTICATE = 'Bearer realm="memlane"'
+#: The request header with which an admin key acts in another tenant.
+TENANT_HEADER = "X-Memlane-Tenant"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,17 +66,64 @@ class Principal:
         user_id: the one user the key may act for (None: any user of the tenant).
         read_only: the key may not write.
         key_id: the key's public id (None: no keys configured, loopback-only server).
+        admin: the key may act in any tenant (:data:`TENANT_HEADER`) and list the tenants
+            (True on the key-less loopback server).
     """
 
     tenant: str
     user_id: str | None = None
     read_only: bool = False
     key_id: str | None = None
+    admin: bool = False
 
     @classmethod
     def of(cls, key: ApiKey) -> Principal:
         """The principal a verified key acts as."""
-        return cls(tenant=key.tenant, user_id=key.user_id, read_only=key.read_only, key_id=key.id)
+        return cls(tenant=key.tenant, user_id=key.user_id, read_only=key.read_only, key_id=key.id, admin=key.admin)
+
+    def in_tenant(self, tenant: str) -> Principal:
+        """This caller acting in ``tenant`` (:data:`TENANT_HEADER`): itself for its own tenant,
+        the same bindings in another tenant for an admin.
+
+        Raises:
+            PermissionDeniedError: another tenant for a non-admin key (403).
+        """
+        if tenant == self.tenant:
+            return self
+        if not self.admin:
+            raise PermissionDeniedError(
+                f"API key {self.key_id} is not an admin key: it acts in its own tenant only "
+                f"(leave out the {TENANT_HEADER} header, or create an admin key: memlane keys create --admin)"
+            )
+        return Principal(
+            tenant=tenant, user_id=self.user_id, read_only=self.read_only, key_id=self.key_id, admin=self.admin
+        )
+
+
+def requested_tenant(conn: HTTPConnection) -> str | None:
+    """The tenant the :data:`TENANT_HEADER` header names (None: no header).
+
+    The header's bytes are read as UTF-8 (a tenant name may hold any character a key's tenant
+    may); the name is checked like every tenant name (:func:`memlane.inputs.identifier`), and
+    control characters are refused.
+
+    Raises:
+        ScopeError: not UTF-8, a control character, blank or too long, or the header given
+            several times with different values (400).
+    """
+    values = conn.headers.getlist(TENANT_HEADER.lower())
+    if not values:
+        return None
+    if len(set(values)) > 1:
+        raise ScopeError(f"the request carries several different {TENANT_HEADER} headers; send one")
+    try:
+        tenant = values[0].encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        raise ScopeError(f"the {TENANT_HEADER} header is not valid UTF-8") from None
+    tenant = inputs.identifier(tenant.strip(), "tenant")
+    if any(ord(c) < 32 or ord(c) == 127 for c in tenant):
+        raise ScopeError(f"the {TENANT_HEADER} header holds a control character: {tenant!r}")
+    return tenant
 
 
 def presented_key(conn: HTTPConnection) -> str | None:
@@ -104,17 +163,30 @@ async def current_principal(request: HTTPConnection) -> Principal:
     Uses ``request.app.state.keys`` (a :class:`KeyStore`, or None: no keys) and
     ``request.app.state.rate_limiter`` (a :class:`RateLimiter`, or None: no limit).
 
+    The :data:`TENANT_HEADER` header, when present, moves an admin caller to that tenant
+    (:meth:`Principal.in_tenant`), after the key is checked.
+
     Raises:
         AuthenticationError: keys are configured and the request has none, or an unknown,
             malformed or revoked one (401).
         RateLimitedError: the key used up its requests per minute (429, ``retry_after``).
+        ScopeError: a malformed :data:`TENANT_HEADER` (400).
+        PermissionDeniedError: a non-admin key naming another tenant (403).
     """
+    caller = await _key_principal(request)
+    tenant = requested_tenant(request)
+    return caller if tenant is None else caller.in_tenant(tenant)
+
+
+async def _key_principal(request: HTTPConnection) -> Principal:
+    """The caller as its key (or the key-less server) makes it, before the tenant header."""
     state = request.app.state
     keys: KeyStore | None = getattr(state, "keys", None)
     if keys is None or not (keys.known_configured or await anyio.to_thread.run_sync(keys.configured)):
-        # No keys at all: the server is loopback-only and everyone is the default tenant. The
-        # auth headers are not looked at (a key sent anyway has nothing to be checked against).
-        return Principal(tenant=DEFAULT_TENANT)
+        # No keys at all: the server is loopback-only and everyone is the default tenant, as
+        # an admin (the operator's own server). The auth headers are not looked at (a key
+        # sent anyway has nothing to be checked against).
+        return Principal(tenant=DEFAULT_TENANT, admin=True)
     presented = presented_key(request)
     if presented is None:
         raise AuthenticationError(

@@ -310,6 +310,20 @@ class MemoryHub:
             return []
         return [unquote(name[: -len(".db")]) for name in names]
 
+    async def tenants(self, known: Iterable[str] = ()) -> list[str]:
+        """The tenants this hub knows, sorted: :data:`DEFAULT_TENANT`, ``known`` (the live API
+        keys' tenants), the tenants with an engine open now, and those with a store: a store
+        file in the tenants dir, or on a shared server the places its backend's row lists
+        (:attr:`memlane.registry.Backend.tenants`: PostgreSQL's tenant schemas)."""
+        names = {DEFAULT_TENANT, *known, *self._gen.engines}
+        row = backend_of(self.default_store)
+        if row is not None and row.shared:
+            if row.tenants is not None:
+                names.update(await row.load(row.tenants)(self.default_store))
+        else:
+            names.update(await asyncio.to_thread(self._tenant_files))
+        return sorted(names)
+
     def _has_store(self, tenant: str) -> bool:
         """False for a tenant whose store file does not exist (nothing to recover)."""
         try:

@@ -7,8 +7,9 @@ hash compared in constant time. (A plain hash suits a 256-bit random secret: the
 to brute-force; password hashes such as scrypt exist for low-entropy human passwords.)
 
 Each key is bound to a tenant (the app: one store of its own), optionally to one user and to
-read-only. Revoking a key keeps its row (``revoked_at``), so the id is never reused and a
-revoked key stays refused.
+read-only. An *admin* key (never user-bound) may also act in any other tenant: the service
+lets it name one with the ``X-Memlane-Tenant`` header and list the tenants. Revoking a key
+keeps its row (``revoked_at``), so the id is never reused and a revoked key stays refused.
 
 The keys file is tenant-independent: the settings' ``server.keys_file`` (``$MEMLANE_KEYS_FILE``),
 by default ``<data dir>/keys.db``. This module needs only the standard library, so the CLI can
@@ -53,10 +54,13 @@ CREATE TABLE IF NOT EXISTS api_keys (
     name          TEXT,
     created_at    TEXT NOT NULL,
     last_used_at  TEXT,
-    revoked_at    TEXT
+    revoked_at    TEXT,
+    admin         INTEGER NOT NULL DEFAULT 0
 );
 """
-_COLUMNS = "id, hash, tenant, user_id, read_only, name, created_at, last_used_at, revoked_at"
+#: Added to keys files written before admin keys existed (their keys are not admin).
+_ADD_ADMIN = "ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0"
+_COLUMNS = "id, hash, tenant, user_id, read_only, name, created_at, last_used_at, revoked_at, admin"
 
 
 def default_keys_path() -> str:
@@ -91,6 +95,8 @@ class ApiKey:
         name: a label for people.
         created_at, last_used_at, revoked_at: UTC times (last_used_at is updated at most once a
             minute; revoked_at None while the key is live).
+        admin: the key may also act in other tenants (``X-Memlane-Tenant``) and list them;
+            never user-bound.
     """
 
     id: str
@@ -101,6 +107,7 @@ class ApiKey:
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
+    admin: bool = False
 
     @property
     def revoked(self) -> bool:
@@ -170,6 +177,7 @@ class KeyStore:
             try:
                 conn.execute("PRAGMA busy_timeout = 5000")
                 conn.executescript(_SCHEMA)
+                _add_admin_column(conn)
                 stat = os.stat(self.path)
             except BaseException:
                 conn.close()
@@ -253,20 +261,38 @@ class KeyStore:
     # ----------------------------------------------------------------- keys
 
     def create(
-        self, tenant: str, *, user_id: str | None = None, read_only: bool = False, name: str | None = None
+        self,
+        tenant: str,
+        *,
+        user_id: str | None = None,
+        read_only: bool = False,
+        name: str | None = None,
+        admin: bool = False,
     ) -> NewKey:
         """Create a key bound to ``tenant`` (and to ``user_id`` / read-only when given).
+
+        Args:
+            admin: an admin key: it may also act in any other tenant (the service's
+                ``X-Memlane-Tenant`` header) and list the tenants. A read-only admin key stays
+                read-only in every tenant. Not with ``user_id``.
 
         Returns:
             the new key; its :attr:`NewKey.secret` is shown once and never stored.
 
         Raises:
             ScopeError: ``tenant`` or ``user_id`` is blank, too long or not a string.
-            InvalidInputError: ``name`` is not a string or longer than 200 characters.
+            InvalidInputError: ``name`` is not a string or longer than 200 characters, or
+                ``admin`` with ``user_id`` (an admin key acts for every user).
         """
         tenant = inputs.identifier(tenant, "tenant")
         user_id = inputs.optional_id(user_id, "user_id")
         read_only = inputs.flag(read_only, "read_only")
+        admin = inputs.flag(admin, "admin")
+        if admin and user_id is not None:
+            raise InvalidInputError(
+                "an admin key cannot be bound to a user: an admin key acts for every user of every tenant "
+                "(leave out the user, or create a user-bound key without admin)"
+            )
         if name is not None:
             if not isinstance(name, str):
                 raise InvalidInputError(f"name must be a string, got {inputs.show(name)}")
@@ -277,11 +303,11 @@ class KeyStore:
         created = _now()
         with self._write() as db:
             db.execute(
-                f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
-                (key_id, _hash(secret), tenant, user_id, int(read_only), name, created.isoformat()),
+                f"INSERT INTO api_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?)",
+                (key_id, _hash(secret), tenant, user_id, int(read_only), name, created.isoformat(), int(admin)),
             )
             self._configured = True
-        record = ApiKey(key_id, tenant, user_id, read_only, name, created, None, None)
+        record = ApiKey(key_id, tenant, user_id, read_only, name, created, None, None, admin)
         return NewKey(record, secret)
 
     def list(self, *, tenant: str | None = None, include_revoked: bool = True) -> list[ApiKey]:
@@ -384,7 +410,7 @@ class KeyStore:
 
     @staticmethod
     def _record(row: tuple[object, ...]) -> ApiKey:
-        key_id, _digest, tenant, user_id, read_only, name, created, used, revoked = row
+        key_id, _digest, tenant, user_id, read_only, name, created, used, revoked, admin = row
         return ApiKey(
             id=str(key_id),
             tenant=str(tenant),
@@ -394,7 +420,22 @@ class KeyStore:
             created_at=datetime.fromisoformat(str(created)),
             last_used_at=_time(None if used is None else str(used)),
             revoked_at=_time(None if revoked is None else str(revoked)),
+            admin=bool(admin),
         )
+
+
+def _add_admin_column(conn: sqlite3.Connection) -> None:
+    """Give a keys file written before admin keys existed its ``admin`` column (its keys are
+    not admin). Another process adding it at the same moment is fine."""
+    columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(api_keys)")}
+    if "admin" in columns:
+        return
+    try:
+        conn.execute(_ADD_ADMIN)
+    except sqlite3.OperationalError:
+        columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(api_keys)")}
+        if "admin" not in columns:
+            raise
 
 
 # --------------------------------------------------------------------------- the loopback rule

@@ -31,6 +31,7 @@ import numpy.typing as npt
 from memlane.models import (
     Candidate,
     ConsolidatedMemory,
+    Directory,
     Event,
     EventType,
     Fact,
@@ -47,6 +48,7 @@ from memlane.models import (
     Reflection,
     Scope,
     Session,
+    UserActivity,
 )
 
 __all__ = [
@@ -66,6 +68,7 @@ __all__ = [
     "SessionStore",
     "StoreStats",
     "TemporalReadable",
+    "UserDirectory",
     "UserExportable",
     "Vector",
 ]
@@ -537,6 +540,30 @@ class MetaStore(Protocol):
     async def meta_setdefault(self, key: str, value: str) -> str:
         """``key``'s stored value; ``value`` is stored first when the key has none (atomic:
         concurrent callers all get the first value stored)."""
+        ...
+
+
+@runtime_checkable
+class UserDirectory(Protocol):
+    """An optional capability of a fact store or a session store: which users, agents and apps
+    it holds data of, with counts (ids and numbers, never content), for ``AsyncMemory.users``
+    and ``AsyncMemory.directory``. Each store reports what it holds (a fact store: memories,
+    agents; a session store: sessions, apps); the engine adds them up. A store without it
+    contributes nothing to the listings."""
+
+    async def directory_users(
+        self, *, agent_id: str | None, user_id: str | None, after: str | None, limit: int
+    ) -> builtins.list[UserActivity]:
+        """The first ``limit`` users whose id sorts after ``after`` (None: from the first), by
+        user id in code-point order (byte order of UTF-8). ``agent_id``: only data under this
+        agent namespace (a session's agent); ``user_id``: only this user. Users of the user
+        scope only (an agent's shared memories and a room's have no user)."""
+        ...
+
+    async def directory(self, *, user_id: str | None) -> Directory:
+        """The agents (with their memories, shared ones included) and apps (with their
+        sessions) the store holds, any order; ``user_id``: only those holding that user's data
+        (counting that user's memories and sessions only)."""
         ...
 
 

@@ -31,12 +31,14 @@ from types import TracebackType
 from typing import Any, Self
 
 from memlane.errors import InvalidInputError, NotFoundError, StoreFullError
-from memlane.models import Event, EventType, Session, utcnow
+from memlane.models import Directory, Event, EventType, Session, UserActivity, utcnow
 from memlane.sessions import (
     check_app,
     check_limit,
     check_session_id,
     check_user_ids,
+    directory_apps,
+    directory_users,
     event_type_filter,
     export_session,
     full_message,
@@ -178,6 +180,17 @@ class LocalSessionStore:
             entry.events.clear()
             entry.events.extend(kept)
         return n
+
+    async def directory_users(
+        self, *, agent_id: str | None, user_id: str | None, after: str | None, limit: int
+    ) -> list[UserActivity]:
+        """The sessions' participants, by user id (:class:`~memlane.stores.base.UserDirectory`)."""
+        sessions = [e.session for e in self._sessions.values()]
+        return directory_users(sessions, agent_id=agent_id, user_id=user_id, after=after, limit=limit)
+
+    async def directory(self, *, user_id: str | None) -> Directory:
+        """The apps and their sessions (:class:`~memlane.stores.base.UserDirectory`)."""
+        return directory_apps([e.session for e in self._sessions.values()], user_id=user_id)
 
     async def export_user(self, user_id: str) -> dict[str, Any]:
         """The sessions the user takes part in, with events (a group session: the user's own

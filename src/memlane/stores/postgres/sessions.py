@@ -47,6 +47,7 @@ class PgSessionDialect(SessionDialect):
 
     lock_session = " FOR NO KEY UPDATE"
     list_order = "s.updated_at DESC, s.created_at DESC, s.id DESC"
+    byte_order = ' COLLATE "C"'
     event_user_sql = "metadata->'user_id' = to_jsonb(?::text)"
 
     def text(self, value: str | None) -> Any:

@@ -44,13 +44,15 @@ from typing import Any
 from redis.asyncio import Redis
 
 from memlane.errors import InvalidInputError, NotFoundError, StoreFullError
-from memlane.models import Event, EventType, Session, utcnow
+from memlane.models import Directory, Event, EventType, Session, UserActivity, utcnow
 from memlane.sessions import (
     check_app,
     check_json,
     check_limit,
     check_session_id,
     check_user_ids,
+    directory_apps,
+    directory_users,
     event_type_filter,
     export_session,
     full_message,
@@ -609,6 +611,32 @@ class RedisSessionStore(RedisStore):
         and remove the user from the participants. Returns how many sessions and events went."""
         check_user_ids([user_id])
         return int(await self._script(self._delete_user, self._user_key(user_id), user_id))
+
+    async def _sessions_of(self, user_id: str | None) -> list[Session]:
+        """Every live session under this prefix (of ``user_id`` only, when given), without
+        events: one read per session (the directory's; the store holds at most
+        ``max_sessions``)."""
+        if user_id is None:
+            members = await self._redis.call("ZRANGE", f"{self.prefix}sessions:created", 0, -1)
+        else:
+            members = await self._redis.call("SMEMBERS", self._user_key(user_id))
+        found: list[Session] = []
+        for member in members:
+            reply = await self._script(self._get, text(member), 0)
+            if reply:
+                found.append(_session(reply[0], reply[1], reply[2]))
+        return found
+
+    async def directory_users(
+        self, *, agent_id: str | None, user_id: str | None, after: str | None, limit: int
+    ) -> list[UserActivity]:
+        """The sessions' participants, by user id (:class:`~memlane.stores.base.UserDirectory`)."""
+        sessions = await self._sessions_of(user_id)
+        return directory_users(sessions, agent_id=agent_id, user_id=user_id, after=after, limit=limit)
+
+    async def directory(self, *, user_id: str | None) -> Directory:
+        """The apps and their sessions (:class:`~memlane.stores.base.UserDirectory`)."""
+        return directory_apps(await self._sessions_of(user_id), user_id=user_id)
 
     async def export_user(self, user_id: str) -> dict[str, Any]:
         """The sessions the user takes part in, with events (a group session: the user's own

@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar
 
 from memlane.errors import InvalidInputError, NotFoundError, StorageError
-from memlane.models import Event, EventType, Session, utcnow
+from memlane.models import Directory, Event, EventType, Session, UserActivity, utcnow
 from memlane.sessions import (
     check_app,
     check_json,
@@ -38,6 +38,7 @@ from memlane.sessions import (
     new_session,
     prepare_event,
 )
+from memlane.stores.sql import directory
 from memlane.stores.sql.stmt import MANY, Program, Row, Stmt, all_rows, count, one
 
 __all__ = ["SessionDialect", "SqlSessionStore"]
@@ -59,9 +60,11 @@ class SessionDialect(ABC):
         list_order: the ``ORDER BY`` terms of :meth:`SqlSessionStore.list_sessions` (table
             alias ``s``): newest activity first, then a stable tie-break.
         event_user_sql: the condition "the event's ``metadata["user_id"]`` is ``?``".
+        byte_order: the collation clause that orders text byte-wise (user ids in the directory).
     """
 
     lock_session: str = ""
+    byte_order: str = ""
     list_order: str
     event_user_sql: str
 
@@ -394,6 +397,20 @@ class SqlSessionStore(ABC):
         and remove the user from the participants. Returns the rows deleted. One transaction."""
         check_user_ids([user_id])
         return await self._transact(delete_user_sessions(self._d, user_id))
+
+    async def directory_users(
+        self, *, agent_id: str | None, user_id: str | None, after: str | None, limit: int
+    ) -> list[UserActivity]:
+        """The sessions' participants, by user id (:class:`~memlane.stores.base.UserDirectory`)."""
+        self._check_open()
+        return await self._query(
+            directory.session_users(self._d, agent_id=agent_id, user_id=user_id, after=after, limit=limit)
+        )
+
+    async def directory(self, *, user_id: str | None) -> Directory:
+        """The apps and their sessions (:class:`~memlane.stores.base.UserDirectory`)."""
+        self._check_open()
+        return await self._query(directory.session_directory(self._d, user_id=user_id))
 
     async def export_user(self, user_id: str) -> dict[str, Any]:
         """The sessions the user takes part in, with events (a group session: the user's own

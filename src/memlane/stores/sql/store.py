@@ -17,6 +17,7 @@ from typing import TypeVar
 from memlane.errors import InvalidInputError, NotFoundError, ScopeError
 from memlane.models import (
     ConsolidatedMemory,
+    Directory,
     Fact,
     FactFilter,
     FactScope,
@@ -27,11 +28,12 @@ from memlane.models import (
     Proposal,
     Reflection,
     Scope,
+    UserActivity,
     utcnow,
 )
 from memlane.stores.base import AppliedChange, FactChange, ReflectionKey, StoreStats, Vector
 from memlane.stores.embedding import check_vectors
-from memlane.stores.sql import erasure, meta, reads, temporal
+from memlane.stores.sql import directory, erasure, meta, reads, temporal
 from memlane.stores.sql import facts as core
 from memlane.stores.sql import identities as idmap
 from memlane.stores.sql import proposals as props
@@ -345,6 +347,18 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
         """Fact counts (the whole store when ``scope`` is None: for operators, no content)."""
         await self._ready()
         return await self._query(reads.stats(self._d, scope, embedder=self.embedder_name, dim=self.dim))
+
+    async def directory_users(
+        self, *, agent_id: str | None, user_id: str | None, after: str | None, limit: int
+    ) -> list[UserActivity]:
+        """The users of the user scope's memories, by user id (:class:`~memlane.stores.base.UserDirectory`)."""
+        return await self._query(
+            directory.fact_users(self._d, agent_id=agent_id, user_id=user_id, after=after, limit=limit)
+        )
+
+    async def directory(self, *, user_id: str | None) -> Directory:
+        """The agents and their memories (:class:`~memlane.stores.base.UserDirectory`)."""
+        return await self._query(directory.fact_directory(self._d, user_id=user_id))
 
     async def meta_setdefault(self, key: str, value: str) -> str:
         """:class:`~memlane.stores.base.MetaStore`: ``key``'s stored value, ``value`` stored first if none."""
