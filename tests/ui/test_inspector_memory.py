@@ -236,6 +236,21 @@ def test_timeline_and_the_as_of_slider(page: Any, inspector: Inspector) -> None:
     assert shown() == ["Ann likes green tea", "Ann lives in Porto"]
     expect(slider).to_have_value(str(stops.index(update_at)))
 
+    # paged by time: two changes a page, older ones on "Next page" (the slider gains their stops)
+    page.goto(f"{inspector.url}/ui/#/users/ann/timeline?page_size=2")
+    rows = page.get_by_role("table", name="Timeline").locator("tbody tr")
+    expect(rows).to_have_count(2)
+    expect(slider).to_have_attribute("max", "2")
+    page.get_by_role("button", name="Next page").click()
+    expect(rows).to_have_count(4)
+    expect(slider).to_have_attribute("max", str(len(stops)))
+    more = page.get_by_role("button", name="Next page")
+    if more.count():  # a full last page may not know it was the last
+        more.click()
+    expect(more).to_have_count(0)
+    expect(rows).to_have_count(4)
+    assert rows.locator("td:nth-child(2)").all_inner_texts() == [e["event"] for e in events]
+
 
 def store_location(request: pytest.FixtureRequest, inspector: Inspector) -> str:
     """The store the server reads (the ``inspector`` fixture's)."""

@@ -8,10 +8,11 @@ import { get, seg } from "../../api.js";
 import { errorText, fill, h, link, table, time } from "../../dom.js";
 import { diff } from "../../diff.js";
 
-const PAGE = 50;
+const PAGE = 50; // changes per page (the address may ask for another: ?page_size=)
 const BADGES = { ADD: "good", UPDATE: "warn", DELETE: "bad" };
 
-export async function render(panel, { userId, agentId }) {
+export async function render(panel, { userId, agentId }, ctx) {
+  const pageSize = Math.min(Math.max(Number(ctx.query.get("page_size")) || PAGE, 1), 500);
   const suffix = agentId ? `?agent_id=${seg(agentId)}` : "";
   const events = [];
   let nextBefore = null;
@@ -64,7 +65,7 @@ export async function render(panel, { userId, agentId }) {
 
   async function loadMore() {
     try {
-      const page = await get(`/v1/users/${seg(userId)}/timeline`, { agent_id: agentId, limit: PAGE, before: nextBefore });
+      const page = await get(`/v1/users/${seg(userId)}/timeline`, { agent_id: agentId, limit: pageSize, before: nextBefore });
       events.push(...page.events);
       nextBefore = page.next_before;
     } catch (err) {
