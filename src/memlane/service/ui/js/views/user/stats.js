@@ -12,7 +12,7 @@ const SVG = "http://www.w3.org/2000/svg";
 const BUCKETS = ["day", "week", "month"];
 const W = 640;
 const H = 240;
-const PAD = { left: 44, right: 16, top: 16, bottom: 36 };
+const PAD = { left: 44, right: 16, top: 26, bottom: 30 };
 
 /** An SVG element (dom.js's h() makes HTML ones). */
 function s(tag, attrs = {}, ...children) {
@@ -76,7 +76,8 @@ async function growth(el, { userId, agentId, bucket }) {
       toggle.setAttribute("aria-expanded", String(!data.hidden));
       fill(toggle, data.hidden ? "Show the data as a table" : "Hide the table");
     });
-    fill(el, points.length ? drawChart(points, bucket) : h("p", { class: "muted" }, "No memories yet."), toggle, data);
+    fill(el, points.length ? drawChart(points, bucket) : h("p", { class: "muted" }, "No memories yet."),
+      h("div", { class: "toolbar" }, toggle), data);
   } catch (err) {
     fill(el, errorText(err));
   }
@@ -112,8 +113,8 @@ function drawChart(points, bucket) {
       ? s("text", { class: "tick", x: x(i), y: H - PAD.bottom + 16, "text-anchor": "middle" }, p.start.slice(0, 10))
       : null)),
     s("g", { class: "legend" },
-      s("rect", { class: "key-bar", x: W - 200, y: H - 14, width: 10, height: 10 }),
-      s("text", { class: "tick", x: W - 186, y: H - 5 }, "added"),
-      s("circle", { class: "key-point", cx: W - 120, cy: H - 9, r: 4 }),
-      s("text", { class: "tick", x: W - 112, y: H - 5 }, "valid at the end")));
+      s("rect", { class: "key-bar", x: W - 200, y: 4, width: 10, height: 10 }),
+      s("text", { class: "tick", x: W - 186, y: 13 }, "added"),
+      s("circle", { class: "key-point", cx: W - 120, cy: 9, r: 4 }),
+      s("text", { class: "tick", x: W - 112, y: 13 }, "valid at the end")));
 }
