@@ -4,6 +4,7 @@
 
 import { get } from "../../api.js";
 import { errorText, fill, h, table, time } from "../../dom.js";
+import { paged } from "../../pager.js";
 
 export async function render(panel, { userId, agentId }) {
   const scope = h("select", { id: "refl-scope" },
@@ -35,13 +36,13 @@ async function show(el, query) {
   try {
     const { reflections } = await get("/v1/reflections", query);
     const pending = reflections.filter((r) => !r.absorbed).length;
-    fill(el,
-      h("p", { class: "muted", id: "refl-count" }, `${reflections.length} reflections, ${pending} pending`),
-      table(["Reflection", "Scope", "Session", "State", "Formed"], reflections.map((r) => [
-        r.content, r.scope, r.session_id || "—",
-        r.absorbed ? h("span", { class: "badge good" }, "absorbed") : h("span", { class: "badge warn" }, "pending"),
-        time(r.formed_at),
-      ]), { label: "Reflections" }));
+    const list = h("div");
+    fill(el, h("p", { class: "muted", id: "refl-count" }, `${reflections.length} reflections, ${pending} pending`), list);
+    paged(list, reflections, (slice) => table(["Reflection", "Scope", "Session", "State", "Formed"], slice.map((r) => [
+      r.content, r.scope, r.session_id || "—",
+      r.absorbed ? h("span", { class: "badge good" }, "absorbed") : h("span", { class: "badge warn" }, "pending"),
+      time(r.formed_at),
+    ]), { label: "Reflections" }), { size: 50 });
   } catch (err) {
     fill(el, errorText(err));
   }

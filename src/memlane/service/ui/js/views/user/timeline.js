@@ -98,14 +98,14 @@ export async function render(panel, { userId, agentId }, ctx) {
     showAsOf(i >= stops.length ? null : stops[i]);
   }
 
-  async function showAsOf(at) {
+  async function showAsOf(at, cursor = null) {
     chosen = at;
     const text = at ? time(at) : "now";
     fill(label, text);
     slider.setAttribute("aria-valuetext", text);
     typed.value = at || "";
     try {
-      const page = await get("/v1/memories", { user_id: userId, agent_id: agentId, as_of: at, limit: 100 });
+      const page = await get("/v1/memories", { user_id: userId, agent_id: agentId, as_of: at, limit: 100, cursor });
       if (chosen !== at) return; // a later move won
       snapshot.dataset.asOf = at || "now";
       fill(snapshot,
@@ -115,7 +115,9 @@ export async function render(panel, { userId, agentId }, ctx) {
             link(`#/users/${seg(userId)}/facts/${seg(m.id)}${suffix}`, m.content), " ",
             h("span", { class: "badge" }, `v${m.version}`))))
           : h("p", { class: "muted" }, "No memories then."),
-        page.next_cursor ? h("p", { class: "muted" }, "(the first 100)") : null);
+        page.next_cursor
+          ? h("button", { type: "button", onclick: () => showAsOf(at, page.next_cursor) }, "Next page of memories")
+          : null);
     } catch (err) {
       fill(snapshot, errorText(err));
     }
