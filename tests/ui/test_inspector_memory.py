@@ -241,10 +241,10 @@ def test_timeline_and_the_as_of_slider(page: Any, inspector: Inspector) -> None:
     rows = page.get_by_role("table", name="Timeline").locator("tbody tr")
     expect(rows).to_have_count(2)
     expect(slider).to_have_attribute("max", "2")
-    page.get_by_role("button", name="Next page").click()
+    page.get_by_role("button", name="Next page", exact=True).click()
     expect(rows).to_have_count(4)
     expect(slider).to_have_attribute("max", str(len(stops)))
-    more = page.get_by_role("button", name="Next page")
+    more = page.get_by_role("button", name="Next page", exact=True)
     if more.count():  # a full last page may not know it was the last
         more.click()
     expect(more).to_have_count(0)
