@@ -38,17 +38,13 @@ needs_views_1 = pytest.mark.skipif(
     not (_serves("GET", "/v1/documents") and _serves("GET", "/v1/context", "tokens")),
     reason="needs GET /v1/documents, /v1/reflections and the context's token count",
 )
-needs_views_2 = pytest.mark.skipif(
-    not all(
-        _serves(method, path)
-        for method, path in (
-            ("GET", "/v1/users/{user_id}/timeline"),
-            ("GET", "/v1/users/{user_id}/growth"),
-            ("GET", "/v1/consolidated/history"),
-            ("POST", "/v1/consolidate"),
-        )
-    ),
-    reason="needs the timeline, growth, consolidated history and POST /v1/consolidate",
+needs_timeline = pytest.mark.skipif(
+    not (_serves("GET", "/v1/users/{user_id}/timeline") and _serves("GET", "/v1/users/{user_id}/growth")),
+    reason="needs GET /v1/users/{user_id}/timeline and /growth",
+)
+needs_consolidate = pytest.mark.skipif(
+    not (_serves("GET", "/v1/consolidated/history") and _serves("POST", "/v1/consolidate")),
+    reason="needs GET /v1/consolidated/history and POST /v1/consolidate",
 )
 
 
@@ -178,7 +174,7 @@ def test_documents_and_their_fragments(page: Any, inspector: Inspector) -> None:
     expect(docs.locator("tbody tr")).to_contain_text(str(len(fragments)))
 
 
-@needs_views_2
+@needs_timeline
 def test_timeline_and_the_as_of_slider(page: Any, inspector: Inspector) -> None:
     home = add(inspector, "Ann lives in Lisbon")
     add(inspector, "Ann likes green tea")
@@ -286,7 +282,7 @@ def reflect(request: pytest.FixtureRequest, inspector: Inspector, *texts: str) -
     asyncio.run(put())
 
 
-@needs_views_2
+@needs_consolidate
 def test_reflections_and_consolidated_memory_after_consolidating_from_the_page(
     page: Any, inspector: Inspector, request: pytest.FixtureRequest
 ) -> None:
@@ -335,7 +331,7 @@ def test_reflections_and_consolidated_memory_after_consolidating_from_the_page(
     assert ok(inspector.client.get("/v1/consolidated", params={"user_id": "ann"}))["version"] == 2
 
 
-@needs_views_2
+@needs_timeline
 def test_stats_and_the_growth_chart(page: Any, inspector: Inspector, request: pytest.FixtureRequest) -> None:
     now = datetime.now(UTC)
     seeds = ((9, "Ann lives in Lisbon"), (9, "Ann likes green tea"), (4, "Ann plays the cello"), (0, "Ann reads"))
@@ -379,7 +375,8 @@ UNLABELLED = """() => [...document.querySelectorAll('#panel input, #panel select
   .map((el) => el.outerHTML)"""
 
 
-@needs_views_2
+@needs_timeline
+@needs_consolidate
 def test_every_tab_has_a_heading_labelled_controls_and_no_write_control_for_a_read_only_key(
     page: Any, inspector: Inspector
 ) -> None:
@@ -391,8 +388,8 @@ def test_every_tab_has_a_heading_labelled_controls_and_no_write_control_for_a_re
         expect(page.locator("#panel h2").first).to_be_visible()
         expect(page.locator("#panel .muted", has_text="Loading")).to_have_count(0)
         assert page.evaluate(UNLABELLED) == [], tab
-        expect(page.get_by_role("alert")).to_have_count(0)
-        expect(page.get_by_role("button", name="Consolidate now")).to_have_count(0)
+        expect(page.get_by_role("alert"), tab).to_have_count(0)
+        expect(page.get_by_role("button", name="Consolidate now"), tab).to_have_count(0)
 
     # a user-bound key: its own user's tabs work; another user's show the API's refusal
     page.evaluate("sessionStorage.clear()")
