@@ -77,6 +77,7 @@ from memlane.models import (
 )
 from memlane.privacy.redaction import RedactSpec, as_config
 from memlane.providers.embed.base import Embedder, is_latin_only
+from memlane.providers.embed.windows import Windowing
 from memlane.providers.llm.base import LLM, UsageMeter
 from memlane.registry import check_embedder_spec, store_location
 from memlane.retrieval.hybrid import MAX_QUERIES, RetrievalConfig
@@ -209,6 +210,11 @@ class AsyncMemory(
             )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def _windowing(self) -> Windowing:
+        """How long memories are embedded, from the retrieval config (read at each embedding)."""
+        r = self.retrieval
+        return Windowing(r.embed_windows, r.embed_window_size, r.embed_window_overlap)
+
     # ------------------------------------------------------------------ lifecycle
     async def open(self) -> AsyncMemory:
         """Open the stores (through :mod:`memlane.registry`), the embedder and the models, on
@@ -246,7 +252,7 @@ class AsyncMemory(
         self.stores = EngineStores(self.facts, self.reflection_store, self.jobs, self.sessions, self.contexts)
         self.embedder: Embedder | None = parts.embedder
         self.meter: UsageMeter = parts.fast.meter
-        self._embeddings = EmbeddingLifecycle(self.facts, parts.embedder, self._query_cache)
+        self._embeddings = EmbeddingLifecycle(self.facts, parts.embedder, self._query_cache, self._windowing)
         self.pipeline = Pipeline(
             facts=self.facts,
             reflections=self.reflection_store,
@@ -467,13 +473,15 @@ class AsyncMemory(
                 "the new text"
             )
         try:
-            vectors = await self._embeddings.embed([text])
+            embedded = await self._embeddings.embed_stored([text])
         except EmbedderError:
-            vectors = None
+            embedded = None
             self._embeddings.pending = True
-        updated = await self.facts.update_fact(
-            fact_id, scope, text, vectors[0] if vectors is not None else None, actor="api"
-        )
+        vector = embedded.vectors[0] if embedded is not None else None
+        window = embedded.windows[0] if embedded is not None else None
+        # the old text's windows go with it (the store drops them); the new text's come with it
+        extra: dict[str, Any] = {} if window is None else {"windows": window}
+        updated = await self.facts.update_fact(fact_id, scope, text, vector, actor="api", **extra)
         return redact_contributor(updated, user_id)
 
     @opening

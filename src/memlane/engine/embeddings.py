@@ -8,8 +8,10 @@ queue, once one runs) embeds what the store lacks.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,8 +20,9 @@ from memlane import inputs
 from memlane.engine.base import EngineState, opening
 from memlane.engine.status import EmbeddingProgress
 from memlane.errors import ProviderError
-from memlane.ingest.embedding_queue import EmbeddingQueue, Priority
+from memlane.ingest.embedding_queue import EmbeddingQueue, Priority, set_embeddings
 from memlane.providers.embed.base import Embedder, Matrix, check_matrix, embed_query_texts
+from memlane.providers.embed.windows import Embedded, Windowing, extra_windows, window_limit
 from memlane.stores.base import FactStore
 
 __all__ = ["QUERY_CACHE_SIZE", "EmbeddingLifecycle", "EmbeddingMethods"]
@@ -40,10 +43,18 @@ class EmbeddingLifecycle:
             benchmarks clear to time real query embeddings).
     """
 
-    def __init__(self, facts: FactStore, embedder: Embedder | None, query_cache: OrderedDict[str, Any]) -> None:
+    def __init__(
+        self,
+        facts: FactStore,
+        embedder: Embedder | None,
+        query_cache: OrderedDict[str, Any],
+        windowing: Callable[[], Windowing] = Windowing,
+    ) -> None:
         self.facts = facts
         self.embedder = embedder
         self.query_cache = query_cache
+        #: how long texts are windowed, read at each embedding (the engine's retrieval config)
+        self.windowing = windowing
         #: Facts may lack vectors (checked once after open; set again when an embedding fails).
         self.pending = True
         #: The background queue (``add(embed="high"|"normal"|"low")``), made on first use.
@@ -58,6 +69,31 @@ class EmbeddingLifecycle:
         if self.facts.dim is None:
             await self.facts.bind_embedder(self.embedder.name, int(out.shape[1]))
         return out
+
+    async def embed_stored(self, texts: list[str], windowed: Sequence[bool] | None = None) -> Embedded | None:
+        """Vectors for texts about to be stored, with the windows of those longer than the
+        encoder reads (``windowed[i]`` False: text ``i`` gets its one vector only, e.g. a
+        document row, which is never searched itself). One embedder call for all of them.
+        None without an embedder or texts."""
+        if self.embedder is None or not texts:
+            return None
+        windowing = self.windowing()
+        extra: list[list[str]] = [[] for _ in texts]
+        limit = window_limit(self.embedder, windowing)
+        if limit is not None and any(len(t) > limit[1] for t in texts):
+            wanted = [t if windowed is None or windowed[i] else "" for i, t in enumerate(texts)]
+            # tokenising long texts takes a while: off the event loop
+            extra = await asyncio.to_thread(extra_windows, self.embedder, wanted, windowing)
+        flat = list(texts) + [w for ws in extra for w in ws]
+        out = await self.embed(flat)
+        assert out is not None
+        n = len(texts)
+        windows: list[Matrix | None] = []
+        at = n
+        for ws in extra:
+            windows.append(out[at : at + len(ws)] if ws else None)
+            at += len(ws)
+        return Embedded(out[:n], windows)
 
     async def embed_queries(self, queries: list[str]) -> Matrix | None:
         """Embed queries through a small LRU cache: agents repeat queries (preload per turn)."""
@@ -74,10 +110,11 @@ class EmbeddingLifecycle:
             self.query_cache.popitem(last=False)
         return np.stack([self.query_cache[q] for q in queries])
 
-    async def embed_or_defer(self, texts: list[str]) -> Matrix | None:
-        """Embed for storage; on provider failure store without vectors (backfilled later)."""
+    async def embed_or_defer(self, texts: list[str], windowed: Sequence[bool] | None = None) -> Embedded | None:
+        """Embed for storage (:meth:`embed_stored`); on provider failure store without vectors
+        (backfilled later)."""
         try:
-            return await self.embed(texts)
+            return await self.embed_stored(texts, windowed)
         except ProviderError as exc:
             log.warning("memlane: embedding failed (%s); stored keyword-only, will backfill later", exc)
             self.pending = True
@@ -86,7 +123,7 @@ class EmbeddingLifecycle:
     def background(self) -> EmbeddingQueue:
         """The background queue, started on first use."""
         if self.queue is None:
-            self.queue = EmbeddingQueue(self.facts, self.embed)
+            self.queue = EmbeddingQueue(self.facts, self.embed_stored)
             self.pending = False  # the queue's worker embeds what the store lacks
         return self.queue
 
@@ -117,9 +154,9 @@ class EmbeddingLifecycle:
             rows = await self.facts.missing_embeddings(limit=batch_size)
             if not rows:
                 break
-            vectors = await self.embed([text for _, text in rows])
-            assert vectors is not None
-            await self.facts.set_embeddings([fid for fid, _ in rows], vectors)
+            embedded = await self.embed_stored([text for _, text in rows])
+            assert embedded is not None
+            await set_embeddings(self.facts, [fid for fid, _ in rows], embedded)
             done += len(rows)
         self.pending = False
         return done

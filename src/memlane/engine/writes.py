@@ -21,7 +21,7 @@ from memlane.ingest.documents import split_documents
 from memlane.ingest.messages import Message
 from memlane.models import Fact, Job, Scope
 from memlane.privacy.redaction import Redactor
-from memlane.providers.embed.base import Matrix
+from memlane.providers.embed.windows import Embedded
 from memlane.stores.base import FactStore, GroupWritable
 
 __all__ = ["Writer", "write_scope"]
@@ -225,17 +225,26 @@ class Writer:
             for rows in groups
             for i, f in enumerate(rows)
         ]
-        vectors = await self.embeddings.embed_or_defer(texts)
-        stored = await self._put_groups(groups, vectors)
-        if vectors is not None:
+        # (a document row's vector is its first fragment's; the fragment itself is windowed)
+        windowed = [f.kind != "document" for rows in groups for f in rows]
+        embedded = await self.embeddings.embed_or_defer(texts, windowed)
+        stored = await self._put_groups(groups, embedded)
+        if embedded is not None:
             await self.embeddings.catch_up()
         return [[f for f, _ in g] for g in stored]
 
-    async def _put_groups(self, groups: list[Rows], vectors: Matrix | None) -> list[list[tuple[Fact, bool]]]:
+    async def _put_groups(self, groups: list[Rows], embedded: Embedded | None) -> list[list[tuple[Fact, bool]]]:
+        vectors = embedded.vectors if embedded is not None else None
+        windows = embedded.windows_or_none() if embedded is not None else None
+        # a store is called as before issue 22 unless a text has windows
+        extra: dict[str, Any] = {} if windows is None else {"windows": windows}
         if hasattr(self.facts, "put_fact_groups"):  # GroupWritable: one transaction
-            return await cast(GroupWritable, self.facts).put_fact_groups(groups, vectors, actor="api")
+            return await cast(GroupWritable, self.facts).put_fact_groups(groups, vectors, actor="api", **extra)
         out, start = [], 0  # one put_facts per group: the same rows, a transaction each
         for g in groups:
-            out.append(await self.facts.put_facts(g, None if vectors is None else vectors[start : start + len(g)]))
+            part: dict[str, Any] = {} if windows is None else {"windows": windows[start : start + len(g)]}
+            out.append(
+                await self.facts.put_facts(g, None if vectors is None else vectors[start : start + len(g)], **part)
+            )
             start += len(g)
         return out

@@ -37,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
-from memlane.providers.embed.base import Matrix
+from memlane.providers.embed.windows import Embedded
 from memlane.stores.base import FactStore
 
 log = logging.getLogger("memlane")
@@ -67,7 +67,7 @@ class EmbeddingQueue:
     def __init__(
         self,
         facts: FactStore,
-        embed: Callable[[list[str]], Awaitable[Matrix | None]],
+        embed: Callable[[list[str]], Awaitable[Embedded | None]],
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
         max_batch_size: int = MAX_BATCH_SIZE,
@@ -219,8 +219,8 @@ class EmbeddingQueue:
                 rows = await self.facts.missing_embeddings(limit=len(ids), fact_ids=ids)
                 if not rows:  # deleted, forgotten or embedded meanwhile
                     return True
-            vectors = await self.embed([text for _, text in rows])
-            if vectors is None:  # no embedder
+            embedded = await self.embed([text for _, text in rows])
+            if embedded is None:  # no embedder
                 self._idle = True
                 return False
             # The embedder may have taken a while: a fact updated meanwhile (with its own new
@@ -229,7 +229,8 @@ class EmbeddingQueue:
             waiting = dict(await self.facts.missing_embeddings(limit=len(rows), fact_ids=[fid for fid, _ in rows]))
             keep = [i for i, (fid, text) in enumerate(rows) if waiting.get(fid) == text]
             if keep:
-                await self.facts.set_embeddings([rows[i][0] for i in keep], vectors[keep])
+                windows = [embedded.windows[i] for i in keep]
+                await set_embeddings(self.facts, [rows[i][0] for i in keep], Embedded(embedded.vectors[keep], windows))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the embedder or the store failed: keep everything, retry
@@ -241,3 +242,13 @@ class EmbeddingQueue:
         self._done += len(rows)
         self._failures_in_a_row = 0
         return True
+
+
+async def set_embeddings(facts: FactStore, fact_ids: list[str], embedded: Embedded) -> None:
+    """``facts.set_embeddings`` with the windows when a text has some (a store is called as
+    before issue 22 when none has)."""
+    windows = embedded.windows_or_none()
+    if windows is None:
+        await facts.set_embeddings(fact_ids, embedded.vectors)
+    else:
+        await facts.set_embeddings(fact_ids, embedded.vectors, windows=windows)

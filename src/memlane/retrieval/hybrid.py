@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from memlane.models import Candidate
 from memlane.retrieval.fusion import RRF_K, Fused, rrf
@@ -66,6 +66,17 @@ class RetrievalConfig(BaseModel):
     cat is called Miso"). None: a hard cut-off at ``min_vector_score``. 0.02, not the 0.05 of
     issue 11: "marathon" for a user who never ran one found "The Alfa Pendular train gets you
     to Porto" at cosine 0.27 (issue 17)."""
+    embed_windows: bool = True
+    """Embed a memory longer than the encoder reads in windows (issue 22, docs/retrieval.md,
+    "Long memories"): one vector per window, the memory scored by its best window. Off: one
+    vector per memory, of the part the encoder reads (its first ~1,000 characters with MiniLM).
+    Read when memories are embedded (``add``, ``update``, backfill), not at search time."""
+    embed_window_size: int | None = Field(None, ge=16)
+    """Window length in the embedder's unit (MiniLM: tokens; remote embedders: characters);
+    None: what the encoder reads (254 tokens for MiniLM)."""
+    embed_window_overlap: float = Field(0.25, ge=0, lt=1)
+    """Share of a window repeated at the start of the next (a sentence of up to this share of a
+    window lies whole in one window)."""
     min_keyword_score: float | None = None
     """Drop keyword candidates below this (negated BM25) score."""
     min_rrf_score: float | None = None

@@ -186,6 +186,9 @@ class FactChange:
     text: str | None = None
     vector: Vector | None = None
     metadata: dict[str, Any] | None = None
+    windows: Vector | None = None
+    """The further windows' vectors of a text longer than the encoder reads (``(k, dim)``,
+    with ``vector``; :mod:`memlane.providers.embed.windows`)."""
 
 
 @dataclass
@@ -244,9 +247,18 @@ class FactStore(Protocol):
         ...
 
     async def put_facts(
-        self, facts: Sequence[Fact], vectors: Vector | None, *, actor: str = "api"
+        self,
+        facts: Sequence[Fact],
+        vectors: Vector | None,
+        *,
+        actor: str = "api",
+        windows: Sequence[Vector | None] | None = None,
     ) -> list[tuple[Fact, bool]]:
-        """Store facts atomically (all or none); returns (stored fact, created) per input."""
+        """Store facts atomically (all or none); returns (stored fact, created) per input.
+        ``windows``: per fact, the vectors of its further windows when its text is longer than
+        the encoder reads (``(k, dim)`` or None), stored with it; vector search scores a fact
+        by its best window (:mod:`memlane.providers.embed.windows`). The engine passes it only
+        when some text has windows."""
         ...
 
     async def get_fact(self, fact_id: str, scope: Scope) -> Fact | None:
@@ -273,9 +285,17 @@ class FactStore(Protocol):
         ...
 
     async def update_fact(
-        self, fact_id: str, scope: Scope, content: str, vector: Vector | None, *, actor: str = "api"
+        self,
+        fact_id: str,
+        scope: Scope,
+        content: str,
+        vector: Vector | None,
+        *,
+        actor: str = "api",
+        windows: Vector | None = None,
     ) -> Fact:
-        """Change a fact's content (version + 1, history row)."""
+        """Change a fact's content (version + 1, history row); its old window vectors go,
+        ``windows`` (the new text's, as for :meth:`put_facts`) come."""
         ...
 
     async def invalidate_fact(self, fact_id: str, scope: Scope, *, actor: str = "api") -> Fact:
@@ -333,8 +353,11 @@ class FactStore(Protocol):
         text is its opening (its fragments are what search scores)."""
         ...
 
-    async def set_embeddings(self, fact_ids: Sequence[str], vectors: Vector) -> None:
-        """Attach vectors to existing facts."""
+    async def set_embeddings(
+        self, fact_ids: Sequence[str], vectors: Vector, *, windows: Sequence[Vector | None] | None = None
+    ) -> None:
+        """Attach vectors (and, ``windows``, the further windows' vectors as for
+        :meth:`put_facts`) to existing facts."""
         ...
 
     async def record_access(self, fact_ids: Sequence[str]) -> None:
@@ -525,9 +548,15 @@ class GroupWritable(Protocol):
     The engine calls ``put_facts`` per group on a store without it."""
 
     async def put_fact_groups(
-        self, groups: Sequence[Sequence[Fact]], vectors: Vector | None, *, actor: str = "api"
+        self,
+        groups: Sequence[Sequence[Fact]],
+        vectors: Vector | None,
+        *,
+        actor: str = "api",
+        windows: Sequence[Vector | None] | None = None,
     ) -> list[list[tuple[Fact, bool]]]:
-        """(stored fact, created) per fact, per group; ``vectors``: one row per fact of all groups."""
+        """(stored fact, created) per fact, per group; ``vectors`` (and ``windows``, as for
+        :meth:`FactStore.put_facts`): one row per fact of all groups."""
         ...
 
 

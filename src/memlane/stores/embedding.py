@@ -4,10 +4,12 @@ shape, are refused with a message saying what to do."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from memlane.errors import ConfigError, DimensionMismatchError
 from memlane.stores.base import Vector
 
-__all__ = ["check_binding", "check_vectors"]
+__all__ = ["check_binding", "check_vectors", "check_windows"]
 
 
 def check_binding(stored_name: str | None, stored_dim: int | None, name: str, dim: int, *, elsewhere: str) -> None:
@@ -48,3 +50,14 @@ def check_vectors(vectors: Vector | None, n: int, dim: int | None) -> None:
             expected=dim,
             got=int(vectors.shape[1]),
         )
+
+
+def check_windows(windows: Sequence[Vector | None] | None, n: int, dim: int | None) -> None:
+    """Refuse window vectors that are not one entry per fact (None or a ``(k, dim)`` matrix)."""
+    if windows is None:
+        return
+    if len(windows) != n:
+        raise DimensionMismatchError(f"expected window vectors for {n} facts, got {len(windows)}")
+    for mat in windows:
+        if mat is not None:
+            check_vectors(mat, int(mat.shape[0]) if mat.ndim == 2 else -1, dim)

@@ -128,6 +128,8 @@ TABLES: tuple[Table, ...] = (
         times="occurred_at formed_at updated_at valid_from invalid_at",
         serial="rowid",
     ),
+    # the further windows' vectors of long facts (issue 22), keyed by the fact's id (kept)
+    _t("fact_windows", ["fact_id", "win"], "fact_id, win, partition, embedding"),
     _t("partitions", ["partition"], "partition, appends, changes"),
     _t("authors", ["partition", "author"], "partition, author"),
     _t(

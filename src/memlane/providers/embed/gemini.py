@@ -98,6 +98,9 @@ class GeminiEmbedder(HttpClient):
 
         self.model = model
         self.name = f"gemini:{model}"
+        #: what the model reads, in characters (2,048 tokens at ~3 characters each): longer texts
+        #: are embedded in windows (:mod:`memlane.providers.embed.windows`)
+        self.max_input_chars = 6_000
         self.base_url = base_url.rstrip("/")
         self._output_dim = dim
         self.dim: int = dim if dim is not None else KNOWN_DIMS.get(model, 0)

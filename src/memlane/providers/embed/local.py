@@ -372,6 +372,10 @@ class LocalEmbedder:
         tokenizer.no_padding()  # we pad per length-sorted batch ourselves
         tokenizer.enable_truncation(max_length=self.max_seq_length)
         self._tokenizer = tokenizer
+        #: what the encoder reads of a text, in tokens ([CLS] and [SEP] aside): longer texts
+        #: are embedded in windows of this size (:mod:`memlane.providers.embed.windows`)
+        self.max_input_tokens = self.max_seq_length - 2
+        self._spans_tokenizer: Any | None = None  # a copy that does not truncate (made on first use)
 
         weights_file = folder / "model.safetensors"
         digest = None
@@ -424,6 +428,38 @@ class LocalEmbedder:
             return [self._tokenizer.encode(texts[0]).ids]
         encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
         return [e.ids for e in encode(list(texts))]
+
+    def window_spans(self, texts: Sequence[str], size: int, overlap: int) -> list[list[tuple[int, int]]]:
+        """Each text's windows as character spans of at most ``size`` tokens (cut at token
+        boundaries), consecutive ones sharing ``overlap`` tokens; ``[(0, len(text))]`` for a
+        text that fits (see :mod:`memlane.providers.embed.windows`)."""
+        if size < 1 or not 0 <= overlap < size:
+            raise InvalidInputError(f"window size {size} and overlap {overlap}: need 0 <= overlap < size")
+        tok = self._spans_tokenizer
+        if tok is None:
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_str(self._tokenizer.to_str())
+            tok.no_truncation()
+            tok.no_padding()
+            self._spans_tokenizer = tok
+        prepared = [t.lower() for t in texts] if self._lowercase else list(texts)
+        encoded = tok.encode_batch(prepared, add_special_tokens=False) if prepared else []
+        out: list[list[tuple[int, int]]] = []
+        for text, enc in zip(texts, encoded, strict=True):
+            offsets = [o for o in enc.offsets if o[1] > o[0]]
+            if len(offsets) <= size:
+                out.append([(0, len(text))])
+                continue
+            spans: list[tuple[int, int]] = []
+            step = size - overlap
+            for first in range(0, len(offsets), step):
+                last = min(len(offsets), first + size) - 1
+                spans.append((offsets[first][0], offsets[last][1] if last + 1 < len(offsets) else len(text)))
+                if last + 1 >= len(offsets):
+                    break
+            out.append(spans)
+        return out
 
     def _run_batch(self, encoder: _Encoder, batch: list[list[int]], threads: int = 1) -> Matrix:
         lengths = np.fromiter(map(len, batch), dtype=np.int64, count=len(batch))

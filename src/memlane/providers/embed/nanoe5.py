@@ -82,6 +82,9 @@ class E5Embedder:
         self._model = _load_engine(variant)
         self.dim = int(self._model.dim)
         self.name = f"e5:{VARIANTS[variant]}"
+        #: what e5-small reads (512 tokens, ~3 characters each, the "passage: " prefix aside), in
+        #: characters: longer texts are embedded in windows (:mod:`memlane.providers.embed.windows`)
+        self.max_input_chars = 1_500
         lib = self._model._lib  # the engine's ctypes handle; libgomp's symbols resolve through it
         try:
             set_threads = lib.omp_set_num_threads

@@ -106,6 +106,9 @@ class OpenAIEmbedder(HttpClient):
 
         self.model = model
         self.name = f"openai:{model}"
+        #: what the model reads, in characters (8,191 tokens at ~3 characters each): longer texts
+        #: are embedded in windows (:mod:`memlane.providers.embed.windows`)
+        self.max_input_chars = 24_000
         short = model.rsplit("/", 1)[-1]  # "openai/text-embedding-3-small" on routers
         self._send_dimensions = dim is not None and short.startswith("text-embedding-3")
         self.dim: int = dim if dim is not None else KNOWN_DIMS.get(short, 0)

@@ -97,6 +97,9 @@ class PgDialect(Dialect):
         keys = sorted({lock_key(self.schema, p) for p in partitions})
         return [Stmt("SELECT pg_advisory_xact_lock(?)", (key,)) for key in keys]
 
+    def vector_value(self, vector: Vector) -> Any:
+        return np.asarray(vector, dtype=np.float32).reshape(-1)
+
     def set_content(
         self, rowid: int, content: str, hash_: str, at: datetime, search_text: str, vector: Vector | None
     ) -> list[Stmt]:

@@ -222,9 +222,16 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
                     # ALTER TYPE resets the storage to the type's (pgvector: EXTERNAL); MAIN keeps
                     # vectors in the row for exact scans, as migration 0005_vectors_inline set it
                     await conn.execute("ALTER TABLE facts ALTER COLUMN embedding SET STORAGE MAIN")
+                    # long texts' further windows (issue 22), typed, stored and indexed alike
+                    await conn.execute(f"ALTER TABLE fact_windows ALTER COLUMN embedding TYPE vector({int(dim)})")
+                    await conn.execute("ALTER TABLE fact_windows ALTER COLUMN embedding SET STORAGE MAIN")
                     if dim <= HNSW_MAX_DIM:
                         await conn.execute(
                             "CREATE INDEX IF NOT EXISTS facts_embedding_hnsw ON facts"
+                            " USING hnsw (embedding vector_cosine_ops)"
+                        )
+                        await conn.execute(
+                            "CREATE INDEX IF NOT EXISTS fact_windows_hnsw ON fact_windows"
                             " USING hnsw (embedding vector_cosine_ops)"
                         )
                     else:
@@ -376,6 +383,13 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
                     )
                     if hnsw is None and int(meta["dim"]) <= HNSW_MAX_DIM:
                         problems.append("the vector index facts_embedding_hnsw is missing")
+                stray = await self._one(
+                    conn,
+                    "SELECT COUNT(*) FROM fact_windows w"
+                    " WHERE NOT EXISTS (SELECT 1 FROM facts f WHERE f.id = w.fact_id)",
+                )
+                if stray and stray[0]:
+                    problems.append(f"{stray[0]} window vector(s) of fact_windows belong to no fact")
                 orphans = await self._one(
                     conn,
                     "SELECT COUNT(DISTINCT f.partition) FROM facts f"

@@ -66,6 +66,23 @@ _KEYWORD_COLUMNS = """,
                     || setweight(to_tsvector('english', ctx), 'C')
                 ) STORED"""
 
+#: pgvector's HNSW limit (``memlane.stores.postgres.facts.HNSW_MAX_DIM``).
+_HNSW_MAX_DIM = 2000
+#: 0011: type ``fact_windows.embedding`` as the bound embedder's ``vector(dim)``, kept in the row
+#: (MAIN), with its HNSW index, when the schema is bound already.
+_TYPE_WINDOWS = f"""DO $$
+DECLARE d integer;
+BEGIN
+    SELECT value::integer INTO d FROM meta WHERE key = 'dim';
+    IF d IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE fact_windows ALTER COLUMN embedding TYPE vector(%s)', d);
+        ALTER TABLE fact_windows ALTER COLUMN embedding SET STORAGE MAIN;
+        IF d <= {_HNSW_MAX_DIM} THEN
+            CREATE INDEX fact_windows_hnsw ON fact_windows USING hnsw (embedding vector_cosine_ops);
+        END IF;
+    END IF;
+END $$"""
+
 MIGRATIONS: list[tuple[str, list[str]]] = [
     (
         "0001_core",
@@ -179,5 +196,17 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         # link_identity, read by add / sessions given channel= and sender=, erased by forget.
         "0009_identities",
         [*schema.identities(T)],
+    ),
+    (
+        # Every character of a long memory on the vector side (issue 22): a text longer than the
+        # encoder reads keeps one vector per further window here (window 0 is facts.embedding),
+        # written with the fact, dropped with its text (update) or the fact (forget). A schema
+        # already bound to an embedder types the column and builds its HNSW index here (a new
+        # one gets them from PgFactStore.bind_embedder, as facts.embedding does).
+        "0011_fact_windows",
+        [
+            *schema.fact_windows(T),
+            _TYPE_WINDOWS,
+        ],
     ),
 ]

@@ -46,7 +46,10 @@ from memlane.models import PartitionFilter
 from memlane.retrieval.context import CONTEXT_RADIUS, affected_range, neighbour_context
 from memlane.retrieval.text import keyword_text
 from memlane.stores.base import Candidate, FactFilter, Vector
+from memlane.stores.embedding import check_windows
+from memlane.stores.postgres.dialect import PgDialect, pg_sql
 from memlane.stores.postgres.rows import FACT_COLS, Conn, dec, enc, filter_sql, resolve_partitions, row_to_fact
+from memlane.stores.sql.facts import write_windows
 
 if TYPE_CHECKING:
     from memlane.stores.postgres.db import PgDatabase
@@ -118,7 +121,9 @@ def _vector_sql(fsql: str, now: str) -> str:
     """The vector statement: a first row (partitions now, highest rowid, changes, the
     partitions' size, rows the HNSW walk returned), then the candidates ``(k, id, cosine
     distance, rowid)`` and their rows (:data:`_ROW_COLS`, read by rowid after the ``LIMIT``):
-    the walk's when it ran and returned ``k`` rows, else the exact scan's.
+    the walk's when it ran and returned ``k`` rows, else the exact scan's. A fact's distance
+    is its nearest vector's: ``facts.embedding`` or one of its further windows
+    (``fact_windows``, issue 22; each walked and scanned beside the facts, by partition).
 
     The walk is ordered by the index's own operator expression, so the planner takes the
     index; the exact scan by an expression the index cannot serve, so every row is scored (a
@@ -140,13 +145,24 @@ def _vector_sql(fsql: str, now: str) -> str:
         " WHEN %(known)s::bigint > %(xmax)s AND s.changes = %(cch)s THEN %(known)s::bigint"
         " ELSE (SELECT count(*) FROM (SELECT 1 FROM facts WHERE partition = ANY(%(parts)s) LIMIT %(cap1)s) x)"
         " END AS n FROM s),"
-        " h AS MATERIALIZED (SELECT f.id, f.rowid, f.embedding <=> %(q)s AS d FROM facts f"
+        " h0 AS MATERIALIZED (SELECT f.id, f.rowid, f.embedding <=> %(q)s AS d FROM facts f"
         " WHERE (SELECT n FROM c) > %(xmax)s AND (SELECT set_config('hnsw.ef_search', %(ef)s, true)) IS NOT NULL"
         f" AND {where} ORDER BY f.embedding <=> %(q)s LIMIT %(k)s),"
+        " hw AS MATERIALIZED (SELECT f.id, f.rowid, w.embedding <=> %(q)s AS d FROM fact_windows w"
+        " JOIN facts f ON f.id = w.fact_id WHERE (SELECT n FROM c) > %(xmax)s"
+        " AND (SELECT set_config('hnsw.ef_search', %(ef)s, true)) IS NOT NULL"
+        f" AND w.partition = ANY(%(parts)s) AND {where} ORDER BY w.embedding <=> %(q)s LIMIT %(k)s),"
+        " h AS MATERIALIZED (SELECT id, rowid, min(d) AS d FROM (SELECT * FROM h0 UNION ALL SELECT * FROM hw) hx"
+        " GROUP BY id, rowid ORDER BY min(d), rowid LIMIT %(k)s),"
         " hn AS MATERIALIZED (SELECT count(*) AS hn FROM h),"
-        " e AS MATERIALIZED (SELECT f.id, f.rowid, COALESCE(NULLIF(f.embedding <=> %(q)s, 'NaN'::float8), 1.0) AS d"
+        " e AS MATERIALIZED (SELECT id, rowid, min(d) AS d FROM ("
+        "SELECT f.id, f.rowid, COALESCE(NULLIF(f.embedding <=> %(q)s, 'NaN'::float8), 1.0) AS d"
         " FROM facts f WHERE ((SELECT n FROM c) <= %(xmax)s OR (SELECT hn FROM hn) < %(k)s)"
-        f" AND {where} ORDER BY d, f.rowid LIMIT %(k)s)"
+        f" AND {where}"
+        " UNION ALL SELECT f.id, f.rowid, COALESCE(NULLIF(w.embedding <=> %(q)s, 'NaN'::float8), 1.0)"
+        " FROM fact_windows w JOIN facts f ON f.id = w.fact_id"
+        " WHERE ((SELECT n FROM c) <= %(xmax)s OR (SELECT hn FROM hn) < %(k)s)"
+        f" AND w.partition = ANY(%(parts)s) AND {where}) ex GROUP BY id, rowid ORDER BY min(d), rowid LIMIT %(k)s)"
         f" SELECT 0, NULL::text, NULL::float8, NULL::bigint, {now}, s.maxrow, s.changes, (SELECT n FROM c),"
         f" (SELECT hn FROM hn), {_NO_ROW} FROM s"
         f" UNION ALL SELECT 1, h.id, h.d, h.rowid, NULL, NULL, NULL, NULL, NULL, {_ROW_COLS}"
@@ -634,8 +650,11 @@ class PgSearchMixin:
                 )
             return [(r[0], dec(r[1]) or "") for r in await cur.fetchall()]
 
-    async def set_embeddings(self, fact_ids: Sequence[str], vectors: Vector) -> None:
-        """Attach vectors to facts still waiting for one (:meth:`missing_embeddings`).
+    async def set_embeddings(
+        self, fact_ids: Sequence[str], vectors: Vector, *, windows: Sequence[Vector | None] | None = None
+    ) -> None:
+        """Attach vectors to facts still waiting for one (:meth:`missing_embeddings`), with
+        ``windows``: per fact, its further windows' vectors (written with its vector).
 
         A fact that got a vector meanwhile (an update with its new text's vector, another
         worker's backfill) or was deleted keeps what it has: a backfill that embedded an older
@@ -654,11 +673,12 @@ class PgSearchMixin:
                 expected=self.dim,
                 got=int(mat.shape[1]),
             )
+        check_windows(windows, len(ids), self.dim)
         if not ids:
             return
         async with self.db.transaction() as conn:
             parts: set[str] = set()
-            for fid, vec in zip(ids, mat, strict=True):
+            for i, (fid, vec) in enumerate(zip(ids, mat, strict=True)):
                 cur = await conn.execute(
                     "UPDATE facts SET embedding = %s WHERE id = %s AND embedding IS NULL AND invalid_at IS NULL"
                     " RETURNING partition",
@@ -667,6 +687,11 @@ class PgSearchMixin:
                 row = await cur.fetchone()
                 if row is not None:
                     parts.add(row[0])
+                    win = windows[i] if windows is not None else None
+                    stmts = write_windows(PgDialect(None), [(fid, row[0], win)], replace=True)
+                    for stmt in stmts:
+                        async with conn.cursor() as many:
+                            await many.executemany(pg_sql(stmt.sql), stmt.args)
             if parts:
                 await conn.execute(
                     "UPDATE partitions SET changes = changes + 1 WHERE partition = ANY(%s)", (sorted(parts),)

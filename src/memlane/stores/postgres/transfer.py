@@ -27,6 +27,15 @@ from memlane.stores.transfer import FTS_COLS, META_PREFIX, Row, Table, keyset
 __all__ = ["PgSide", "open_side"]
 
 
+#: Tables with an HNSW index, dropped while rows are copied in and built again afterwards.
+_VECTOR_TABLES = ("facts", "fact_windows")
+
+
+def _on_table(definition: str, table: str) -> bool:
+    """Whether an index definition (``pg_indexes.indexdef``) is on ``table``."""
+    return f".{table} USING " in definition or f" ON {table} USING " in definition
+
+
 async def open_side(location: str, role: str) -> PgSide:
     """The database/schema at ``location`` (created and migrated if needed, for either role)."""
     pg = await PgDatabase.open(location)
@@ -121,15 +130,16 @@ class PgSide:
         return n
 
     async def before(self, table: Table) -> None:
-        """Before rows go into ``facts``: drop its HNSW index (maintained row by row it makes the
-        copy ~15x slower; built once afterwards it is quick). Its definition is kept in ``meta``
-        first, so an interrupted copy rebuilds it when resumed."""
-        if table.name != "facts":
+        """Before rows go into ``facts`` (or ``fact_windows``): drop its HNSW index (maintained
+        row by row it makes the copy ~15x slower; built once afterwards it is quick). Its
+        definition is kept in ``meta`` first, so an interrupted copy rebuilds it when resumed."""
+        if table.name not in _VECTOR_TABLES:
             return
         async with self.db.connection() as conn:
             cur = await conn.execute(
                 "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
-                " AND tablename = 'facts' AND indexdef ILIKE '% USING hnsw %'"
+                " AND tablename = %s AND indexdef ILIKE '%% USING hnsw %%'",
+                (table.name,),
             )
             found = await cur.fetchall()
         for name, definition in found:
@@ -139,7 +149,7 @@ class PgSide:
 
     async def finish(self, table: Table) -> None:
         for key, definition in (await self.meta()).items():
-            if table.name == "facts" and key.startswith(f"{META_PREFIX}index:"):
+            if key.startswith(f"{META_PREFIX}index:") and _on_table(definition, table.name):
                 create = definition.replace("CREATE INDEX ", "CREATE INDEX IF NOT EXISTS ", 1)
                 async with self.db.connection() as conn:
                     await conn.execute(create)

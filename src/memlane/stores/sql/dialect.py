@@ -168,6 +168,10 @@ class Dialect(ABC):
         """Hold each partition's write lock until the transaction ends (none where a write
         transaction locks everything)."""
 
+    @abstractmethod
+    def vector_value(self, vector: Vector) -> Any:
+        """A vector as the embedding columns take it (float32 bytes, a pgvector value)."""
+
     # ------------------------------------------------------------------ keyword index and vectors
     @abstractmethod
     def set_content(

@@ -69,6 +69,7 @@ def purge_user(d: Dialect, user_id: str, *, erase: bool) -> Program[Purged]:
     ids = [v[1] for v in victims]
     yield from run_all(d.drop_keywords(rowids))
     removed += yield from _delete_in(d, "DELETE FROM facts WHERE", rowids, "rowid")
+    yield from _delete_in(d, "DELETE FROM fact_windows WHERE", ids, "fact_id")
     removed += yield from _delete_in(d, "DELETE FROM history WHERE", ids, "fact_id")
     removed += yield from count("DELETE FROM history WHERE user_id=?", (uid,))
     yield from _delete_in(d, "DELETE FROM contributors WHERE kind='fact' AND", ids, "item_id")

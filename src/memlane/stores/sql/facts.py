@@ -127,12 +127,37 @@ def partition_keys(facts: Sequence[Fact]) -> list[str]:
 
 
 def put_facts(
-    d: Dialect, facts: Sequence[Fact], vectors: Vector | None, actor: str, groups: Sequence[int] | None = None
+    d: Dialect,
+    facts: Sequence[Fact],
+    vectors: Vector | None,
+    actor: str,
+    groups: Sequence[int] | None = None,
+    windows: Sequence[Vector | None] | None = None,
 ) -> Program[list[tuple[Fact, bool]]]:
     """Store facts (all or none) under their partitions' locks: :func:`insert_facts`."""
     parts = partition_keys(facts)
     yield from run_all(d.lock_partitions(sorted(set(parts))))
-    return (yield from insert_facts(d, facts, vectors, actor, groups, parts=parts))
+    return (yield from insert_facts(d, facts, vectors, actor, groups, parts=parts, windows=windows))
+
+
+def write_windows(d: Dialect, items: Sequence[tuple[str, str, Vector | None]], *, replace: bool = False) -> list[Stmt]:
+    """The window vectors of facts ``(fact_id, partition, (k, dim) matrix or None)``: rows
+    1..k of ``fact_windows`` (window 0 is ``facts.embedding``); ``replace``: the facts' earlier
+    windows are deleted first (a new text, or its first vectors)."""
+    out: list[Stmt] = []
+    if replace and items:
+        out.append(Stmt("DELETE FROM fact_windows WHERE fact_id=?", [(d.text(fid),) for fid, _, _ in items], MANY))
+    rows = [
+        (d.text(fid), k, part, d.vector_value(vec))
+        for fid, part, mat in items
+        if mat is not None
+        for k, vec in enumerate(mat, start=1)
+    ]
+    if rows:
+        out.append(
+            Stmt("INSERT INTO fact_windows (fact_id, win, partition, embedding) VALUES (?, ?, ?, ?)", rows, MANY)
+        )
+    return out
 
 
 def insert_facts(
@@ -143,6 +168,7 @@ def insert_facts(
     groups: Sequence[int] | None = None,
     *,
     parts: Sequence[str] | None = None,
+    windows: Sequence[Vector | None] | None = None,
 ) -> Program[list[tuple[Fact, bool]]]:
     """Insert in bulk, idempotently by content hash within a partition: one de-dup query and
     one next-seq query per partition, turn numbers counted here, multi-row inserts, and each
@@ -153,7 +179,8 @@ def insert_facts(
     ``groups``: sizes of consecutive runs of ``facts`` that each count as one append of the
     partitions they add rows to (``add_many``: one per session, as one ``add`` per session
     would); default: the whole call is one. ``parts``: :func:`partition_keys` of ``facts``
-    when the caller has them.
+    when the caller has them. ``windows``: per fact, the vectors of its further windows
+    (:func:`write_windows`), written with the new rows.
     """
     now = utcnow()
     parts = partition_keys(facts) if parts is None else parts
@@ -219,6 +246,8 @@ def insert_facts(
         for (i, s), r in zip(new, rowids, strict=True)
     ]
     yield from run_all(d.insert_facts(rows_new))
+    if windows is not None and vectors is not None:
+        yield from run_all(write_windows(d, [(s.id, parts[i], windows[i]) for i, s in new if windows[i] is not None]))
     yield from run_all(d.insert_partitions(list(dict.fromkeys(parts[i] for i, _ in new))))
     authors = list(dict.fromkeys((parts[i], s.author) for i, s in new if s.author))
     if authors:
@@ -341,10 +370,12 @@ def update_row(
     actor: str,
     contributor: str | None = None,
     effective: datetime | None = None,
+    windows: Vector | None = None,
 ) -> Program[Fact]:
     """Change one fact's content. ``contributor``: the user whose words the new content is
     (recorded when it is not the fact's own user). ``effective``: the world time the new text
-    holds from (the statement's time; default now), the fact's new ``valid_from``."""
+    holds from (the statement's time; default now), the fact's new ``valid_from``.
+    ``windows``: the new text's further window vectors (the old text's are dropped always)."""
     old = d.fact(row)
     fact_id = old.id
     if old.invalid_at is not None:
@@ -358,6 +389,7 @@ def update_row(
     now = utcnow()
     since = now if effective is None else min(effective, now)
     yield from run_all(d.set_content(row[0], content, h, now, search_text(old.kind, content), vector))
+    yield from run_all(write_windows(d, [(fact_id, row[2], windows if vector is not None else None)], replace=True))
     yield Stmt("UPDATE facts SET valid_from=? WHERE rowid=?", (d.ts(since), row[0]))
     yield Stmt("UPDATE partitions SET changes = changes + 1 WHERE partition=?", (row[2],))
     if contributor is not None and contributor != old.user_id:
@@ -388,11 +420,17 @@ def invalidate_row(d: Dialect, row: Row, actor: str, until: datetime | None = No
 
 
 def update_fact(
-    d: Dialect, fact_id: str, scope: Scope, content: str, vector: Vector | None, actor: str
+    d: Dialect,
+    fact_id: str,
+    scope: Scope,
+    content: str,
+    vector: Vector | None,
+    actor: str,
+    windows: Vector | None = None,
 ) -> Program[Fact]:
     """Change a visible fact's content (version + 1, history row)."""
     row = yield from visible_row(d, fact_id, scope, lock=True)
-    return (yield from update_row(d, row, content, vector, actor, contributor=scope.user_id))
+    return (yield from update_row(d, row, content, vector, actor, contributor=scope.user_id, windows=windows))
 
 
 def invalidate_facts(d: Dialect, fact_ids: Sequence[str], scope: Scope, actor: str) -> Program[list[Fact]]:
@@ -531,7 +569,14 @@ def _apply_one(d: Dialect, ch: FactChange, actor: str) -> Program[AppliedChange]
         assert target_row is not None and target is not None and res.text is not None
         contributor = new_fact.user_id if new_fact is not None else None
         updated = yield from update_row(
-            d, target_row, res.text, ch.vector, actor, contributor=contributor, effective=_said_at(new_fact)
+            d,
+            target_row,
+            res.text,
+            ch.vector,
+            actor,
+            contributor=contributor,
+            effective=_said_at(new_fact),
+            windows=ch.windows,
         )
         if new_fact is not None:
             sources, when = merge_provenance(updated, new_fact)
@@ -547,5 +592,5 @@ def _apply_one(d: Dialect, ch: FactChange, actor: str) -> Program[AppliedChange]
         assert target_row is not None
         previous_text = (yield from invalidate_row(d, target_row, actor, _said_at(new_fact))).content
     vectors = ch.vector.reshape(1, -1) if ch.vector is not None else None
-    stored, _ = (yield from insert_facts(d, [new_fact], vectors, actor))[0]
+    stored, _ = (yield from insert_facts(d, [new_fact], vectors, actor, windows=[ch.windows]))[0]
     return AppliedChange("DELETE" if previous_text is not None else "ADD", stored, previous_text)

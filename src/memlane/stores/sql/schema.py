@@ -19,6 +19,7 @@ __all__ = [
     "authors",
     "context_cache",
     "contributors",
+    "fact_windows",
     "facts",
     "formation_cursors",
     "history",
@@ -141,6 +142,22 @@ def facts(t: ColumnTypes, keyword_columns: str = "") -> list[str]:
         "CREATE INDEX facts_partition ON facts(partition, rowid)",
         "CREATE INDEX facts_user ON facts(user_id)",
         "CREATE INDEX facts_session_seq ON facts(partition, session_id, seq)",
+    ]
+
+
+def fact_windows(t: ColumnTypes) -> list[str]:
+    """The further windows' vectors of facts longer than the encoder reads (issue 22): window
+    ``win`` (1, 2, ...) of fact ``fact_id``; window 0 is ``facts.embedding``. ``partition`` is
+    the fact's, so a search of partitions without long texts finds none at once (its index)."""
+    return [
+        f"""CREATE TABLE fact_windows (
+                fact_id TEXT NOT NULL,
+                win INTEGER NOT NULL,
+                partition TEXT NOT NULL,
+                embedding {t.vector} NOT NULL,
+                PRIMARY KEY (fact_id, win)
+            ){t.no_rowid}""",
+        "CREATE INDEX fact_windows_partition ON fact_windows(partition)",
     ]
 
 

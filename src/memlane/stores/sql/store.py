@@ -32,7 +32,7 @@ from memlane.models import (
     utcnow,
 )
 from memlane.stores.base import AppliedChange, FactChange, ReflectionKey, StoreStats, Vector
-from memlane.stores.embedding import check_vectors
+from memlane.stores.embedding import check_vectors, check_windows
 from memlane.stores.sql import directory, erasure, meta, reads, temporal
 from memlane.stores.sql import facts as core
 from memlane.stores.sql import identities as idmap
@@ -153,6 +153,9 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
     def _check_vectors(self, vectors: Vector | None, n: int) -> None:
         check_vectors(vectors, n, self.dim)
 
+    def _check_windows(self, windows: Sequence[Vector | None] | None, n: int) -> None:
+        check_windows(windows, n, self.dim)
+
     async def _scoped_query(self, pf: PartitionFilter, read: Callable[[list[str]], Program[T]]) -> T:
         """Run ``read`` (a read-only program given the partitions ``pf`` names) on them. Here
         the partitions are resolved in the same program, one statement more; a backend that
@@ -167,28 +170,46 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
 
     # ------------------------------------------------------------------ writes
     async def put_facts(
-        self, facts: Sequence[Fact], vectors: Vector | None, *, actor: str = "api"
+        self,
+        facts: Sequence[Fact],
+        vectors: Vector | None,
+        *,
+        actor: str = "api",
+        windows: Sequence[Vector | None] | None = None,
     ) -> list[tuple[Fact, bool]]:
-        """Store facts atomically (all or none); returns (stored fact, created) per input."""
-        return (await self._put_groups([facts], vectors, actor))[0]
+        """Store facts atomically (all or none); returns (stored fact, created) per input.
+        ``windows``: per fact, its further windows' vectors (a text longer than the encoder
+        reads), written in the same transaction."""
+        return (await self._put_groups([facts], vectors, actor, windows))[0]
 
     async def put_fact_groups(
-        self, groups: Sequence[Sequence[Fact]], vectors: Vector | None, *, actor: str = "api"
+        self,
+        groups: Sequence[Sequence[Fact]],
+        vectors: Vector | None,
+        *,
+        actor: str = "api",
+        windows: Sequence[Vector | None] | None = None,
     ) -> list[list[tuple[Fact, bool]]]:
         """``put_facts`` of several groups (``add_many``: one per session) in one transaction;
         the stored rows, seqs, context, history and counters are those of one ``put_facts``
-        call per group. ``vectors``: one row per fact of all groups, in order."""
-        return await self._put_groups(groups, vectors, actor)
+        call per group. ``vectors`` (and ``windows``): one row per fact of all groups, in order."""
+        return await self._put_groups(groups, vectors, actor, windows)
 
     async def _put_groups(
-        self, groups: Sequence[Sequence[Fact]], vectors: Vector | None, actor: str
+        self,
+        groups: Sequence[Sequence[Fact]],
+        vectors: Vector | None,
+        actor: str,
+        windows: Sequence[Vector | None] | None = None,
     ) -> list[list[tuple[Fact, bool]]]:
         flat = [f for g in groups for f in g]
         await self._ready()
         self._check_vectors(vectors, len(flat))
+        self._check_windows(windows, len(flat))
         core.partition_keys(flat)  # validates scope fields before anything is written
         sizes = [len(g) for g in groups]
-        pairs = await self._transact(core.put_facts(self._d, flat, vectors, actor, sizes)) if flat else []
+        program = core.put_facts(self._d, flat, vectors, actor, sizes, windows)
+        pairs = await self._transact(program) if flat else []
         out, start = [], 0
         for size in sizes:
             out.append(pairs[start : start + size])
@@ -196,12 +217,21 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
         return out
 
     async def update_fact(
-        self, fact_id: str, scope: Scope, content: str, vector: Vector | None, *, actor: str = "api"
+        self,
+        fact_id: str,
+        scope: Scope,
+        content: str,
+        vector: Vector | None,
+        *,
+        actor: str = "api",
+        windows: Vector | None = None,
     ) -> Fact:
-        """Change a fact's content (version + 1, history row)."""
+        """Change a fact's content (version + 1, history row); the old text's window vectors
+        go, ``windows`` (the new text's further windows) come."""
         if vector is not None:
             self._check_vectors(vector.reshape(1, -1), 1)
-        return await self._transact(core.update_fact(self._d, fact_id, scope, content, vector, actor))
+        self._check_windows(None if windows is None else [windows], 1)
+        return await self._transact(core.update_fact(self._d, fact_id, scope, content, vector, actor, windows))
 
     async def invalidate_fact(self, fact_id: str, scope: Scope, *, actor: str = "api") -> Fact:
         """Soft delete: set ``invalid_at``, drop from search, keep in history."""
@@ -227,6 +257,7 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
                 _ = ch.fact.partition  # validates scope fields before anything is written
             if ch.vector is not None:
                 self._check_vectors(ch.vector.reshape(1, -1), 1)
+            self._check_windows(None if ch.windows is None else [ch.windows], 1)
         return await self._transact(core.apply_changes(self._d, changes, reflections, key=key, actor=actor))
 
     async def purge_user(self, user_id: str, *, shared: str = "erase") -> int:

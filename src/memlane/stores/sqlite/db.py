@@ -380,6 +380,15 @@ class Database:
                 if "readonly" in str(exc):  # a read-only file: the FTS check needs a write statement
                     continue
                 problems.append(f"full-text index {name}: {exc}")
+        try:  # window vectors of long facts (issue 22) whose fact is gone
+            stray = conn.execute(
+                "SELECT count(*) FROM fact_windows w WHERE NOT EXISTS (SELECT 1 FROM facts f WHERE f.id = w.fact_id)"
+            ).fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            problems.append(f"fact_windows: {exc}")
+        else:
+            if stray:
+                problems.append(f"{stray} window vector(s) of fact_windows belong to no fact")
         return problems[:max_problems]
 
     async def check(self) -> list[str]:

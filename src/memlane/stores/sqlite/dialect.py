@@ -134,6 +134,9 @@ class SqliteDialect(Dialect):
     def lock_partitions(self, partitions: Sequence[str]) -> list[Stmt]:
         return []
 
+    def vector_value(self, vector: Vector) -> Any:
+        return np.asarray(vector, dtype=np.float32).reshape(-1).tobytes()
+
     def set_content(
         self, rowid: int, content: str, hash_: str, at: datetime, search_text: str, vector: Vector | None
     ) -> list[Stmt]:

@@ -27,8 +27,9 @@ from memlane.stores.base import (
 from memlane.stores.embedding import check_binding
 from memlane.stores.sql import facts as core
 from memlane.stores.sql.dialect import Dialect
+from memlane.stores.sql.facts import write_windows
 from memlane.stores.sql.proposals import export_proposals
-from memlane.stores.sql.stmt import Program
+from memlane.stores.sql.stmt import Program, run_all
 from memlane.stores.sql.store import SqlFactStore
 from memlane.stores.sqlite import export as export_
 from memlane.stores.sqlite.db import BUSY_TIMEOUT_MS, Database
@@ -46,6 +47,29 @@ T = TypeVar("T")
 
 #: How long the WAL truncation after a purge waits for other connections' readers.
 CHECKPOINT_WAIT_MS = 5_000
+
+
+def _vector_rows(
+    c: sqlite3.Connection, part: str, where: str, args: tuple[Any, ...], *, windows: bool = False
+) -> list[Any]:
+    """``(rowid, id, session_id, vector blob, kind)`` of the partition's searchable facts
+    matching ``where`` (on ``facts``), in rowid order; ``windows``: their further windows' rows
+    instead (issue 22: the fact's key, another vector), read from the window table's
+    partition index first (a partition without long texts costs one index probe)."""
+    valid = "f.invalid_at IS NULL AND f.embedding IS NOT NULL AND f.kind <> 'document'"
+    cond = " AND ".join(f"f.{c.strip()}" for c in where.split(" AND "))
+    if not windows:
+        sql = (
+            "SELECT f.rowid, f.id, f.session_id, f.embedding, f.kind FROM facts f"
+            f" WHERE f.partition=? AND {cond} AND {valid} ORDER BY f.rowid"
+        )
+    else:  # CROSS JOIN: SQLite keeps the window table outer (its partition index), never scans facts
+        sql = (
+            "SELECT f.rowid, f.id, f.session_id, w.embedding, f.kind FROM fact_windows w CROSS JOIN facts f"
+            f" ON f.id = w.fact_id WHERE w.partition=? AND f.partition = w.partition AND {cond} AND {valid}"
+            " ORDER BY f.rowid, w.win"
+        )
+    return c.execute(sql, (part, *args)).fetchall()
 
 
 class SqliteFactStore(SqlFactStore):
@@ -295,21 +319,15 @@ class SqliteFactStore(SqlFactStore):
                 self._cache[part] = cached
         with cached.lock:
             if cached.appends != appends or cached.embedded != embedded:
-                cols = "rowid, id, session_id, embedding, kind"
-                valid = "invalid_at IS NULL AND embedding IS NOT NULL AND kind <> 'document'"
                 rows = []
                 if cached.embedded >= 0 and cached.embedded != embedded and cached.max_rowid:
                     # vectors backfilled into rows the cache already passed (set_embeddings)
-                    rows = c.execute(
-                        f"SELECT {cols} FROM facts WHERE partition=? AND embed_seq>? AND rowid<=? AND {valid}"
-                        " ORDER BY rowid",
-                        (part, cached.embedded, cached.max_rowid),
-                    ).fetchall()
-                new = c.execute(
-                    f"SELECT {cols} FROM facts WHERE partition=? AND rowid>? AND {valid} ORDER BY rowid",
-                    (part, cached.max_rowid),
-                ).fetchall()
+                    backfilled = ("embed_seq>? AND rowid<=?", (cached.embedded, cached.max_rowid))
+                    rows = _vector_rows(c, part, *backfilled)
+                    rows += _vector_rows(c, part, *backfilled, windows=True)
+                new = _vector_rows(c, part, "rowid>?", (cached.max_rowid,))
                 rows += new
+                rows += _vector_rows(c, part, "rowid>?", (cached.max_rowid,), windows=True)
                 if rows:
                     mat = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), self.dim)
                     cached.index.append([r[1] for r in rows], [r[2] for r in rows], mat, [r[4] for r in rows])
@@ -371,15 +389,14 @@ class SqliteFactStore(SqlFactStore):
             found: list[Candidate] = []
             for cached in indexes:
                 with cached.lock:
-                    index = cached.index
-                    rows, scores = index.search(
+                    hits = cached.index.search_keys(
                         q,
                         limit,
                         session_id=flt.session_id if flt else None,
                         kind=flt.kind if flt else None,
                         allowed=allowed,
                     )
-                    found.extend(Candidate(index.key(int(i)), float(s)) for i, s in zip(rows, scores, strict=True))
+                    found.extend(Candidate(key, score) for key, score in hits)
             found.sort(key=lambda x: -x.score)
             return found[:limit]
 
@@ -410,10 +427,14 @@ class SqliteFactStore(SqlFactStore):
 
         return await self._db.run(op)
 
-    async def set_embeddings(self, fact_ids: Sequence[str], vectors: Vector) -> None:
-        """Attach vectors to existing facts (backfill after an embedder failure)."""
+    async def set_embeddings(
+        self, fact_ids: Sequence[str], vectors: Vector, *, windows: Sequence[Vector | None] | None = None
+    ) -> None:
+        """Attach vectors to existing facts (backfill after an embedder failure), with
+        ``windows``: per fact, its further windows' vectors (they replace the fact's earlier ones)."""
         await self._ready()
         self._check_vectors(vectors, len(fact_ids))
+        self._check_windows(windows, len(fact_ids))
 
         def op(c: sqlite3.Connection) -> None:
             with self._db.write(c):
@@ -422,11 +443,13 @@ class SqliteFactStore(SqlFactStore):
                 # a vector is a change (caches reload the partition).
                 changed: set[str] = set()
                 seqs: dict[str, int] = {}
-                for fid, vec in zip(fact_ids, vectors, strict=True):
+                for i, (fid, vec) in enumerate(zip(fact_ids, vectors, strict=True)):
                     row = c.execute("SELECT partition, embedding IS NOT NULL FROM facts WHERE id=?", (fid,)).fetchone()
                     if row is None:
                         continue
                     part, had = row
+                    win = windows[i] if windows is not None else None
+                    _run(c, run_all(write_windows(_D, [(fid, part, win)], replace=True)))
                     blob = vec.astype(np.float32).tobytes()
                     if had:
                         c.execute("UPDATE facts SET embedding=? WHERE id=?", (blob, fid))

@@ -189,4 +189,12 @@ MIGRATIONS: list[tuple[str, list[Step]]] = [
         "0012_identities",
         [*schema.identities(T)],
     ),
+    (
+        # Every character of a long memory on the vector side (issue 22): a text longer than the
+        # encoder reads keeps one vector per further window here (window 0 is facts.embedding),
+        # written with the fact, dropped with its text (update) or the fact (forget), and loaded
+        # into the partition's vector cache beside it (search scores a fact by its best window).
+        "0014_fact_windows",
+        [*schema.fact_windows(T)],
+    ),
 ]

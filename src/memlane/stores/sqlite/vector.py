@@ -16,6 +16,9 @@ too few survive. Recall and latency of each path: ``bench/vector_ann.py``.
 
 Rows are append-only between full reloads. The first rows may come from a memory-mapped
 sidecar (:meth:`VectorIndex.from_arrays`), later ones are appended in memory.
+
+Several rows may share a key: a memory longer than the encoder reads has one row per window
+(issue 22). :meth:`VectorIndex.search_keys` returns each key once, with its best row's score.
 """
 
 from __future__ import annotations
@@ -122,7 +125,7 @@ class VectorIndex:
         self._tail_keys: list[str] = []
         self._sessions = _Codes()
         self._kinds = _Codes()
-        self._pos: dict[str, int] | None = None
+        self._pos: dict[str, list[int]] | None = None
         self._bits: npt.NDArray[np.uint64] | None = None
         self._bits_n = 0
         #: usearch HNSW graph over rows [0, ann_n) (keys = row numbers), or None.
@@ -261,7 +264,7 @@ class VectorIndex:
         self._mat[tn:need] = vectors
         if self._pos is not None:
             for j, k in enumerate(keys):
-                self._pos[k] = self._n + j
+                self._pos.setdefault(k, []).append(self._n + j)
         self._n += m
         self._tail_keys.extend(keys)
         self._sessions.extend(list(sessions))
@@ -272,10 +275,13 @@ class VectorIndex:
         ann.expansion_search = ANN_EXPANSION * 3 // 2 if rows > ANN_WIDE_ROWS else ANN_EXPANSION
         self.ann, self.ann_n = ann, rows
 
-    def positions(self) -> dict[str, int]:
-        """Key -> row (built on first use)."""
+    def positions(self) -> dict[str, list[int]]:
+        """Key -> its rows (built on first use; a long memory has one row per window)."""
         if self._pos is None:
-            self._pos = {self.key(i): i for i in range(self._n)}
+            pos: dict[str, list[int]] = {}
+            for i in range(self._n):
+                pos.setdefault(self.key(i), []).append(i)
+            self._pos = pos
         return self._pos
 
     def _packed(self) -> npt.NDArray[np.uint64]:
@@ -297,7 +303,7 @@ class VectorIndex:
         if allowed is not None:
             keep = np.zeros(n, dtype=np.bool_)
             pos = self.positions()
-            rows = [pos[k] for k in allowed if k in pos]
+            rows = [r for k in allowed if k in pos for r in pos[k]]
             keep[np.asarray(rows, dtype=np.int64)] = True
             mask &= keep
         return mask
@@ -344,6 +350,30 @@ class VectorIndex:
         r = min(n, max(self.rescore, limit * 10))
         cand = np.argpartition(ham, r - 1)[:r].astype(np.int64)
         return self._top(cand, self._gather(cand) @ q, limit)
+
+    def search_keys(
+        self,
+        query: F32,
+        limit: int,
+        *,
+        session_id: str | None = None,
+        kind: str | None = None,
+        allowed: set[str] | None = None,
+    ) -> list[tuple[str, float]]:
+        """The top ``limit`` keys by their best row's cosine, best first (:meth:`search`'s
+        filters): rows are fetched until ``limit`` distinct keys are found or none is left
+        (one round when every key has one row)."""
+        want = limit
+        while True:
+            rows, scores = self.search(query, want, session_id=session_id, kind=kind, allowed=allowed)
+            out: dict[str, float] = {}
+            for i, s in zip(rows.tolist(), scores.tolist(), strict=True):
+                k = self.key(int(i))
+                if k not in out:  # best first: the first row of a key is its best
+                    out[k] = float(s)
+            if len(out) >= limit or rows.shape[0] < want or want >= self._n:
+                return list(out.items())[:limit]
+            want = min(self._n, want * 2 + (limit - len(out)))
 
     def _ann_candidates(self, q: F32, count: int) -> I64:
         """Graph candidates among rows [0, ann_n) plus every later row (the tail)."""
