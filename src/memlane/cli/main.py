@@ -501,13 +501,14 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
 
     async def run() -> dict[str, Any]:
         db = args.bench_db or ":memory:"
-        async with AsyncMemory(db, embedder=args.embedder, sessions="null") as m:
+        win = {"embed_windows": not args.no_embed_windows}  # read when turns are embedded
+        async with AsyncMemory(db, embedder=args.embedder, sessions="null", retrieval=RetrievalConfig(**win)) as m:
             total = sum(c.turns for c in convs)
             with Progress(total, "ingest", unit="turn", enabled=not args.quiet) as bar:
                 n, sec = await ingest(m, convs, bar.update)
-            modes = {"hybrid": RetrievalConfig(), "keyword": RetrievalConfig(vector_weight=0)}
+            modes = {"hybrid": RetrievalConfig(**win), "keyword": RetrievalConfig(vector_weight=0, **win)}
             if m.embedder is not None:
-                modes["vector"] = RetrievalConfig(keyword_weight=0, vector_weight=1)
+                modes["vector"] = RetrievalConfig(keyword_weight=0, vector_weight=1, **win)
             else:
                 modes.pop("hybrid")
             chosen = list(modes) if args.mode == "all" else [args.mode]
@@ -524,6 +525,7 @@ def cmd_bench_locomo(args: argparse.Namespace) -> int:
                 "conversations": [c.sample_id for c in convs],
                 "turns": n,
                 "embedder": m.embedder.name if m.embedder else None,
+                "embed_windows": win["embed_windows"],
                 "ingest_s": round(sec, 2),
                 "ingest_turns_per_s": round(n / sec, 1),
                 "results": reports,
@@ -559,10 +561,14 @@ def cmd_bench_longmemeval(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"no questions in {args.data}")
 
     async def bench() -> dict[str, Any]:
-        async with AsyncMemory(args.bench_db or ":memory:", embedder=args.embedder, sessions="null") as m:
-            modes = {"hybrid": RetrievalConfig(), "keyword": RetrievalConfig(vector_weight=0)}
+        win = {"embed_windows": not args.no_embed_windows}  # read when turns are embedded
+        retrieval = RetrievalConfig(**win)
+        async with AsyncMemory(
+            args.bench_db or ":memory:", embedder=args.embedder, sessions="null", retrieval=retrieval
+        ) as m:
+            modes = {"hybrid": RetrievalConfig(**win), "keyword": RetrievalConfig(vector_weight=0, **win)}
             if m.embedder is not None:
-                modes["vector"] = RetrievalConfig(keyword_weight=0, vector_weight=1)
+                modes["vector"] = RetrievalConfig(keyword_weight=0, vector_weight=1, **win)
             else:
                 modes.pop("hybrid")
             if args.mode != "all":
@@ -577,6 +583,7 @@ def cmd_bench_longmemeval(args: argparse.Namespace) -> int:
                 "roles": args.roles,
                 "turns": n,
                 "embedder": m.embedder.name if m.embedder else None,
+                "embed_windows": win["embed_windows"],
                 "ingest_s": round(sec, 2),
                 "ingest_turns_per_s": round(n / sec, 1) if sec else 0.0,
                 "results": [r.as_dict() for r in reports],
@@ -812,6 +819,11 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     s.add_argument("--mode", choices=["all", "hybrid", "keyword", "vector"], default="all")
     s.add_argument("--conversations", nargs="*", help="only these sample ids (e.g. conv-26 conv-30)")
     s.add_argument("--bench-db", help="database for the run (default: in memory)")
+    s.add_argument(
+        "--no-embed-windows",
+        action="store_true",
+        help="one vector per turn (its first ~1,000 characters), as before issue 22 (RetrievalConfig.embed_windows)",
+    )
     add_qa_options(s, limit=True)
     s.set_defaults(fn=cmd_bench_locomo)
     s = bsub.add_parser(
@@ -827,6 +839,11 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
         help="turns stored: every turn (default) or only the user's (what the official turn retrievers index)",
     )
     s.add_argument("--bench-db", help="database for the run (default: in memory)")
+    s.add_argument(
+        "--no-embed-windows",
+        action="store_true",
+        help="one vector per turn (its first ~1,000 characters), as before issue 22 (RetrievalConfig.embed_windows)",
+    )
     add_qa_options(s, limit=False)
     s.set_defaults(fn=cmd_bench_longmemeval)
     return p
