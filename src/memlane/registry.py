@@ -137,6 +137,7 @@ BACKENDS: tuple[Backend, ...] = (
         stores="open_stores",
         sessions="sessions:PgSessionStore",
         tenant_location="tenants:tenant_location",
+        tenants="tenants:tenant_names",
         transfer="transfer:open_side",
         drivers=("psycopg", "psycopg_pool", "pgvector"),
         unavailable=frozenset({("psycopg", "OperationalError")}),

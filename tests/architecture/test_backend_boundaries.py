@@ -182,7 +182,7 @@ def test_the_rows_name_real_folders_and_their_drivers() -> None:
             continue
         folder = SRC.joinpath(*b.package.split("."))
         assert (folder / "__init__.py").is_file(), b
-        for entry in (b.stores, b.sessions, b.jobs, b.tenant_location, b.transfer):
+        for entry in (b.stores, b.sessions, b.jobs, b.tenant_location, b.tenants, b.transfer):
             if entry is not None:
                 module = entry.rpartition(":")[0]
                 assert module == "" or (folder / f"{module.replace('.', '/')}.py").is_file(), (b.name, entry)

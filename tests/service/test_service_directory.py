@@ -328,3 +328,47 @@ def test_users_and_agents_over_http_on_postgresql(pg_service: ServiceServer) -> 
     assert [(u["user_id"], u["sessions"]) for u in rest["users"]] == [("carol", 1)]
     assert rest["next_cursor"] is None
     assert ok(c.get("/v1/agents"))["agents"] == [{"agent_id": "bot", "facts": 2}, {"agent_id": "helper", "facts": 1}]
+
+
+def test_tenants_on_postgresql_are_listed_from_their_schemas(tmp_path: Path, pg_url: str, keys: KeyStore) -> None:
+    """A tenant an admin wrote to (no key names it) is listed by a later server whose engine for
+    it is not open: the schema records its tenant's name. A schema whose recorded name does
+    not map back to it (another deployment's, a forged one) is not listed."""
+    import psycopg
+    from psycopg import sql
+
+    from memlane.stores.postgres.tenants import tenant_schema
+    from services import drop_schema
+
+    base_url, _, query = pg_url.partition("?")
+    base = dict(p.split("=", 1) for p in query.split("&"))["schema"]
+    admin = keys.create("ops", admin=True).secret
+    forged = f"{base}_t_forged"
+
+    def app() -> Any:
+        def factory(where: str) -> AsyncMemory:
+            return AsyncMemory(where, embedder="hash", sessions="sqlite")
+
+        hub = MemoryHub(factory, pg_url, tmp_path / "tenants")
+        return create_app(MemlaneSettings(server=ServerSettings(rate_limit=0)), hub=hub, keys=keys)
+
+    try:
+        with serve(app()) as srv:
+            r = srv.client.post(
+                "/v1/memories", json={"text": "a note", "user_id": "ann"}, headers=bearer(admin, "Beta Corp|x")
+            )
+            ok(r, 201)
+        with psycopg.connect(base_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(forged)))
+            conn.execute(
+                sql.SQL("CREATE TABLE {}.meta (key TEXT PRIMARY KEY, value TEXT)").format(sql.Identifier(forged))
+            )
+            conn.execute(sql.SQL("INSERT INTO {}.meta VALUES ('tenant', 'forged')").format(sql.Identifier(forged)))
+        with serve(app()) as srv:
+            listed = ok(srv.client.get("/v1/tenants", headers=bearer(admin)))["tenants"]
+            assert [t["tenant"] for t in listed] == ["Beta Corp|x", "default", "ops"]
+            found = ok(srv.client.get("/v1/memories", params={"user_id": "ann"}, headers=bearer(admin, "Beta Corp|x")))
+            assert [m["content"] for m in found["memories"]] == ["a note"]
+    finally:
+        for schema in (tenant_schema(base, "Beta Corp|x"), tenant_schema(base, "ops"), forged):
+            drop_schema(base_url, schema)

@@ -35,6 +35,7 @@ from urllib.parse import quote, unquote
 from memlane import inputs
 from memlane.memory import AsyncMemory
 from memlane.registry import BACKENDS, backend_of, parse_store_url
+from memlane.stores.base import TENANT_META_KEY, MetaStore
 
 if TYPE_CHECKING:
     from memlane.config import MemlaneSettings
@@ -102,6 +103,19 @@ def tenant_store(default_store: str, tenants_dir: str | Path, tenant: str) -> st
     return str(Path(tenants_dir) / f"{quote(tenant, safe='')}.db")
 
 
+async def _record_tenant(engine: AsyncMemory, tenant: str) -> None:
+    """Keep ``tenant``'s name in its store on a shared server (:data:`TENANT_META_KEY`), where
+    the place's name (a PostgreSQL schema) does not give the name back: the backend's tenant
+    listing reads it (``GET /v1/tenants``). A store that cannot keep it is logged, not fatal."""
+    facts = getattr(engine, "facts", None)
+    if not isinstance(facts, MetaStore):
+        return
+    try:
+        await facts.meta_setdefault(TENANT_META_KEY, tenant)
+    except Exception as exc:  # the tenant still serves; it is listed once a key names it
+        log.warning("memlane: could not record tenant %r in its store: %s", tenant, exc)
+
+
 class _Retired(Exception):
     """The generation was closed while a caller was waiting for it; use the current one."""
 
@@ -150,6 +164,8 @@ class _Generation:
                 if tenant != DEFAULT_TENANT and not _is_shared_server(location):
                     self.tenants_dir.mkdir(parents=True, exist_ok=True)
                 engine = await self.factory(tenant, location).open()
+                if tenant != DEFAULT_TENANT and _is_shared_server(location):
+                    await _record_tenant(engine, tenant)
                 self.engines[tenant] = engine
                 if self.serving:
                     await engine.start()

@@ -52,6 +52,7 @@ from memlane.models import (
 )
 
 __all__ = [
+    "TENANT_META_KEY",
     "AppliedChange",
     "Candidate",
     "Checkable",
@@ -558,6 +559,11 @@ class GroupWritable(Protocol):
         """(stored fact, created) per fact, per group; ``vectors`` (and ``windows``, as for
         :meth:`FactStore.put_facts`): one row per fact of all groups."""
         ...
+
+
+#: The :class:`MetaStore` key under which a service tenant's store keeps its tenant's name (the
+#: hub records it on shared servers, where a place's name does not give the tenant back).
+TENANT_META_KEY = "tenant"
 
 
 @runtime_checkable
