@@ -4,8 +4,9 @@ which users, agents and apps a store holds data of, with counts.
 Operators' reads (the web inspector's lists, ``AsyncMemory.users`` / ``directory``): they
 return ids and numbers, never content, and read across partitions as ``stats()`` does for the
 whole store. Users are paged by id (keyset: ``user_id > after``, byte order, which is Python's
-code-point order of the ids), so each page costs an index range scan of ``facts_user`` /
-``session_users`` and the engine can merge the fact store's and the session store's pages.
+code-point order of the ids), so the engine can merge the fact store's and the session store's
+pages; a page groups the rows of the users after the cursor (an inspector's read, not a hot
+path).
 """
 
 from __future__ import annotations
