@@ -45,6 +45,7 @@ from memlane.retrieval.text import parse_query
 from memlane.stores.base import (
     CachedContext,
     ContextCache,
+    EventCounts,
     FactChange,
     FactStore,
     JobStore,
@@ -86,6 +87,23 @@ class SessionStoreContract:
     # ------------------------------------------------------------------ sessions
     async def test_is_a_session_store(self, session_store: SessionStore) -> None:
         assert isinstance(session_store, SessionStore)
+
+    async def test_event_counts_of_some_sessions(self, session_store: SessionStore) -> None:
+        """The optional :class:`~memlane.stores.base.EventCounts`: each named session of the app,
+        with its number of events; another app's and unknown sessions are left out."""
+        if not isinstance(session_store, EventCounts):
+            pytest.skip("this store does not count events per session")
+        await session_store.create_session(app="a", user_ids=["u"], session_id="s1")
+        await session_store.create_session(app="a", user_ids=["u"], session_id="s2")
+        await session_store.create_session(app="b", user_ids=["u"], session_id="s1")
+        for text in ("one", "two"):
+            await session_store.add_event("s1", _sev(text), app="a")
+        await session_store.add_event("s1", _sev("other app"), app="b")
+        assert await session_store.event_counts(["s1", "s2", "nope", "s1"], app="a") == {"s1": 2, "s2": 0}
+        assert await session_store.event_counts(["s1", "s2"], app="b") == {"s1": 1}
+        assert await session_store.event_counts([], app="a") == {}
+        await session_store.pop_event("s1", app="a")
+        assert await session_store.event_counts(["s1"], app="a") == {"s1": 1}
 
     async def test_delete_user_sessions_spares_groups_and_others(self, session_store: SessionStore) -> None:
         await session_store.create_session(app="a", user_ids=["u"], session_id="u1")

@@ -68,7 +68,10 @@ def test_a_session_and_its_events(inspector: Inspector, page: Any) -> None:
     login(page, inspector)
     page.goto(f"{inspector.url}/ui/#/sessions?app=shop")
     sessions = page.get_by_role("table", name="Sessions")
-    expect(sessions.get_by_role("link", name="s-ann")).to_be_visible()
+    expect(sessions.get_by_role("row", name="s-ann ann 1")).to_be_visible()  # id, users, events
+    expect(sessions.get_by_role("row", name="s-bob bob 2")).to_be_visible()
+    listed = ok(inspector.client.get("/v1/sessions", params={"app": "shop"}))["sessions"]
+    assert {s["id"]: s["event_count"] for s in listed} == {"s-ann": 1, "s-bob": 2}
     sessions.get_by_role("link", name="s-bob").click()
     expect(page.get_by_role("heading", name="Session s-bob")).to_be_visible()
     rows = page.get_by_role("table", name="Events").locator("tbody tr")

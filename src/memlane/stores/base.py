@@ -56,6 +56,7 @@ __all__ = [
     "AppliedChange",
     "Candidate",
     "Checkable",
+    "EventCounts",
     "FactChange",
     "FactFilter",
     "FactStore",
@@ -599,6 +600,17 @@ class UserDirectory(Protocol):
         """The agents (with their memories, shared ones included) and apps (with their
         sessions) the store holds, any order; ``user_id``: only those holding that user's data
         (counting that user's memories and sessions only)."""
+        ...
+
+
+@runtime_checkable
+class EventCounts(Protocol):
+    """An optional capability of a session store: how many events each of some sessions holds,
+    in one read (the web inspector's session list; ``GET /v1/sessions`` answers
+    ``event_count``). A store without it leaves the counts out."""
+
+    async def event_counts(self, session_ids: Sequence[str], *, app: str = "default") -> dict[str, int]:
+        """Each named session's number of events; sessions that do not exist are left out."""
         ...
 
 

@@ -162,6 +162,15 @@ class LocalSessionStore:
         """(sessions, events) held in this process."""
         return len(self._sessions), sum(len(e.events) for e in self._sessions.values())
 
+    async def event_counts(self, session_ids: Sequence[str], *, app: str = "default") -> dict[str, int]:
+        """Each named session's number of events (:class:`~memlane.stores.base.EventCounts`);
+        sessions that do not exist are left out."""
+        check_app(app)
+        for session_id in session_ids:
+            check_session_id(session_id)
+        found = ((i, self._sessions.get((app, i))) for i in session_ids)
+        return {i: len(e.events) for i, e in found if e is not None}
+
     async def delete_user_sessions(self, user_id: str) -> int:
         """Delete, in every app, the sessions whose only participant is ``user_id``; in group
         sessions, delete the user's own events (author or ``metadata["user_id"]`` is the user)

@@ -20,6 +20,7 @@ from memlane.formation.runner import FormationResult
 from memlane.models import Event, EventType, Job, Session
 from memlane.service.deps import Caller, Engine, authorize, check_session, page
 from memlane.service.routes.identities import acting_user
+from memlane.stores.base import EventCounts
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -59,8 +60,16 @@ class SessionCreate(BaseModel):
     state: Annotated[dict[str, Any] | None, AfterValidator(strict_json)] = None
 
 
+class ListedSession(Session):
+    """A session in a list: without its events, with how many it holds."""
+
+    event_count: int | None = Field(
+        default=None, description="the session's number of events (null when its store cannot count them)"
+    )
+
+
 class SessionList(BaseModel):
-    sessions: list[Session]
+    sessions: list[ListedSession]
     total: int
 
 
@@ -148,12 +157,18 @@ async def list_sessions(
     limit: Limit = None,
 ) -> SessionList:
     """Sessions of ``app`` (of one user with ``user_id``, or ``channel`` + ``sender``: the linked
-    user), newest activity first, without events. ``total`` counts them all; ``sessions`` holds
-    the first ``limit``."""
+    user), newest activity first, without events but with their ``event_count``. ``total``
+    counts them all; ``sessions`` holds the first ``limit``."""
     size = page(request, limit, default=WHOLE_PAGE)
     user = await acting_user(memory, caller, user_id, channel, sender, write=False)
     found = await memory.sessions.list_sessions(app=app, user_id=user)
-    return SessionList(sessions=found[:size], total=len(found))
+    shown = found[:size]
+    counts: dict[str, int] = {}
+    if isinstance(memory.sessions, EventCounts):
+        counts = await memory.sessions.event_counts([s.id for s in shown], app=app)
+    return SessionList(
+        sessions=[ListedSession(**dict(s), event_count=counts.get(s.id)) for s in shown], total=len(found)
+    )
 
 
 @router.get("/{session_id}", operation_id="get_session")

@@ -270,6 +270,23 @@ return {sessions, events}
 """
 )
 
+# ARGV: P, ttl, m... -> per member: its number of events, or -1 when the session is gone
+_EVENT_COUNTS = (
+    _LUA_COMMON
+    + """
+local out = {}
+for i = 3, #ARGV do
+  local m = ARGV[i]
+  if redis.call('EXISTS', P .. 'session:' .. m) == 1 then
+    out[#out + 1] = redis.call('LLEN', P .. 'events:' .. m)
+  else
+    out[#out + 1] = -1
+  end
+end
+return out
+"""
+)
+
 # ARGV: P, ttl, user set key, user -> sessions + events deleted
 _DELETE_USER = (
     _LUA_COMMON
@@ -458,6 +475,7 @@ class RedisSessionStore(RedisStore):
         self._get, self._list = reg(_GET, idempotent=True), reg(_LIST, idempotent=True)
         self._delete, self._counts = reg(_DELETE), reg(_COUNTS, idempotent=True)
         self._delete_user = reg(_DELETE_USER)
+        self._event_counts = reg(_EVENT_COUNTS, idempotent=True)
         self._check = reg(_CHECK, idempotent=True)
 
     @classmethod
@@ -604,6 +622,18 @@ class RedisSessionStore(RedisStore):
         """(sessions, events) under this prefix."""
         sessions, events = await self._script(self._counts)
         return int(sessions), int(events)
+
+    async def event_counts(self, session_ids: Sequence[str], *, app: str = "default") -> dict[str, int]:
+        """Each named session's number of events (:class:`~memlane.stores.base.EventCounts`);
+        sessions that do not exist (or expired) are left out. One script call."""
+        check_app(app)
+        for session_id in session_ids:
+            check_session_id(session_id)
+        ids = list(dict.fromkeys(session_ids))
+        if not ids:
+            return {}
+        reply = await self._script(self._event_counts, *(self._member(app, i) for i in ids))
+        return {i: int(n) for i, n in zip(ids, reply, strict=True) if int(n) >= 0}
 
     async def delete_user_sessions(self, user_id: str) -> int:
         """Delete, in every app, the sessions whose only participant is ``user_id``; in group

@@ -196,6 +196,28 @@ def counts(d: SessionDialect) -> Program[tuple[int, int]]:
     return int(row[0]), int(row[1])
 
 
+#: Session ids per ``IN (...)`` list of :func:`event_counts` (under SQLite's parameter limit).
+COUNT_CHUNK = 500
+
+
+def event_counts(d: SessionDialect, app: str, session_ids: Sequence[str]) -> Program[dict[str, int]]:
+    """Each named session's number of events (one grouped count per chunk of ids); a session
+    that does not exist is left out."""
+    out: dict[str, int] = {}
+    ids = list(dict.fromkeys(session_ids))
+    for start in range(0, len(ids), COUNT_CHUNK):
+        chunk = ids[start : start + COUNT_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        rows = yield from all_rows(
+            f"SELECT s.id, COUNT(e.session_id) FROM sessions s"
+            f" LEFT JOIN events e ON e.app = s.app AND e.session_id = s.id"
+            f" WHERE s.app = ? AND s.id IN ({marks}) GROUP BY s.id",
+            (d.text(app), *(d.text(i) for i in chunk)),
+        )
+        out.update((str(r[0]), int(r[1])) for r in rows)
+    return out
+
+
 def delete_user_sessions(d: SessionDialect, user_id: str) -> Program[int]:
     """Sessions whose only participant is the user go; in group sessions the user's own events
     and participation go (one write transaction)."""
@@ -390,6 +412,14 @@ class SqlSessionStore(ABC):
     async def counts(self) -> tuple[int, int]:
         """(sessions, events) in the store."""
         return await self._query(counts(self._d))
+
+    async def event_counts(self, session_ids: Sequence[str], *, app: str = "default") -> dict[str, int]:
+        """Each named session's number of events (:class:`~memlane.stores.base.EventCounts`);
+        sessions that do not exist are left out."""
+        check_app(app)
+        for session_id in session_ids:
+            check_session_id(session_id)
+        return await self._query(event_counts(self._d, app, session_ids))
 
     async def delete_user_sessions(self, user_id: str) -> int:
         """Delete, in every app, the sessions whose only participant is ``user_id``; in group

@@ -1,6 +1,6 @@
 // Sessions of an app (#/sessions?app=&user_id=): GET /v1/sessions, newest activity first, with
-// their participants; each opens the session and its events. A user-bound key sees only the
-// sessions its user takes part in (the API answers only those).
+// their participants and number of events; each opens the session and its events. A user-bound
+// key sees only the sessions its user takes part in (the API answers only those).
 
 import { get, seg } from "../api.js";
 import { fill, h, link, table, time } from "../dom.js";
@@ -38,10 +38,10 @@ export async function render(main, _params, ctx) {
   fill(results, h("p", { class: "muted" }, `${total} sessions in app ${app}${user ? ` with user ${user}` : ""}`));
   const list = h("div");
   results.append(list);
-  paged(list, sessions, (slice) => table(["Session", "Users", "Agent", "Channel", "Created", "Last activity"],
+  paged(list, sessions, (slice) => table(["Session", "Users", "Events", "Agent", "Channel", "Created", "Last activity"],
     slice.map((s) => [
       link(`#/sessions/${seg(s.app)}/${seg(s.id)}`, s.id),
       s.user_ids.length ? s.user_ids.map((u, i) => [i ? ", " : "", ctx.me.user_id ? u : link(`#/users/${seg(u)}/facts`, u)]) : "—",
-      s.agent_id || "", s.channel || "", time(s.created_at), time(s.updated_at),
+      s.event_count ?? "—", s.agent_id || "", s.channel || "", time(s.created_at), time(s.updated_at),
     ]), { label: "Sessions" }), { note });
 }
