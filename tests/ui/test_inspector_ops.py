@@ -7,7 +7,6 @@ refuses them)."""
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,18 +17,6 @@ from inspector_helpers import Inspector, login, ok
 from playwright.sync_api import expect
 
 from memlane import AsyncMemory
-from memlane.service.app import ROUTERS
-
-
-def _has_route(path: str) -> bool:
-    """Whether the app serves ``path`` (the page logs in with GET /v1/whoami, from the directory
-    API that is landing beside these views: until then these tests are skipped)."""
-    modules = (importlib.import_module(f"memlane.service.routes.{name}") for name in ROUTERS)
-    return any(getattr(route, "path", None) == path for m in modules for route in m.router.routes)
-
-
-pytestmark = pytest.mark.skipif(not _has_route("/v1/whoami"), reason="needs GET /v1/whoami (directory API)")
-needs_directory = pytest.mark.skipif(not _has_route("/v1/agents"), reason="needs GET /v1/agents and /v1/tenants")
 
 LISBON = "I live in Lisbon and I love jazz music."
 
@@ -272,7 +259,6 @@ def test_a_user_bound_key_sees_only_its_sessions(inspector: Inspector, page: Any
         assert [s["id"] for s in ok(ann.get("/v1/sessions", params={"app": "shop"}))["sessions"]] == ["s-ann"]
 
 
-@needs_directory
 def test_apps_and_agents_lead_to_sessions_and_users(inspector: Inspector, page: Any) -> None:
     seed_sessions(inspector)
     chess = {"text": "Bob plays chess", "user_id": "bob", "agent_id": "coach"}
@@ -294,7 +280,6 @@ def test_apps_and_agents_lead_to_sessions_and_users(inspector: Inspector, page: 
     assert {a["agent_id"]: a["facts"] for a in listed["agents"]} == {"coach": 1}
 
 
-@needs_directory
 def test_an_admin_key_lists_tenants_and_switches_to_another(inspector: Inspector, page: Any) -> None:
     admin = inspector.key_store.create("default", admin=True, name="inspector admin").secret
     acme = inspector.key_store.create("acme", name="acme rw").secret
