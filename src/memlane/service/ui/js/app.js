@@ -2,7 +2,7 @@
 // Each view is a module under views/ exporting `render(main, params, ctx)`.
 
 import { ApiError, credentials, get } from "./api.js";
-import { errorText, fill, h, link } from "./dom.js";
+import { errorText, fill, h, link, takePendingFocus } from "./dom.js";
 
 /** Routes: a pattern over the hash path and the view module that renders it. */
 const ROUTES = [
@@ -154,14 +154,22 @@ export function logout() {
 }
 
 document.getElementById("logout").addEventListener("click", logout);
+// The skip link moves focus to the content; following its href would change the route.
+document.querySelector(".skip").addEventListener("click", (event) => {
+  event.preventDefault();
+  main().focus();
+});
 document.getElementById("tenant-select").addEventListener("change", async (event) => {
   credentials.tenant = event.target.value === ctx.me.tenant && !credentials.tenant ? null : event.target.value;
   ctx.me = null;
   await route();
   window.location.hash = home();
 });
-window.addEventListener("hashchange", () => {
-  route();
-  main().focus();
+window.addEventListener("hashchange", async () => {
+  await route();
+  const id = takePendingFocus();
+  const target = id ? document.getElementById(id) : null;
+  if (target) target.focus();
+  else if (!main().contains(document.activeElement)) main().focus();  // unless the view focused a control
 });
 route();

@@ -96,6 +96,18 @@ export function confirmAction({ title, body, confirmLabel = "Confirm", typed = n
   });
 }
 
+let pendingFocus = null;
+
+/** Focus the element with this id once the next route has rendered (default: the content). */
+export function focusAfterRoute(id) { pendingFocus = id; }
+
+/** The id set by focusAfterRoute, once. */
+export function takePendingFocus() {
+  const id = pendingFocus;
+  pendingFocus = null;
+  return id;
+}
+
 /**
  * Tabs with the WAI-ARIA keyboard pattern (arrows, Home, End): `tabs(label, items, active)` where
  * items are `{id, label, href}`; the panel is the caller's (id `panel`).
@@ -117,7 +129,7 @@ export function tabs(label, items, active) {
     if (next === undefined) return;
     event.preventDefault();
     const target = all[(next + all.length) % all.length];
-    target.focus();
+    focusAfterRoute(target.id);  // the page re-renders for the new tab; the focus lands on it then
     target.click();
   });
   return list;
