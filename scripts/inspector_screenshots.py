@@ -113,25 +113,33 @@ def serving(app: Any) -> Iterator[str]:
         sock.close()
 
 
-def shots(page: Any, url: str) -> list[tuple[str, str, Callable[[Any], None] | None]]:
-    """(file name, page address, what to do there before the picture)."""
+def shots(url: str) -> list[tuple[str, str, Callable[[Any], None]]]:
+    """(file name, page address, what to do there, and wait for, before the picture)."""
+
+    def table(name: str, text: str = "") -> Callable[[Any], None]:
+        return lambda p: p.get_by_role("table", name=name).filter(has_text=text).wait_for()
+
+    def memory(p: Any) -> None:
+        table("Memories", "Marvila")(p)
+        p.get_by_role("table", name="Memories").get_by_role("link", name="Marvila").click()
+        p.get_by_role("table", name="History").filter(has_text="UPDATE").wait_for()
 
     def search(p: Any) -> None:
-        p.get_by_label("Query").fill("which nut is her kid allergic to")
-        p.get_by_role("button", name="Search").click()
-        p.get_by_role("table", name="Results").wait_for()
+        for _ in range(2):  # the second run shows warm timings (the first loads the model)
+            p.get_by_label("Query").fill("Ines peanut allergy at school")
+            p.get_by_role("button", name="Search").click()
+            p.get_by_role("table", name="Results").wait_for()
 
-    def first_memory(p: Any) -> None:
-        p.get_by_role("table", name="Memories").get_by_role("link").first.click()
-        p.locator("#fact-content").wait_for()
+    def context(p: Any) -> None:
+        p.locator("#context-block").wait_for()
 
     return [
-        ("inspector-users.png", f"{url}/ui/#/users", None),
-        ("inspector-memories.png", f"{url}/ui/#/users/maya/facts", None),
-        ("inspector-memory.png", f"{url}/ui/#/users/maya/facts", first_memory),
-        ("inspector-timeline.png", f"{url}/ui/#/users/maya/timeline", None),
+        ("inspector-users.png", f"{url}/ui/#/users", table("Users", "maya")),
+        ("inspector-memories.png", f"{url}/ui/#/users/maya/facts", table("Memories", "Marvila")),
+        ("inspector-memory.png", f"{url}/ui/#/users/maya/facts", memory),
+        ("inspector-timeline.png", f"{url}/ui/#/users/maya/timeline", table("Timeline", "UPDATE")),
         ("inspector-search.png", f"{url}/ui/#/users/maya/search", search),
-        ("inspector-context.png", f"{url}/ui/#/users/maya/context", None),
+        ("inspector-context.png", f"{url}/ui/#/users/maya/context", context),
     ]
 
 
@@ -163,12 +171,10 @@ def main(argv: list[str] | None = None) -> int:
             page.get_by_label("API key").fill(secret)
             page.get_by_role("button", name="Log in").click()
             page.locator("#who").filter(has_text="tenant default").wait_for()
-            for name, address, action in shots(page, url):
+            for name, address, ready in shots(url):
                 page.goto(address)
+                ready(page)
                 page.wait_for_load_state("networkidle")
-                if action is not None:
-                    action(page)
-                    page.wait_for_load_state("networkidle")
                 page.screenshot(path=str(args.out / name), full_page=False)
                 print(args.out / name, flush=True)
             browser.close()

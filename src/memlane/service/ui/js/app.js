@@ -169,7 +169,8 @@ window.addEventListener("hashchange", async () => {
   await route();
   const id = takePendingFocus();
   const target = id ? document.getElementById(id) : null;
-  if (target) target.focus();
-  else if (!main().contains(document.activeElement)) main().focus();  // unless the view focused a control
+  window.scrollTo(0, 0);
+  if (target) target.focus({ preventScroll: true });
+  else if (!main().contains(document.activeElement)) main().focus({ preventScroll: true });  // unless a view focused a control
 });
 route();

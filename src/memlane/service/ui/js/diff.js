@@ -16,13 +16,35 @@ export function diff(before, after) {
       lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
     }
   }
-  const out = [];
+  // Walk the table into operations, then show each changed run as one <del> and one <ins>
+  // ("studio [is → moved to Marvila] in ..."), not as interleaved single words.
+  const ops = [];
   let i = 0;
   let j = 0;
   while (i < n || j < m) {
-    if (i < n && j < m && a[i] === b[j]) { out.push(a[i]); i += 1; j += 1; }
-    else if (j < m && (i === n || lcs[i][j + 1] >= lcs[i + 1][j])) { out.push(h("ins", {}, b[j])); j += 1; }
-    else { out.push(h("del", {}, a[i])); i += 1; }
+    if (i < n && j < m && a[i] === b[j]) { ops.push(["=", a[i]]); i += 1; j += 1; }
+    else if (j < m && (i === n || lcs[i][j + 1] >= lcs[i + 1][j])) { ops.push(["+", b[j]]); j += 1; }
+    else { ops.push(["-", a[i]]); i += 1; }
   }
+  const out = [];
+  let removed = [];
+  let added = [];
+  const flush = () => {
+    const gone = removed.join("").trim();
+    const came = added.join("").trim();
+    if (gone) out.push(h("del", {}, gone));
+    if (gone && came) out.push(" ");
+    if (came) out.push(h("ins", {}, came));
+    if (gone || came) out.push(" ");
+    removed = [];
+    added = [];
+  };
+  for (const [op, token] of ops) {
+    if (op === "-") removed.push(token);
+    else if (op === "+") added.push(token);
+    else if (/^\s+$/.test(token) && (removed.length || added.length)) { removed.push(token); added.push(token); }
+    else { flush(); out.push(token); }
+  }
+  flush();
   return h("span", { class: "diff" }, out);
 }

@@ -52,7 +52,8 @@ export function table(headers, rows, { label, rowAttrs } = {}) {
 
 /** A definition list of label/value pairs. */
 export function kv(pairs) {
-  return h("dl", { class: "kv" }, pairs.filter(Boolean).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v ?? "")]));
+  const shown = (v) => (v === null || v === undefined || v === "" ? h("span", { class: "muted" }, "—") : v);
+  return h("dl", { class: "kv" }, pairs.filter(Boolean).map(([k, v]) => [h("dt", {}, k), h("dd", {}, shown(v))]));
 }
 
 /** A small message that disappears after a few seconds (announced to screen readers). */

@@ -33,7 +33,7 @@ export async function render(main, [userId, tab = "facts"], ctx) {
   });
   const panel = h("section", { id: "panel", role: "tabpanel", "aria-labelledby": `tab-${active}`, tabindex: "-1" });
   fill(main,
-    h("p", { class: "muted" }, ctx.me.user_id ? "" : link("#/users", "Users"), ctx.me.user_id ? "" : " / "),
+    ctx.me.user_id ? null : h("p", {}, link("#/users", "← Users")),
     h("h1", {}, `User ${userId}`),
     agentForm,
     tabs("User views", TABS.map(([id, label]) => ({ id, label, href: `#/users/${seg(userId)}/${id}${suffix}` })), active),
