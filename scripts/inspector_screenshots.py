@@ -146,7 +146,9 @@ def shots(url: str) -> list[tuple[str, str, Callable[[Any], None]]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("docs/images"), help="folder for the PNG files")
-    parser.add_argument("--embedder", default=None, help="embedder of the demo store (default: local MiniLM if installed)")
+    parser.add_argument(
+        "--embedder", default=None, help="embedder of the demo store (default: local MiniLM if installed)"
+    )
     args = parser.parse_args(argv)
     kind = args.embedder or default_embedder()
     from playwright.sync_api import sync_playwright

@@ -21,8 +21,8 @@ if [ ! -x /usr/bin/chromium ] && [ -z "${MEMLANE_CHROMIUM:-}" ]; then
 fi
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 echo "== ruff"
-.venv/bin/ruff check src tests bench examples
-.venv/bin/ruff format --check src tests bench examples
+.venv/bin/ruff check src tests bench examples scripts
+.venv/bin/ruff format --check src tests bench examples scripts
 echo "== mypy"
 .venv/bin/mypy
 echo "== pytest"

@@ -62,7 +62,8 @@ def test_find_a_user_read_edit_and_delete_a_memory(page: Any, inspector: Inspect
     expect(page.get_by_role("button", name="Edit")).to_have_count(0)
     stored = ok(inspector.client.get(f"/v1/memories/{fact['id']}", params={"user_id": "ann"}))
     assert stored["invalid_at"] is not None
-    events = [e["event"] for e in ok(inspector.client.get(f"/v1/memories/{fact['id']}/history", params={"user_id": "ann"}))["history"]]
+    changes = ok(inspector.client.get(f"/v1/memories/{fact['id']}/history", params={"user_id": "ann"}))["history"]
+    events = [e["event"] for e in changes]
     assert events == ["ADD", "UPDATE", "DELETE"]
 
 
@@ -79,7 +80,8 @@ def test_a_read_only_key_sees_everything_and_can_change_nothing(page: Any, inspe
     with inspector.client_for("ro") as ro:
         refused = ro.patch(f"/v1/memories/{fact['id']}", params={"user_id": "ann"}, json={"text": "changed"})
         assert refused.status_code == 403
-    assert ok(inspector.client.get(f"/v1/memories/{fact['id']}", params={"user_id": "ann"}))["content"] == "Ann is allergic to peanuts"
+    stored = ok(inspector.client.get(f"/v1/memories/{fact['id']}", params={"user_id": "ann"}))
+    assert stored["content"] == "Ann is allergic to peanuts"
 
 
 def test_a_user_bound_key_sees_only_its_user(page: Any, inspector: Inspector) -> None:

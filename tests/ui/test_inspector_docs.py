@@ -19,6 +19,8 @@ from memlane.devserver import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "inspector.md"
+#: Runs the memlane CLI in a child process, as the console script does.
+CLI = [sys.executable, "-c", "import sys; from memlane.cli.main import main; sys.exit(main(sys.argv[1:]))"]
 _BASH = re.compile(r"^```bash\n(?P<body>.*?)^```", re.M | re.S)
 
 
@@ -52,20 +54,14 @@ def test_the_documented_key_opens_the_page_memlane_serve_serves(tmp_path: Path) 
     (tmp_path / "home").mkdir()
     create = next(c for c in commands() if c.startswith("memlane keys create"))
     made = subprocess.run(
-        [sys.executable, "-c", "import sys; from memlane.cli.main import main; sys.exit(main(sys.argv[1:]))"]
-        + shlex.split(create)[1:],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [*CLI, *shlex.split(create)[1:]], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert made.returncode == 0, made.stderr
     key = re.search(r"ml_[A-Za-z0-9_-]+", made.stdout)
     assert key, made.stdout
     port = free_port()
-    serve = shlex.split(next(c for c in commands() if c.startswith("memlane serve"))) + ["--port", str(port)]
-    server = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from memlane.cli.main import main; sys.exit(main(sys.argv[1:]))"]
-        + serve[1:],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    serve = [*shlex.split(next(c for c in commands() if c.startswith("memlane serve"))), "--port", str(port)]
+    server = subprocess.Popen([*CLI, *serve[1:]], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(600):

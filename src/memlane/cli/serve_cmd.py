@@ -95,8 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not has_keys:
         print(LOOPBACK_NOTICE, file=sys.stderr, flush=True)
     print(
-        f"memlane: serving the HTTP API on http://{host}:{port} (inspector: /ui/, docs: /docs, schema: "
-        "/openapi.json)",
+        f"memlane: serving the HTTP API on http://{host}:{port} (inspector: /ui/, docs: /docs, schema: /openapi.json)",
         file=sys.stderr,
         flush=True,
     )
