@@ -434,6 +434,9 @@ def _http_reads(
             assert r.status_code == 200, r.text
             names = {a["agent_id"] for a in r.json()["agents"]} | {a["app"] for a in r.json()["apps"]}
             assert not names & (set(USERS) - {own}), r.text
+        get("documents", "/v1/documents", params={**named, "limit": 100})
+        get("reflections", "/v1/reflections", params=named)
+        get("consolidated", "/v1/consolidated", params=named)
         if user or key:
             who = user or _key_user(world, key)
             get("export", f"/v1/users/{quote(who, safe='')}/export")

@@ -11,6 +11,7 @@ back as MCP tool errors (``isError``) and the server keeps serving.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.types import CallToolResult  # noqa: E402
 
 from memlane import AsyncMemory  # noqa: E402
+from memlane.engine.context import estimate_tokens  # noqa: E402
 from memlane.service.keys import KeyStore  # noqa: E402
 
 TOOLS = ["search", "remember", "list", "delete", "context", "profile"]
@@ -39,8 +41,12 @@ ENGINE_ARGS = ["--embedder", "hash", "--llm", "offline"]
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    # nothing from the developer's environment or data dir: keys, config and data under tmp
-    return {"MEMLANE_KEYS_FILE": str(tmp / "no-keys.db"), "XDG_DATA_HOME": str(tmp / "xdg"), "MEMLANE_CONFIG": ""}
+    # nothing from the developer's environment or data dir: keys, config and data under tmp;
+    # PYTHONPATH kept, so the server runs the code under test (a git worktree's src)
+    env = {"MEMLANE_KEYS_FILE": str(tmp / "no-keys.db"), "XDG_DATA_HOME": str(tmp / "xdg"), "MEMLANE_CONFIG": ""}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
 
 
 def data(result: CallToolResult) -> dict[str, Any]:
@@ -105,8 +111,10 @@ async def test_stdio_every_tool(tmp_path: Path) -> None:
         assert {page["memories"][0]["id"], rest["memories"][0]["id"]} == {stored["id"], other["id"]}
         assert data(await s.call_tool("list", {"kind": "message"}))["total"] == 0
 
-        context = data(await s.call_tool("context", {}))["context"]
+        block = data(await s.call_tool("context", {}))
+        context = block["context"]
         assert context.startswith("<MemoryContext>") and "cello" in context
+        assert block["tokens"] == estimate_tokens(context) and block["budget_tokens"] is None
         profile = data(await s.call_tool("profile", {"items": ["quartet rehearsal"]}))["profile"]
         assert "cello" in profile and "quartet rehearsal" in profile
 

@@ -56,6 +56,7 @@ ROUTERS: list[str] = [
     "summaries",
     "ui",
     "directory",
+    "reflections",
 ]
 
 

@@ -36,6 +36,7 @@ from pydantic import ConfigDict, Field, ValidationError, create_model
 
 from memlane import __version__, inputs
 from memlane.agent.tools import MAX_FACT_CHARS, MAX_QUERY_CHARS, MAX_TOOL_TOP_K, MemoryTools, age, tool_result_json
+from memlane.engine.context import estimate_tokens
 from memlane.errors import (
     AuthenticationError,
     ConfigError,
@@ -436,7 +437,7 @@ def build_server(
 
         async def work(engine: AsyncMemory) -> dict[str, Any]:
             text = await engine.context(user_id=who.user_id, agent_id=who.agent_id, budget_tokens=budget_tokens)
-            return {"context": text}
+            return {"context": text, "tokens": estimate_tokens(text), "budget_tokens": budget_tokens}
 
         return await run(who, work)
 

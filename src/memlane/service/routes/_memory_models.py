@@ -14,7 +14,7 @@ from memlane.memory import AsyncMemory
 from memlane.models import Fact
 from memlane.service.auth import Principal, authorize
 
-__all__ = ["FactOut", "ScopeQuery", "Scoped", "check_room"]
+__all__ = ["FactOut", "ScopeIds", "ScopeQuery", "Scoped", "check_room"]
 
 
 class FactOut(BaseModel):

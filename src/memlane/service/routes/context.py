@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
+from memlane.engine.context import estimate_tokens
 from memlane.service.deps import Caller, Engine, authorize
 from memlane.service.routes._memory_models import Scoped
 from memlane.service.routes._temporal import AsOf
@@ -17,7 +18,11 @@ router = APIRouter(prefix="/v1", tags=["context"])
 
 
 class ContextOut(BaseModel):
+    """The block, with its size by the counter the budget cut uses (``estimate_tokens``)."""
+
     context: str
+    tokens: int
+    budget_tokens: int | None
 
 
 class ProfileOut(BaseModel):
@@ -59,10 +64,12 @@ async def context(
     budget_tokens: Annotated[int | None, Query(description="cut the block to this many tokens")] = None,
     as_of: AsOf = None,
 ) -> ContextOut:
-    """The ``<MemoryContext>`` block for a turn (profile, consolidated memory, recent facts);
-    ``as_of``: the block as memory held it then (docs/temporal.md)."""
+    """The ``<MemoryContext>`` block for a turn (profile, consolidated memory, recent facts)
+    and its size in tokens (memlane's estimate, the one ``budget_tokens`` cuts by); ``as_of``:
+    the block as memory held it then (docs/temporal.md)."""
     ids = await scope.ids(memory, caller, write=False)
-    return ContextOut(context=await memory.context(**ids, budget_tokens=budget_tokens, as_of=as_of))
+    text = await memory.context(**ids, budget_tokens=budget_tokens, as_of=as_of)
+    return ContextOut(context=text, tokens=estimate_tokens(text), budget_tokens=budget_tokens)
 
 
 @router.get("/profile", operation_id="profile", response_model=ProfileOut)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from memlane.service.deps import Caller, Engine, authorize
+from memlane.service.deps import Caller, Engine, authorize, page
 from memlane.service.routes._memory_models import FactOut, Scoped, check_room
 
 router = APIRouter(prefix="/v1", tags=["documents"])
@@ -27,6 +27,14 @@ class DocumentCreate(BaseModel):
     scope: Literal["user", "agent", "room", "private", "shared"] = "user"
     metadata: dict[str, Any] | None = None
     timestamp: datetime | None = None
+
+
+class DocumentPage(BaseModel):
+    """A page of documents, newest first; pass ``next_cursor`` as ``cursor`` for the next page."""
+
+    documents: list[FactOut]
+    next_cursor: str | None
+    total: int
 
 
 class FragmentList(BaseModel):
@@ -50,6 +58,23 @@ async def add_document(body: DocumentCreate, memory: Engine, caller: Caller) -> 
         timestamp=body.timestamp,
     )
     return FactOut.of(doc)
+
+
+@router.get("/documents", operation_id="list_documents", response_model=DocumentPage)
+async def list_documents(
+    request: Request,
+    memory: Engine,
+    caller: Caller,
+    scope: Scoped,
+    limit: Annotated[int | None, Query(description="at most this many (1..the server's cap)")] = None,
+    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+) -> DocumentPage:
+    """The scope's documents (``kind="document"`` memories, their text whole), newest first;
+    their fragments: ``/v1/documents/{id}/fragments``."""
+    ids = await scope.ids(memory, caller, write=False)
+    found = await memory.list(**ids, limit=page(request, limit), cursor=cursor, kind="document")
+    docs = [FactOut.of(f) for f in found.items]
+    return DocumentPage(documents=docs, next_cursor=found.next_cursor, total=found.total)
 
 
 @router.get("/documents/{document_id}/fragments", operation_id="document_fragments", response_model=FragmentList)

@@ -1,0 +1,170 @@
+"""The inspector's read routes (issue 21) over a REAL loopback server, on SQLite and PostgreSQL:
+``/v1/reflections``, ``/v1/consolidated``, ``GET /v1/documents``, the token count of
+``/v1/context``; a user-bound key reads only its own user (403 naming another, 404 for another's
+room), the agent's shared buffer as it reads the agent's shared memories."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+
+from memlane import AsyncMemory
+from memlane.engine.context import estimate_tokens
+from memlane.models import ConsolidatedMemory, Reflection, utcnow
+from memlane.service.app import create_app
+from memlane.service.hub import MemoryHub
+from memlane.service.keys import KeyStore
+from service_server import ServiceServer, serve
+
+
+@dataclass
+class Served:
+    server: ServiceServer
+    location: str
+    headers: dict[str, dict[str, str]]
+    """``full``, ``read_only``, ``alice``, ``bob``: Authorization headers."""
+
+
+def ok(r: httpx.Response, status: int = 200) -> Any:
+    assert r.status_code == status, (r.status_code, r.text)
+    return r.json()
+
+
+def _engine(where: str) -> AsyncMemory:
+    return AsyncMemory(where, embedder="hash", sessions="sqlite")
+
+
+async def _seed(location: str) -> None:
+    """Reflections of alice (user scope, one absorbed into a blob), of bob, of the agent gaia and
+    of alice's session s1; one consolidated blob of alice."""
+    async with _engine(location) as m:
+        store = m.reflection_store
+        await store.put_reflection(Reflection(content="Alice hikes every weekend.", scope="user", user_id="alice"))
+        absorbed = await store.put_reflection(
+            Reflection(content="Alice keeps bees.", scope="user", user_id="alice", formed_at=utcnow())
+        )
+        await store.put_reflection(Reflection(content="Bob plays chess.", scope="user", user_id="bob"))
+        await store.put_reflection(Reflection(content="Users like short answers.", scope="agent", agent_id="gaia"))
+        await store.put_reflection(
+            Reflection(content="Alice asked about Porto.", scope="session", user_id="alice", session_id="s1")
+        )
+        blob = ConsolidatedMemory(
+            scope="user",
+            user_id="alice",
+            consolidated_content="VERSION: 1\nAlice keeps bees.",
+            word_limit=300,
+            version=1,
+            last_consolidated_at=utcnow(),
+        )
+        await store.put_consolidated(blob, [absorbed.id], expected_version=0)
+        await m.sessions.get_or_create_session(session_id="s1", user_ids=["alice"])
+
+
+@pytest.fixture(params=["sqlite", "pg"])
+def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
+    location = str(tmp_path / "memlane.db") if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    asyncio.run(_seed(location))
+    with KeyStore(tmp_path / "keys.db") as keys:
+        headers = {
+            name: {"Authorization": f"Bearer {keys.create('default', **kw).secret}"}
+            for name, kw in {
+                "full": {},
+                "read_only": {"read_only": True},
+                "alice": {"user_id": "alice"},
+                "bob": {"user_id": "bob"},
+            }.items()
+        }
+        from memlane.config import MemlaneSettings, ServerSettings
+
+        app = create_app(
+            MemlaneSettings(server=ServerSettings(rate_limit=0)),
+            hub=MemoryHub(_engine, location, tmp_path / "tenants"),
+            keys=keys,
+        )
+        with serve(app) as srv:
+            yield Served(srv, location, headers)
+
+
+def test_reflections_by_scope_and_absorption(served: Served) -> None:
+    c, h = served.server.client, served.headers
+    body = ok(c.get("/v1/reflections", params={"scope": "user", "user_id": "alice"}, headers=h["full"]))
+    rows = body["reflections"]
+    assert [r["content"] for r in rows] == ["Alice hikes every weekend.", "Alice keeps bees."]
+    assert set(rows[0]) == {"id", "content", "scope", "agent_id", "user_id", "session_id", "absorbed", "formed_at"}
+    assert [r["absorbed"] for r in rows] == [False, True]
+    assert all(r["scope"] == "user" and r["user_id"] == "alice" for r in rows)
+    pending = ok(c.get("/v1/reflections", params={"user_id": "alice", "absorbed": "false"}, headers=h["full"]))
+    assert [r["content"] for r in pending["reflections"]] == ["Alice hikes every weekend."]
+    agent = ok(c.get("/v1/reflections", params={"scope": "agent", "agent_id": "gaia"}, headers=h["full"]))
+    assert [r["content"] for r in agent["reflections"]] == ["Users like short answers."]
+    session = {"scope": "session", "user_id": "alice", "session_id": "s1"}
+    assert [r["content"] for r in ok(c.get("/v1/reflections", params=session, headers=h["full"]))["reflections"]] == [
+        "Alice asked about Porto."
+    ]
+    # bad input: the one error shape, 400
+    for params in ({"scope": "galaxy", "user_id": "alice"}, {"scope": "agent"}, {"scope": "session", "user_id": "a"}):
+        r = c.get("/v1/reflections", params=params, headers=h["full"])
+        assert r.status_code in (400, 422) and "error" in r.json(), (params, r.text)
+    # a read-only key reads; a user-bound key reads its own user, the agent's buffer, its room
+    assert len(ok(c.get("/v1/reflections", params={"user_id": "alice"}, headers=h["read_only"]))["reflections"]) == 2
+    assert len(ok(c.get("/v1/reflections", headers=h["alice"]))["reflections"]) == 2
+    r = c.get("/v1/reflections", params={"user_id": "alice"}, headers=h["bob"])
+    assert r.status_code == 403 and "bees" not in r.text
+    assert [x["content"] for x in ok(c.get("/v1/reflections", headers=h["bob"]))["reflections"]] == ["Bob plays chess."]
+    shared = ok(c.get("/v1/reflections", params={"scope": "agent", "agent_id": "gaia"}, headers=h["bob"]))
+    assert len(shared["reflections"]) == 1
+    assert len(ok(c.get("/v1/reflections", params=session, headers=h["alice"]))["reflections"]) == 1
+    r = c.get("/v1/reflections", params={"scope": "session", "session_id": "s1"}, headers=h["bob"])
+    assert r.status_code == 404 and "Porto" not in r.text
+
+
+def test_consolidated_blob_or_null_content(served: Served) -> None:
+    c, h = served.server.client, served.headers
+    blob = ok(c.get("/v1/consolidated", params={"scope": "user", "user_id": "alice"}, headers=h["full"]))
+    assert blob["content"] == "VERSION: 1\nAlice keeps bees."
+    assert (blob["scope"], blob["user_id"], blob["version"], blob["word_limit"]) == ("user", "alice", 1, 300)
+    assert blob["last_consolidated_at"] is not None and blob["word_count"] == 5
+    none = ok(c.get("/v1/consolidated", params={"scope": "agent", "agent_id": "gaia"}, headers=h["full"]))
+    assert none["content"] is None and none["version"] == 0 and none["last_consolidated_at"] is None
+    assert (none["agent_id"], none["user_id"], none["word_limit"]) == ("gaia", None, 1200)
+    assert ok(c.get("/v1/consolidated", headers=h["alice"]))["version"] == 1
+    r = c.get("/v1/consolidated", params={"user_id": "alice"}, headers=h["bob"])
+    assert r.status_code == 403 and "bees" not in r.text
+    assert ok(c.get("/v1/consolidated", headers=h["bob"]))["content"] is None
+
+
+def test_documents_are_listed_by_page(served: Served) -> None:
+    c, h = served.server.client, served.headers
+    ids = []
+    for i in range(3):
+        text = f"# Notes {i}\n\n" + f"Alice's garden plan number {i}. " * 30
+        ids.append(ok(c.post("/v1/documents", json={"text": text, "user_id": "alice"}, headers=h["full"]), 201)["id"])
+    ok(c.post("/v1/memories", json={"text": "Alice likes tea", "user_id": "alice"}, headers=h["full"]), 201)
+    first = ok(c.get("/v1/documents", params={"user_id": "alice", "limit": 2}, headers=h["full"]))
+    assert [d["id"] for d in first["documents"]] == ids[:0:-1] and first["total"] == 3
+    assert all(d["kind"] == "document" and "garden plan" in d["content"] for d in first["documents"])
+    rest = ok(c.get("/v1/documents", params={"user_id": "alice", "cursor": first["next_cursor"]}, headers=h["alice"]))
+    assert [d["id"] for d in rest["documents"]] == ids[:1] and rest["next_cursor"] is None
+    r = c.get("/v1/documents", params={"user_id": "alice"}, headers=h["bob"])
+    assert r.status_code == 403 and "garden" not in r.text
+    assert ok(c.get("/v1/documents", headers=h["bob"]))["documents"] == []
+
+
+def test_context_reports_its_tokens_and_budget(served: Served) -> None:
+    c, h = served.server.client, served.headers
+    for i in range(12):
+        text = f"Alice fact number {i}: she keeps bees and hikes in the mountains near Porto."
+        ok(c.post("/v1/memories", json={"text": text, "user_id": "alice"}, headers=h["full"]), 201)
+    whole = ok(c.get("/v1/context", params={"user_id": "alice"}, headers=h["full"]))
+    assert whole["budget_tokens"] is None and whole["tokens"] == estimate_tokens(whole["context"]) > 60
+    cut = ok(c.get("/v1/context", params={"user_id": "alice", "budget_tokens": 60}, headers=h["full"]))
+    assert cut["budget_tokens"] == 60 and cut["tokens"] == estimate_tokens(cut["context"]) <= 60
+    assert cut["tokens"] < whole["tokens"]
