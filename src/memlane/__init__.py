@@ -46,6 +46,7 @@ from memlane.models import (
     Event,
     EventType,
     Fact,
+    Growth,
     HistoryEntry,
     Hit,
     Identity,
@@ -55,6 +56,7 @@ from memlane.models import (
     Scope,
     SearchResult,
     Session,
+    Timeline,
     session_key,
 )
 from memlane.privacy.redaction import RedactionConfig
@@ -81,6 +83,7 @@ __all__ = [
     "FormationError",
     "FormationResult",
     "FormationTimeoutError",
+    "Growth",
     "HistoryEntry",
     "Hit",
     "Identity",
@@ -108,6 +111,7 @@ __all__ = [
     "Session",
     "SessionSummary",
     "StorageError",
+    "Timeline",
     "UnknownIdentityError",
     "UsageError",
     "__version__",

@@ -29,6 +29,7 @@ from memlane import inputs
 from memlane._env import default_db_path
 from memlane.agent.config import CONFIGURED, ConfiguredInt, RecallConfig
 from memlane.engine import documents
+from memlane.engine.activity import ActivityMethods
 from memlane.engine.base import MAX_TIER as MAX_TIER  # re-exported
 from memlane.engine.base import EngineStores, opening
 from memlane.engine.context import (
@@ -112,6 +113,7 @@ _OPENED_ATTRS = frozenset(
 
 
 class AsyncMemory(
+    ActivityMethods,
     FormationMethods,
     DocumentMethods,
     EmbeddingMethods,

@@ -10,7 +10,7 @@ import hashlib
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -501,6 +501,53 @@ class HistoryEntry(BaseModel):
     """Who made it: ``api``, ``cli``, ``formation``, ..."""
     at: UtcDatetime = Field(default_factory=utcnow)
     """When."""
+
+
+class TimelineEvent(BaseModel):
+    """One change to one of a user's memories, for their timeline (a history row with what its
+    memory is)."""
+
+    id: str
+    at: UtcDatetime
+    """When the change was recorded."""
+    effective_at: UtcDatetime | None = None
+    """The world time it took effect (None on rows recorded before bi-temporal memory)."""
+    fact_id: str
+    event: Literal["ADD", "UPDATE", "DELETE", "NONE", "ACCESS"]
+    old_content: str | None = None
+    new_content: str | None = None
+    actor: str
+    kind: FactKind
+    """The memory's kind (``fact``, ``message``, ``document``, ...)."""
+    scope: FactScope
+
+
+class Timeline(BaseModel):
+    """A page of a user's timeline, newest first; pass ``next_before`` as ``before`` for the
+    next (older) page (None: no more)."""
+
+    events: list[TimelineEvent]
+    next_before: UtcDatetime | None = None
+
+
+class GrowthPoint(BaseModel):
+    """One bucket of a user's memory growth."""
+
+    start: date
+    """The bucket's first day (a day, a Monday, or the first of a month; UTC)."""
+    added: int
+    """Memories recorded in the bucket (their ``formed_at``)."""
+    invalidated: int
+    """Memories that stopped holding in the bucket (their ``invalid_at``)."""
+    valid: int
+    """Memories valid at the bucket's end: all added up to then minus all invalidated."""
+
+
+class Growth(BaseModel):
+    """A user's memory growth, oldest bucket first, through the bucket holding today."""
+
+    bucket: Literal["day", "week", "month"]
+    points: list[GrowthPoint]
 
 
 class Identity(BaseModel):

@@ -32,6 +32,7 @@ from memlane.models import (
     Event,
     Fact,
     FactKind,
+    Growth,
     HistoryEntry,
     Identity,
     Job,
@@ -42,6 +43,7 @@ from memlane.models import (
     ScopeName,
     SearchResult,
     Session,
+    Timeline,
     UserPage,
 )
 from memlane.privacy.redaction import RedactSpec
@@ -614,6 +616,23 @@ class Memory:
         return self._portal.call(
             self._async.summaries(user_id, agent_id=agent_id, since=since, until=until, limit=limit)
         )
+
+    def timeline(
+        self,
+        user_id: str,
+        *,
+        agent_id: str | None = None,
+        limit: int = 50,
+        before: datetime | str | None = None,
+    ) -> Timeline:
+        """See :meth:`AsyncMemory.timeline`."""
+        return self._portal.call(self._async.timeline(user_id, agent_id=agent_id, limit=limit, before=before))
+
+    def growth(
+        self, user_id: str, *, bucket: Literal["day", "week", "month"] = "day", agent_id: str | None = None
+    ) -> Growth:
+        """See :meth:`AsyncMemory.growth`."""
+        return self._portal.call(self._async.growth(user_id, bucket=bucket, agent_id=agent_id))
 
     def get_consolidation_status(
         self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None

@@ -415,6 +415,8 @@ METHODS: dict[str, dict[str, Any]] = {
     "get_memory_stats": {"user_id": "u", "agent_id": None, "session_id": None},
     "get_job": {"job_id": "nojob"},
     "summaries": {"user_id": "u", "agent_id": None, "since": None, "until": None, "limit": 10},
+    "timeline": {"user_id": "u", "agent_id": None, "limit": 10, "before": None},
+    "growth": {"user_id": "u", "bucket": "day", "agent_id": None},
 }
 POSITIONAL = {
     "add": 1,
@@ -429,6 +431,8 @@ POSITIONAL = {
     "profile": 1,
     "get_job": 1,
     "summaries": 1,
+    "timeline": 1,
+    "growth": 1,
 }
 
 

@@ -33,6 +33,12 @@ import test_memory
 from hypothesis import HealthCheck, given, settings
 
 # --------------------------------------------------------------------------- tests reused as they are
+from test_activity import (  # noqa: F401  (collected here, on every backend)
+    test_growth_counts_added_invalidated_and_valid,
+    test_timeline_and_growth_refuse_bad_input,
+    test_timeline_pages_by_time_and_keeps_an_instant_whole,
+    test_timeline_shows_add_update_delete_with_old_and_new_text,
+)
 from test_context import (  # noqa: F401  (collected here, on every backend)
     test_budget_is_never_exceeded_and_packs_by_priority,
     test_cache_expires_after_five_minutes,

@@ -323,6 +323,8 @@ def _requests(ids: dict[str, str]) -> dict[str, tuple[str, str, dict[str, Any], 
         "GET /v1/tenants": ("/v1/tenants", {}, False, False),
         "GET /v1/users": ("/v1/users", {}, False, False),
         "GET /v1/agents": ("/v1/agents", {}, False, False),
+        "GET /v1/users/{user_id}/timeline": ("/v1/users/alice/timeline", {}, False, True),
+        "GET /v1/users/{user_id}/growth": ("/v1/users/alice/growth", {}, False, True),
     }
 
 

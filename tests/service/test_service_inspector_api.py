@@ -168,3 +168,66 @@ def test_context_reports_its_tokens_and_budget(served: Served) -> None:
     cut = ok(c.get("/v1/context", params={"user_id": "alice", "budget_tokens": 60}, headers=h["full"]))
     assert cut["budget_tokens"] == 60 and cut["tokens"] == estimate_tokens(cut["context"]) <= 60
     assert cut["tokens"] < whole["tokens"]
+
+
+def test_timeline_and_growth_of_a_user(served: Served) -> None:
+    c, h = served.server.client, served.headers
+    [fact] = ok(c.post("/v1/memories", json={"text": "Alice likes tea", "user_id": "alice"}, headers=h["full"]), 201)[
+        "memories"
+    ]
+    ok(
+        c.patch(
+            f"/v1/memories/{fact['id']}",
+            params={"user_id": "alice"},
+            json={"text": "Alice likes green tea"},
+            headers=h["full"],
+        )
+    )
+    r = c.delete(f"/v1/memories/{fact['id']}", params={"user_id": "alice"}, headers=h["full"])
+    assert r.status_code in (200, 204), r.text
+    ok(c.post("/v1/memories", json={"text": "Bob likes chess", "user_id": "bob"}, headers=h["full"]), 201)
+    body = ok(c.get("/v1/users/alice/timeline", headers=h["full"]))
+    assert body["user_id"] == "alice" and body["next_before"] is None
+    events = body["events"]
+    assert set(events[0]) >= {
+        "id",
+        "at",
+        "effective_at",
+        "fact_id",
+        "event",
+        "old_content",
+        "new_content",
+        "actor",
+        "kind",
+        "scope",
+    }
+    assert [(e["event"], e["old_content"], e["new_content"]) for e in events] == [
+        ("DELETE", "Alice likes green tea", None),
+        ("UPDATE", "Alice likes tea", "Alice likes green tea"),
+        ("ADD", None, "Alice likes tea"),
+    ]
+    assert {(e["fact_id"], e["kind"], e["scope"]) for e in events} == {(fact["id"], "fact", "user")}
+    first = ok(c.get("/v1/users/alice/timeline", params={"limit": 1}, headers=h["alice"]))
+    assert [e["event"] for e in first["events"]] == ["DELETE"] and first["next_before"] == events[0]["at"]
+    rest = ok(c.get("/v1/users/alice/timeline", params={"before": first["next_before"]}, headers=h["read_only"]))
+    assert [e["event"] for e in rest["events"]] == ["UPDATE", "ADD"]
+    r = c.get("/v1/users/alice/timeline", params={"before": "yesterday"}, headers=h["full"])
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_input"
+    r = c.get("/v1/users/alice/timeline", headers=h["bob"])
+    assert r.status_code == 403 and "tea" not in r.text
+    assert [e["event"] for e in ok(c.get("/v1/users/bob/timeline", headers=h["bob"]))["events"]] == ["ADD"]
+
+    growth = ok(c.get("/v1/users/alice/growth", params={"bucket": "week"}, headers=h["full"]))
+    assert growth["user_id"] == "alice" and growth["bucket"] == "week"
+    assert sum(p["added"] for p in growth["points"]) == 1 and sum(p["invalidated"] for p in growth["points"]) == 1
+    assert growth["points"][-1]["valid"] == 0 and set(growth["points"][-1]) == {
+        "start",
+        "added",
+        "invalidated",
+        "valid",
+    }
+    assert ok(c.get("/v1/users/bob/growth", headers=h["bob"]))["points"][-1]["valid"] == 1
+    r = c.get("/v1/users/alice/growth", headers=h["bob"])
+    assert r.status_code == 403
+    r = c.get("/v1/users/alice/growth", params={"bucket": "year"}, headers=h["full"])
+    assert r.status_code in (400, 422) and "error" in r.json()

@@ -57,6 +57,7 @@ ROUTERS: list[str] = [
     "ui",
     "directory",
     "reflections",
+    "activity",
 ]
 
 

@@ -38,6 +38,7 @@ from memlane.models import (
     FactFilter,
     FactScope,
     FormationCursor,
+    Growth,
     HistoryEntry,
     Identity,
     Job,
@@ -48,11 +49,13 @@ from memlane.models import (
     Reflection,
     Scope,
     Session,
+    Timeline,
     UserActivity,
 )
 
 __all__ = [
     "TENANT_META_KEY",
+    "ActivityReadable",
     "AppliedChange",
     "Candidate",
     "Checkable",
@@ -530,6 +533,25 @@ class TemporalReadable(Protocol):
     ) -> Fact | None:
         """One fact as it was at ``as_of`` and, with ``valid_at``, its version true then (None
         if not recorded yet or none held then); NotFoundError when ``scope`` does not see it."""
+        ...
+
+
+@runtime_checkable
+class ActivityReadable(Protocol):
+    """An optional capability of a fact store: a user's memory over time, for the inspector's
+    timeline and growth chart. Both read the user partitions of ``scope`` (the user's own
+    memories, under ``scope.agent_id`` if given). The SQL stores have it
+    (:mod:`memlane.stores.sql.activity`)."""
+
+    async def timeline(self, scope: Scope, *, limit: int, before: datetime | None = None) -> Timeline:
+        """Every history row of those memories recorded before ``before``, newest first, at
+        least ``limit`` (1..10,000) of them when there are; ``next_before`` pages on."""
+        ...
+
+    async def growth(self, scope: Scope, *, bucket: Literal["day", "week", "month"]) -> Growth:
+        """Memories added (``formed_at``) and invalidated (``invalid_at``) per UTC day, week
+        (from Monday) or month, oldest first, through the bucket holding today; ``valid`` is
+        the running count at each bucket's end."""
         ...
 
 

@@ -89,6 +89,9 @@ class PgDialect(Dialect):
     def in_list(self, expr: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         return f"{expr} = ANY(?)", [list(values)]
 
+    def day(self, column: str) -> str:
+        return f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+
     def filter_sql(self, flt: FactFilter | None, table: str) -> tuple[str, list[Any]]:
         fsql, args = filter_sql(flt, table)
         return fsql.replace("%s", "?"), args

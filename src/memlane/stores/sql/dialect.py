@@ -160,6 +160,10 @@ class Dialect(ABC):
         return column
 
     @abstractmethod
+    def day(self, column: str) -> str:
+        """An expression of the UTC calendar day of timestamp ``column``, as ``YYYY-MM-DD`` text."""
+
+    @abstractmethod
     def filter_sql(self, flt: FactFilter | None, table: str) -> tuple[str, list[Any]]:
         """`` AND ...`` conditions on ``table``'s columns for a pushed-down filter."""
 

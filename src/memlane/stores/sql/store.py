@@ -21,6 +21,7 @@ from memlane.models import (
     Fact,
     FactFilter,
     FactScope,
+    Growth,
     HistoryEntry,
     Identity,
     Page,
@@ -28,17 +29,19 @@ from memlane.models import (
     Proposal,
     Reflection,
     Scope,
+    Timeline,
     UserActivity,
     utcnow,
 )
 from memlane.stores.base import AppliedChange, FactChange, ReflectionKey, StoreStats, Vector
 from memlane.stores.embedding import check_vectors, check_windows
-from memlane.stores.sql import directory, erasure, meta, reads, temporal
+from memlane.stores.sql import activity, directory, erasure, meta, reads, temporal
 from memlane.stores.sql import facts as core
 from memlane.stores.sql import identities as idmap
 from memlane.stores.sql import proposals as props
 from memlane.stores.sql import reflections as refl
 from memlane.stores.sql.access import AccessCounts
+from memlane.stores.sql.activity import Bucket
 from memlane.stores.sql.dialect import Dialect
 from memlane.stores.sql.stmt import Program, run_all
 
@@ -339,6 +342,20 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
         """One fact as memory held it at ``as_of`` (:func:`memlane.stores.sql.temporal.fact_as_of`)."""
         await self.settle_access([fact_id])
         return await self._query(temporal.fact_as_of(self._d, fact_id, scope, as_of, valid_at))
+
+    async def timeline(self, scope: Scope, *, limit: int, before: datetime | None = None) -> Timeline:
+        """:class:`~memlane.stores.base.ActivityReadable`: the history of the scope's user
+        memories, newest first (:func:`memlane.stores.sql.activity.timeline`)."""
+        return await self._scoped_query(
+            scope.partition_filter("user"), lambda parts: activity.timeline(self._d, parts, limit=limit, before=before)
+        )
+
+    async def growth(self, scope: Scope, *, bucket: Bucket) -> Growth:
+        """:class:`~memlane.stores.base.ActivityReadable`: the scope's user memories added and
+        invalidated per bucket (:func:`memlane.stores.sql.activity.growth`)."""
+        return await self._scoped_query(
+            scope.partition_filter("user"), lambda parts: activity.growth(self._d, parts, bucket=bucket)
+        )
 
     async def fact_owner(self, fact_id: str) -> Scope | None:
         """The scope a fact lives in, by its id alone (an operator's lookup)."""

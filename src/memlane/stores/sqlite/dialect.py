@@ -128,6 +128,9 @@ class SqliteDialect(Dialect):
     def unindexed(self, column: str) -> str:
         return "+" + column
 
+    def day(self, column: str) -> str:
+        return f"substr({column}, 1, 10)"  # ISO-8601 text of a UTC time
+
     def filter_sql(self, flt: FactFilter | None, table: str) -> tuple[str, list[Any]]:
         return filter_sql(flt, table)
 
