@@ -18,7 +18,15 @@ os.environ.setdefault("MEMLANE_CACHE_DIR", str(Path.home() / ".cache" / "memlane
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="memlane-test-data-")
 os.environ.setdefault("MEMLANE_KEYS_FILE", str(Path(os.environ["XDG_DATA_HOME"]) / "no-keys.db"))
 
+from hypothesis import settings as hypothesis_settings
+
 from memlane import AsyncMemory, Memory
+
+# Hypothesis's per-example deadline (200 ms) measures the machine, not the property: on 2 shared
+# cores a first example that imports a driver went over it (tests/service/test_tenant_locations.py).
+# Properties are judged by their assertions only; durations live in bench/.
+hypothesis_settings.register_profile("memlane", deadline=None)
+hypothesis_settings.load_profile("memlane")
 
 #: ``llama_server``: SmolLM2-135M behind a real llama.cpp server (session-scoped, started on first use);
 #: ``services``: real PostgreSQL + pgvector and Redis (``pg_url``, ``redis_url``: fresh per test);
