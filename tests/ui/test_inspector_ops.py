@@ -271,6 +271,10 @@ def test_apps_and_agents_lead_to_sessions_and_users(inspector: Inspector, page: 
     expect(page.get_by_role("table", name="Apps").get_by_role("row", name="shop 2")).to_be_visible()
     page.get_by_role("table", name="Apps").get_by_role("link", name="shop").click()
     expect(page.get_by_role("table", name="Sessions").locator("tbody tr")).to_have_count(2)
+    page.get_by_role("navigation").get_by_role("link", name="Sessions").click()  # app "default": none
+    expect(page.get_by_role("table", name="Sessions")).to_contain_text("Nothing here yet.")
+    page.locator("#sessions-apps-known").get_by_role("link", name="shop (2)").click()
+    expect(page.get_by_role("table", name="Sessions").locator("tbody tr")).to_have_count(2)
     page.goto(f"{inspector.url}/ui/#/agents")
     agents.get_by_role("link", name="coach").click()
     users = page.get_by_role("table", name="Users")

@@ -51,7 +51,7 @@ export async function render(main, [app, sessionId], ctx) {
     rowAttrs: (i) => {
       const e = slice[i];
       return marked.has(e.id)
-        ? { id: `event-${e.id}`, class: "highlight", tabindex: "-1", "aria-describedby": "events-h" }
+        ? { id: `event-${e.id}`, class: "highlight", tabindex: "-1" }
         : { id: `event-${e.id}` };
     },
   }), { size: PAGE, start: Math.max(0, first) });

@@ -25,9 +25,17 @@ export async function render(main, _params, ctx) {
     ctx.go(`#/sessions?${query}`);
   });
   const results = h("div", { id: "sessions-list" });
-  fill(main, h("h1", {}, "Sessions"), form, results);
+  const known = h("p", { id: "sessions-apps-known", class: "muted" });
+  fill(main, h("h1", {}, "Sessions"), form, known, results);
   get("/v1/agents").then(
-    (dir) => fill(apps, (dir.apps || []).map((a) => h("option", { value: a.app }))),
+    (dir) => {
+      const listed = dir.apps || [];
+      fill(apps, listed.map((a) => h("option", { value: a.app })));
+      if (listed.length > 1 || (listed.length === 1 && listed[0].app !== app)) {
+        fill(known, "Apps: ", listed.map((a, i) => [i ? ", " : "",
+          a.app === app ? `${a.app} (${a.sessions})` : link(`#/sessions?app=${seg(a.app)}`, `${a.app} (${a.sessions})`)]));
+      }
+    },
     () => {}, // the app list is only a convenience: typing an app name works without it
   );
 
