@@ -218,6 +218,17 @@ def test_export_downloads_json_and_purge_needs_the_typed_user_id(
     assert ok(inspector.client.get("/v1/sessions", params={"app": "shop", "user_id": "bob"}))["total"] == 0
     assert ok(inspector.client.get("/v1/sessions", params={"app": "shop", "user_id": "ann"}))["total"] == 1
 
+    # "Keep their sessions": ann's memories go, her session stays
+    ok(inspector.client.post("/v1/memories", json={"text": "Ann likes tea", "user_id": "ann"}), 201)
+    page.goto(f"{inspector.url}/ui/#/users/ann/manage")
+    page.get_by_label("Keep their sessions").check()
+    page.get_by_role("button", name="Purge user…").click()
+    dialog.get_by_label("Type ann to confirm").fill("ann")
+    dialog.get_by_role("button", name="Purge").click()
+    expect(page.locator("#purge-done")).to_contain_text("ann has no memories.")
+    assert ok(inspector.client.get("/v1/memories", params={"user_id": "ann"}))["total"] == 0
+    assert ok(inspector.client.get("/v1/sessions", params={"app": "shop", "user_id": "ann"}))["total"] == 1
+
 
 def test_a_read_only_key_sees_no_write_controls_and_the_api_refuses(inspector: Inspector, page: Any) -> None:
     seed_sessions(inspector)
