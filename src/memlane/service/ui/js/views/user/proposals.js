@@ -57,15 +57,17 @@ export async function render(panel, { userId, agentId }, ctx) {
     };
     const editButton = h("button", { type: "button", "aria-label": `Edit then approve ${what}`, onclick: () => {
       const id = `edit-${p.id}`;
+      document.getElementById(id)?.closest("form")?.remove(); // one editor per proposal
       const area = h("textarea", { id }, p.text || "");
+      const close = () => { editor.remove(); editButton.focus(); };
       const editor = h("form", { class: "card" }, h("label", { for: id }, "Text to approve"), area,
         h("div", { class: "toolbar" }, h("button", { type: "submit", class: "primary" }, "Approve edited"),
-          h("button", { type: "button", onclick: () => editor.remove() }, "Cancel")));
+          h("button", { type: "button", onclick: close }, "Cancel")));
       editor.addEventListener("submit", (event) => {
         event.preventDefault();
         decide(true, area.value);
       });
-      editor.addEventListener("keydown", (event) => { if (event.key === "Escape") editor.remove(); });
+      editor.addEventListener("keydown", (event) => { if (event.key === "Escape") close(); });
       box.after(editor);
       area.focus();
     } }, "Edit…");
