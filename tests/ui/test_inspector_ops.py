@@ -69,6 +69,12 @@ def test_a_session_and_its_events(inspector: Inspector, page: Any) -> None:
     stored = ok(inspector.client.get("/v1/sessions/s-bob/events", params={"app": "shop"}))
     assert [e["content"] for e in stored["events"]] == [LISBON, "Lisbon is lovely."]
 
+    page.get_by_role("button", name="End session").click()  # a final formation, watched to its end
+    status = page.locator("#session-job .job-status")
+    expect(status).to_contain_text("done")
+    job_id = status.get_by_role("link").inner_text().removeprefix("Job ")
+    assert ok(inspector.client.get(f"/v1/jobs/{job_id}"))["result"]["reason"] == "end"
+
 
 def test_form_memories_watch_the_job_and_follow_provenance_to_the_source_turn(inspector: Inspector, page: Any) -> None:
     ids = seed_sessions(inspector)
