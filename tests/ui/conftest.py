@@ -100,3 +100,12 @@ def page(browser: Any) -> Iterator[Any]:
     finally:
         context.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The browser tests run after every other test of the run: Playwright's sync API keeps an event
+    loop marked as running in the main thread while the session's browser is open, and a later
+    ``asyncio.run()`` (the SQL core's tests, for one) would fail with "cannot be called from a
+    running event loop"."""
+    here = Path(__file__).parent
+    items.sort(key=lambda item: here in Path(str(item.path)).parents)
