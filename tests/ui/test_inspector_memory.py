@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -279,7 +280,9 @@ def reflect(request: pytest.FixtureRequest, inspector: Inspector, *texts: str) -
             for text in texts:
                 await m.reflection_store.put_reflection(Reflection(content=text, scope="user", user_id="ann"))
 
-    asyncio.run(put())
+    # Playwright's sync API keeps an event loop running in this thread: run the engine in another
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, put()).result()
 
 
 @needs_consolidate
