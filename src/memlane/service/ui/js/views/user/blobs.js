@@ -76,7 +76,8 @@ async function show(el, query) {
       table(["Version", "When", "Words", "Change from the version before"], versions.map((v, i) => {
         const before = versions[i + 1];
         return [`v${v.version}`, time(v.consolidated_at), String(v.word_count),
-          before ? diff(before.content, v.content) : h("span", { class: "diff" }, h("ins", {}, v.content))];
+          h("div", { class: "blob-diff" },
+            before ? diff(before.content, v.content) : h("span", { class: "diff" }, h("ins", {}, v.content)))];
       }), { label: "Version history" }));
   } catch (err) {
     fill(el, errorText(err));
