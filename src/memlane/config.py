@@ -31,6 +31,7 @@ from memlane.settings import (
     load_settings,
     recall_config,
     redact_url,
+    retrieval_config,
     session_backend,
 )
 from memlane.stores.base import SessionStore
@@ -53,6 +54,7 @@ __all__ = [
     "load_settings",
     "recall_config",
     "redact_url",
+    "retrieval_config",
     "session_backend",
 ]
 

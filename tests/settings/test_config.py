@@ -110,6 +110,7 @@ SAMPLES: dict[str, str] = {
     "memory.keep_user_turns": "false",
     "memory.review": "true",
     "memory.session_summaries": "false",
+    "memory.keyword_feedback": "true",
     "memory.llm": "openai:gpt-4o-mini",
     "memory.strong_llm": "openai:gpt-4o",
     "memory.embedder": "hash",

@@ -183,6 +183,28 @@ def obs_summaries(world: World) -> Any:
     return world.run(go)
 
 
+def obs_keyword_feedback(world: World) -> Any:
+    """How many keyword searches one search runs (two with RM3: the query, then the expanded
+    query) and the hits' keyword scores."""
+
+    async def go(m: AsyncMemory) -> Any:
+        for text in ("kickboxing at the gym, then skipping rope", "the gym closed", "rope and kickboxing", "tea"):
+            await m.add(text, user_id="u")
+        calls = 0
+        inner = m.facts.keyword_search
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return await inner(*args, **kwargs)
+
+        m.facts.keyword_search = counted  # type: ignore[method-assign]
+        res = await m.search("gym", user_id="u", mode="keyword")
+        return calls, [h.keyword_score for h in res.hits]
+
+    return world.run(go)
+
+
 def obs_extraction(world: World) -> Any:
     """The models formation calls and whether the extraction prompt carries the marker."""
 
@@ -453,6 +475,7 @@ CASES: dict[str, Case] = {
     "memory.keep_user_turns": _case("MEMLANE_KEEP_USER_TURNS", "false", obs_kept_turns),
     "memory.review": _case("MEMLANE_REVIEW", "true", obs_review),
     "memory.session_summaries": _case("MEMLANE_SESSION_SUMMARIES", "false", obs_summaries),
+    "memory.keyword_feedback": _case("MEMLANE_KEYWORD_FEEDBACK", "true", obs_keyword_feedback),
     "memory.llm": _case("MEMLANE_LLM", "ollama:fast", obs_extraction),
     "memory.strong_llm": _case("MEMLANE_STRONG_LLM", "ollama:strong", obs_strong_profile, **OLLAMA),
     "memory.embedder": _case("MEMLANE_EMBEDDER", "none", obs_stats),

@@ -32,8 +32,9 @@ from memlane.models import (
 )
 from memlane.privacy.redaction import Redactor
 from memlane.providers.embed.base import Matrix
+from memlane.retrieval.feedback import expansion_terms, mix
 from memlane.retrieval.hybrid import RetrievalConfig, fuse
-from memlane.retrieval.text import mostly_non_latin, parse_query
+from memlane.retrieval.text import mostly_non_latin, parse_query, query_terms
 from memlane.stores.base import FactStore
 
 log = logging.getLogger("memlane")
@@ -160,10 +161,40 @@ class Searcher:
         return [i for i, q in enumerate(queries) if not mostly_non_latin(q)]
 
     async def keyword(
-        self, pf: PartitionFilter, query: str, authors: Sequence[str], *, limit: int, flt: FactFilter
+        self,
+        pf: PartitionFilter,
+        query: str,
+        authors: Sequence[str],
+        *,
+        limit: int,
+        flt: FactFilter,
+        scope: Scope | None = None,
     ) -> list[Candidate]:
         """BM25 candidates, then the author boost: memories by an author the query names
-        score ``author_boost`` times higher (core policy, not the store's)."""
+        score ``author_boost`` times higher (core policy, not the store's). With feedback on
+        (``RetrievalConfig.feedback``) and a ``scope`` to read the hits' texts in, the query is
+        then expanded with terms of its best hits and searched again (RM3,
+        :mod:`memlane.retrieval.feedback`); the first search's candidates are re-scored with
+        the second's scores (none is added)."""
+        cfg = self.config
+        found = await self._keyword_once(pf, query, authors, limit=limit, flt=flt)
+        if not cfg.feedback or scope is None or not found:
+            return found
+        top = found[: cfg.feedback_docs]
+        texts = {c.fact_id: c.fact.content for c in top if c.fact is not None}
+        missing = [c.fact_id for c in top if c.fact_id not in texts]
+        if missing:
+            texts.update({k: f.content for k, f in (await self.facts.get_facts(missing, scope, settle=False)).items()})
+        docs = [(texts[c.fact_id], c.score) for c in top if c.fact_id in texts]
+        extra = expansion_terms(query_terms(query), docs, terms=cfg.feedback_terms)
+        if not extra:
+            return found
+        second = await self._keyword_once(pf, query + " " + " ".join(extra), authors, limit=limit, flt=flt)
+        return mix(found, second, weight=cfg.feedback_weight)
+
+    async def _keyword_once(
+        self, pf: PartitionFilter, query: str, authors: Sequence[str], *, limit: int, flt: FactFilter
+    ) -> list[Candidate]:
         cfg = self.config
         kq = parse_query(query, authors, author_boost=cfg.author_boost)
         boost = {a.lower() for a in kq.boost_authors}
@@ -220,14 +251,18 @@ class Searcher:
                 kw_lists: list[list[Candidate]] = [[] for _ in queries]
             else:
                 kw_lists = list(
-                    await asyncio.gather(*(self.keyword(pf, q, authors, limit=depth, flt=flt) for q in queries))
+                    await asyncio.gather(
+                        *(self.keyword(pf, q, authors, limit=depth, flt=flt, scope=scope) for q in queries)
+                    )
                 )
                 if getattr(self.facts, "authors_cached", False):  # a store answering authors from a
                     fresh = await self.facts.authors(pf)  # cache its keyword search refreshed: free
                     if set(fresh) != set(authors):  # a speaker came or went since: boost with them
                         authors = fresh
                         kw_lists = list(
-                            await asyncio.gather(*(self.keyword(pf, q, authors, limit=depth, flt=flt) for q in queries))
+                            await asyncio.gather(
+                                *(self.keyword(pf, q, authors, limit=depth, flt=flt, scope=scope) for q in queries)
+                            )
                         )
         except BaseException:
             if vec_task is not None:

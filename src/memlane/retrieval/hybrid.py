@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from memlane.models import Candidate
 from memlane.retrieval.fusion import RRF_K, Fused, rrf
 
+#: ``RetrievalConfig.feedback_docs`` when keyword feedback is on (``memory.keyword_feedback``).
+FEEDBACK_DOCS = 20
 #: At most this many queries run per search (Eden's ``search_facts`` takes up to 3).
 MAX_QUERIES = 3
 #: ``keyword_norm="minmax"`` (and ``vector_norm="minmax"``) maps a list to
@@ -102,6 +104,28 @@ class RetrievalConfig(BaseModel):
     scores above 0 and a candidate under it is no evidence. (Issue 11 had 0.3, which gave the
     soft floor's "pets" -> "Alice's cat is called Miso" at 0.29999 a score of 0.0.) A lower
     ``min_vector_score - vector_margin`` lowers it too (:func:`calibration_floor`)."""
+
+    feedback_docs: int = Field(default=0, ge=0)
+    """Pseudo-relevance feedback (RM3, :mod:`memlane.retrieval.feedback`): the keyword hits
+    (at most this many of the first search's ``depth``) whose terms expand each keyword query;
+    the first search's candidates are then re-scored with the expanded query's scores. 0 (the
+    default): off, one keyword search per query. :data:`FEEDBACK_DOCS` (20) with the defaults
+    below is what ``memory.keyword_feedback`` turns on: on the LoCoMo dev split it lifted
+    recall@10 on both halves (tune 0.825 -> 0.839, check 0.756 -> 0.761) but lowered recall@1
+    on all six conversations (0.417 -> 0.412) and costs a second keyword search (issue 22,
+    docs/benchmarks.md), so it is not the default."""
+    feedback_terms: int = Field(default=10, ge=0)
+    """RM3: how many expansion terms are added to the query (0: feedback off)."""
+    feedback_weight: float = Field(default=0.1, ge=0.0, le=1.0)
+    """RM3: the expanded query's share of a candidate's keyword score, ``(1 - w) * bm25 + w *
+    bm25_expanded * best / best_expanded`` (still in the query's BM25 units). 0: feedback off.
+    20 documents, 10 terms and 0.1 measured best on the tune half without lowering its
+    recall@1."""
+
+    @property
+    def feedback(self) -> bool:
+        """Whether keyword queries are expanded (RM3)."""
+        return self.feedback_docs > 0 and self.feedback_terms > 0 and self.feedback_weight > 0
 
     @classmethod
     def strict(cls) -> RetrievalConfig:
