@@ -437,6 +437,7 @@ def _http_reads(
         get("documents", "/v1/documents", params={**named, "limit": 100})
         get("reflections", "/v1/reflections", params=named)
         get("consolidated", "/v1/consolidated", params=named)
+        get("consolidated history", "/v1/consolidated/history", params=named)
         if user or key:
             who = user or _key_user(world, key)
             get("export", f"/v1/users/{quote(who, safe='')}/export")

@@ -43,6 +43,7 @@ from memlane.memory import AsyncMemory
 from memlane.models import (
     CheckReport,
     ConsolidatedMemory,
+    ConsolidatedVersion,
     Event,
     EventType,
     Fact,
@@ -73,6 +74,7 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "ConsolidatedMemory",
+    "ConsolidatedVersion",
     "CorruptDatabaseError",
     "DimensionMismatchError",
     "EmbedderError",

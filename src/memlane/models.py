@@ -611,16 +611,33 @@ class ConsolidatedMemory(BaseModel):
     last_consolidated_at: UtcDatetime | None = None
 
 
+class ConsolidatedVersion(BaseModel):
+    """One version of a scope's consolidated blob, as it was written."""
+
+    version: int
+    content: str
+    """The blob's text at that version (starting ``VERSION: n``)."""
+    word_limit: int
+    consolidated_at: UtcDatetime | None = None
+    """When that version was written (None only for a blob stored without the time)."""
+
+    @property
+    def word_count(self) -> int:
+        """Words in ``content``."""
+        return len(self.content.split())
+
+
 # --------------------------------------------------------------------------- formation jobs
 
 JobStatus = Literal["queued", "running", "done", "failed"]
 
 
 class Job(BaseModel):
-    """A durable memory-formation job (``form``: a session's new turns; ``infer``: ``add(infer=True)``)."""
+    """A durable memory-formation job (``form``: a session's new turns; ``infer``:
+    ``add(infer=True)``; ``consolidate``: one scope's reflection buffer merged into its blob now)."""
 
     id: str = Field(default_factory=new_id)
-    kind: Literal["form", "infer"]
+    kind: Literal["form", "infer", "consolidate"]
     key: str
     """Jobs with the same key (one session) never run at the same time."""
     user_id: str | None = None

@@ -27,6 +27,7 @@ from memlane.memory import AsyncMemory, Message
 from memlane.models import (
     CheckReport,
     ConsolidatedMemory,
+    ConsolidatedVersion,
     Directory,
     EmbedPriority,
     Event,
@@ -601,6 +602,36 @@ class Memory:
         """See :meth:`AsyncMemory.consolidated`."""
         return self._portal.call(
             self._async.consolidated(scope, user_id=user_id, agent_id=agent_id, session_id=session_id)
+        )
+
+    def consolidated_history(
+        self,
+        scope: ReflectionScopeName,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> builtins.list[ConsolidatedVersion]:
+        """See :meth:`AsyncMemory.consolidated_history`."""
+        return self._portal.call(
+            self._async.consolidated_history(
+                scope, user_id=user_id, agent_id=agent_id, session_id=session_id, limit=limit
+            )
+        )
+
+    def consolidate(
+        self,
+        scope: ReflectionScopeName,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        wait: bool = True,
+    ) -> FormationResult | Job:
+        """See :meth:`AsyncMemory.consolidate`."""
+        return self._portal.call(
+            self._async.consolidate(scope, user_id=user_id, agent_id=agent_id, session_id=session_id, wait=wait)
         )
 
     def summaries(

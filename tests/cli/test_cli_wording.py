@@ -27,6 +27,7 @@ READ_ONLY = {
     "reflections": ["reflections", "-u", "u1"],
     "profile": ["profile", "-u", "u1"],
     "summaries": ["summaries", "u1"],
+    "consolidate": ["consolidate", "user", "-u", "u1"],
     "proposals": ["proposals", "-u", "u1"],
     "review": ["review", "p1"],
     "sessions": ["sessions"],

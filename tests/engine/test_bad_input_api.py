@@ -417,6 +417,8 @@ METHODS: dict[str, dict[str, Any]] = {
     "summaries": {"user_id": "u", "agent_id": None, "since": None, "until": None, "limit": 10},
     "timeline": {"user_id": "u", "agent_id": None, "limit": 10, "before": None},
     "growth": {"user_id": "u", "bucket": "day", "agent_id": None},
+    "consolidated_history": {"scope": "user", "user_id": "u", "agent_id": None, "session_id": None, "limit": 10},
+    "consolidate": {"scope": "user", "user_id": "u", "agent_id": None, "session_id": None, "wait": False},
 }
 POSITIONAL = {
     "add": 1,
@@ -433,6 +435,8 @@ POSITIONAL = {
     "summaries": 1,
     "timeline": 1,
     "growth": 1,
+    "consolidated_history": 1,
+    "consolidate": 1,
 }
 
 

@@ -39,6 +39,13 @@ from test_activity import (  # noqa: F401  (collected here, on every backend)
     test_timeline_pages_by_time_and_keeps_an_instant_whole,
     test_timeline_shows_add_update_delete_with_old_and_new_text,
 )
+from test_consolidate import (  # noqa: F401
+    test_a_cleared_sessions_versions_go_with_it,
+    test_a_queued_consolidation_is_a_durable_job,
+    test_an_unconditional_put_of_the_same_version_replaces_its_row,
+    test_forget_erases_the_users_versions_and_export_includes_them,
+    test_two_consolidations_give_versions_one_and_two,
+)
 from test_context import (  # noqa: F401  (collected here, on every backend)
     test_budget_is_never_exceeded_and_packs_by_priority,
     test_cache_expires_after_five_minutes,

@@ -162,6 +162,8 @@ async def test_forget_leaves_no_byte_of_the_user_anywhere(tmp_path: Path) -> Non
     db = tmp_path / "m.db"
     await _populate(db)
     assert sql_hits(db, CA) and sql_hits(db, CB)  # the checks can see the canaries
+    # ann's words are in the versions of her blob and of the agent blob they went into
+    assert "consolidated_versions" in sql_hits(db, CA)
     async with AsyncMemory(db, embedder="hash", formation=cfg(**AGENT_CONF)) as m:
         assert await m.forget("ann") > 0
         # ann's words are gone from what other users of the agent read...

@@ -6,6 +6,7 @@ room), the agent's shared buffer as it reads the agent's shared memories."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,3 +232,68 @@ def test_timeline_and_growth_of_a_user(served: Served) -> None:
     assert r.status_code == 403
     r = c.get("/v1/users/alice/growth", params={"bucket": "year"}, headers=h["full"])
     assert r.status_code in (400, 422) and "error" in r.json()
+
+
+def _poll(c: httpx.Client, url: str, headers: dict[str, str]) -> dict[str, Any]:
+    for _ in range(1000):  # readiness wait, not a timing assertion
+        state: dict[str, Any] = ok(c.get(url, headers=headers))
+        if state["status"] in ("done", "failed"):
+            return state
+        time.sleep(0.02)
+    raise AssertionError(f"job {url} did not finish")
+
+
+def test_consolidate_now_and_the_blobs_versions(served: Served) -> None:
+    c, h = served.server.client, served.headers
+    # alice's seeded blob is version 1 (its version row came with it); one reflection is pending
+    hist = ok(c.get("/v1/consolidated/history", params={"user_id": "alice"}, headers=h["full"]))
+    assert [v["version"] for v in hist["versions"]] == [1]
+    assert set(hist["versions"][0]) == {"version", "content", "consolidated_at", "word_count", "word_limit"}
+    # queued: 202, a consolidate job the page polls until done
+    r = c.post("/v1/consolidate", json={"scope": "user", "user_id": "alice"}, headers=h["full"])
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert job["status"] == "queued" and job["status_url"] == f"/v1/jobs/{job['job_id']}"
+    state = _poll(c, job["status_url"], h["full"])
+    assert state["status"] == "done" and state["kind"] == "consolidate", state
+    assert state["result"]["consolidated"][0]["version"] == 2
+    hist = ok(c.get("/v1/consolidated/history", params={"user_id": "alice"}, headers=h["alice"]))["versions"]
+    assert [v["version"] for v in hist] == [2, 1]
+    assert "weekend" in hist[0]["content"] and "weekend" not in hist[1]["content"]
+    assert hist[1]["content"] == "VERSION: 1\nAlice keeps bees." and hist[0]["word_count"] > hist[1]["word_count"]
+    assert ok(c.get("/v1/consolidated", headers=h["alice"]))["version"] == 2
+    # wait=true: 200 with the new blob; nothing pending afterwards: done, null blob
+    r = c.post("/v1/consolidate", json={"scope": "agent", "agent_id": "gaia", "wait": True}, headers=h["full"])
+    body = ok(r)
+    assert (
+        body["status"] == "done" and body["consolidated"]["version"] == 1 and body["consolidated"]["scope"] == "agent"
+    )
+    assert "short answers" in body["consolidated"]["content"]
+    again = ok(c.post("/v1/consolidate", json={"scope": "agent", "agent_id": "gaia", "wait": True}, headers=h["full"]))
+    assert again["consolidated"] is None and again["skipped"]
+    # a user-bound key consolidates its own user and session, never the agent's shared buffer
+    mine = ok(
+        c.post("/v1/consolidate", json={"scope": "session", "session_id": "s1", "wait": True}, headers=h["alice"])
+    )
+    assert mine["consolidated"]["session_id"] == "s1" and mine["consolidated"]["user_id"] == "alice"
+    state = _poll(c, f"/v1/jobs/{mine['job_id']}", h["alice"])
+    assert state["status"] == "done" and state["user_id"] == "alice"
+    for who, payload, status in (
+        ("alice", {"scope": "agent", "agent_id": "gaia"}, 403),
+        ("bob", {"scope": "user", "user_id": "alice"}, 403),
+        ("bob", {"scope": "session", "session_id": "s1"}, 404),
+        ("read_only", {"scope": "user", "user_id": "alice"}, 403),
+    ):
+        r = c.post("/v1/consolidate", json=payload, headers=h[who])
+        assert r.status_code == status, (who, payload, r.text)
+    r = c.get(f"/v1/jobs/{mine['job_id']}", headers=h["bob"])
+    assert r.status_code == 404
+    r = c.get("/v1/consolidated/history", params={"user_id": "alice"}, headers=h["bob"])
+    assert r.status_code == 403 and "bees" not in r.text
+    r = c.post("/v1/consolidate", json={"scope": "user", "user_id": "alice", "extra": 1}, headers=h["full"])
+    assert r.status_code in (400, 422) and "error" in r.json()
+    # forget erases alice's versions (bob's stay)
+    ok(c.post("/v1/consolidate", json={"scope": "user", "user_id": "bob", "wait": True}, headers=h["full"]))
+    ok(c.delete("/v1/users/alice", headers=h["full"]))
+    assert ok(c.get("/v1/consolidated/history", params={"user_id": "alice"}, headers=h["full"]))["versions"] == []
+    assert len(ok(c.get("/v1/consolidated/history", params={"user_id": "bob"}, headers=h["full"]))["versions"]) == 1

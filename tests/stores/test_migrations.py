@@ -86,6 +86,7 @@ SHARED_TABLES = [
     "jobs",
     "formation_cursors",
     "context_cache",
+    "consolidated_versions",
 ]
 
 
@@ -114,3 +115,55 @@ def test_both_backends_create_the_shared_tables_from_one_definition(name: str, t
     for stmt in getattr(schema, name)(schema.SQLITE_TYPES):
         # (a later ALTER TABLE ... ADD COLUMN rewrites the facts and history tables' stored text)
         assert stmt in stored or stmt.startswith(("CREATE TABLE facts", "CREATE TABLE history")), stmt
+
+
+async def _a_blob_at_version_two(location: str) -> None:
+    from memlane.models import Reflection
+
+    async with AsyncMemory(location, embedder="hash:64", sessions="sqlite") as m:
+        for text in ("Sam keeps bees.", "Sam moved to Porto."):
+            await m.reflection_store.put_reflection(Reflection(content=text, scope="user", user_id="sam"))
+            await m.consolidate("user", user_id="sam")
+
+
+async def _history_after_upgrade(location: str) -> list[tuple[int, str]]:
+    async with AsyncMemory(location, embedder="hash:64", sessions="sqlite") as m:
+        blob = await m.consolidated("user", user_id="sam")
+        assert blob is not None and blob.version == 2
+        found = [(v.version, v.content) for v in await m.consolidated_history("user", user_id="sam")]
+        assert found == [(2, blob.consolidated_content)]
+        assert "Porto" in found[0][1]
+        return found
+
+
+async def test_consolidated_versions_of_an_old_sqlite_file_start_at_the_current_blob(tmp_path: Path) -> None:
+    """A file from before 0013 (no versions table) gets it on open, each stored blob's current
+    version as its first row; consolidations then add theirs."""
+    path = tmp_path / "old.db"
+    await _a_blob_at_version_two(str(path))
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("DROP TABLE consolidated_versions")
+        con.execute("DELETE FROM _migrations WHERE name = '0013_consolidated_versions'")
+    con.close()
+    await _history_after_upgrade(str(path))
+    con = sqlite3.connect(path)
+    names = [r[0] for r in con.execute("SELECT name FROM _migrations")]
+    con.close()
+    assert "0013_consolidated_versions" in names
+
+
+async def test_consolidated_versions_of_an_old_postgresql_schema_start_at_the_current_blob(pg_url: str) -> None:
+    """The same on PostgreSQL (0010)."""
+    from memlane.stores.postgres.db import PgDatabase
+
+    await _a_blob_at_version_two(pg_url)
+    db = await PgDatabase.open(pg_url)
+    try:
+        async with db.connection() as conn:
+            await conn.execute("DROP TABLE consolidated_versions")
+            await conn.execute("DELETE FROM schema_migrations WHERE name = '0010_consolidated_versions'")
+    finally:
+        db.acquire()
+        await db.release()
+    await _history_after_upgrade(pg_url)

@@ -23,6 +23,7 @@ from memlane import __version__
 from memlane.cli.bench_qa import add_qa_options, check_qa_options, cmd_locomo_qa, cmd_longmemeval_qa
 from memlane.cli.config_cmd import add_parser as add_config_parser
 from memlane.cli.config_cmd import config_argument
+from memlane.cli.consolidate_cmd import add_parser as add_consolidate_parser
 from memlane.cli.identity_cmd import add_parser as add_identity_parser
 from memlane.cli.keys_cmd import add_parser as add_keys_parser
 from memlane.cli.mcp_cmd import add_parser as add_mcp_parser
@@ -57,7 +58,19 @@ def _dump(obj: Any) -> None:
 #: Commands that read (or change) what is stored: they never create a database, a missing
 #: file is an error. ``add``, ``import``, ``serve``, ``worker``, ``mcp`` and ``migrate`` create one.
 NEEDS_DB = frozenset(
-    {"search", "list", "history", "delete", "stats", "reflections", "profile", "proposals", "review", "summaries"}
+    {
+        "search",
+        "list",
+        "history",
+        "delete",
+        "stats",
+        "reflections",
+        "profile",
+        "proposals",
+        "review",
+        "summaries",
+        "consolidate",
+    }
 )
 #: These also read the session store and job queue, which may live in Redis without the file.
 NEEDS_DB_UNLESS_REDIS = frozenset({"sessions", "form", "sweep", "jobs", "forget"})
@@ -811,6 +824,7 @@ def build_parser(settings: MemlaneSettings | None = None) -> argparse.ArgumentPa
     add_identity_parser(sub, common, _open)
     add_review_parser(sub, common, _open)
     add_summaries_parser(sub, common, _open)
+    add_consolidate_parser(sub, common, _open)
 
     b = sub.add_parser("bench", help="benchmarks")
     bsub = b.add_subparsers(dest="bench", metavar="BENCH", required=True)

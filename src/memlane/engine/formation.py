@@ -14,12 +14,13 @@ from datetime import datetime
 from memlane import inputs
 from memlane.engine.base import MAX_TIER, EngineState, opening
 from memlane.engine.identity import event_for
-from memlane.errors import InvalidInputError, NotFoundError
+from memlane.errors import ConfigError, InvalidInputError, NotFoundError
 from memlane.formation.config import ReflectionScopeName
 from memlane.formation.pipeline import Target, scope_key
 from memlane.formation.runner import FormationResult
 from memlane.ingest.messages import MAX_BATCH
-from memlane.models import ConsolidatedMemory, Event, Job, Reflection
+from memlane.models import ConsolidatedMemory, ConsolidatedVersion, Event, Job, Reflection
+from memlane.stores.base import VersionedBlobs
 
 __all__ = ["FormationMethods"]
 
@@ -196,3 +197,57 @@ class FormationMethods(EngineState):
         inputs.reflection_scope(scope, user_id, agent_id, session_id)
         key = scope_key(self._reflection_target(user_id, agent_id, session_id), scope)
         return await self.reflection_store.get_consolidated(scope=scope, **key)
+
+    @opening
+    async def consolidated_history(
+        self,
+        scope: ReflectionScopeName,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> builtins.list[ConsolidatedVersion]:
+        """Every version of a scope's consolidated blob, newest first (at most ``limit``, 1 to
+        10,000): what each consolidation wrote and when. ``forget`` erases a user's versions
+        with their blobs (and those of an agent blob their words went into).
+
+        Raises:
+            ConfigError: the reflection store keeps no versions (the SQL stores do).
+        """
+        inputs.reflection_scope(scope, user_id, agent_id, session_id)
+        limit = inputs.integer(limit, "limit", 1, 10_000)
+        store = self.reflection_store
+        if not isinstance(store, VersionedBlobs):
+            raise ConfigError(f"{type(store).__name__} keeps no blob versions (a SQLite or PostgreSQL store does)")
+        key = scope_key(self._reflection_target(user_id, agent_id, session_id), scope)
+        return await store.consolidated_history(scope=scope, limit=limit, **key)
+
+    @opening
+    async def consolidate(
+        self,
+        scope: ReflectionScopeName,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        wait: bool = True,
+    ) -> FormationResult | Job:
+        """Consolidate a scope's pending reflections into its blob now, even below the scope's
+        threshold, as a durable ``consolidate`` job (version + 1, a new row in
+        :meth:`consolidated_history`). ``wait=True`` runs it and returns its result
+        (``consolidated``: the new blob, or empty and ``skipped`` when no reflection was
+        pending); ``wait=False`` returns the queued job (``get_job`` follows it).
+
+        Raises:
+            ScopeError: a bad scope, or the id it is keyed by missing.
+            FormationError: the job failed (it is kept and retried).
+        """
+        inputs.reflection_scope(scope, user_id, agent_id, session_id)
+        wait = inputs.flag(wait, "wait")
+        key = scope_key(self._reflection_target(user_id, agent_id, session_id), scope)
+        job = await self.formation.enqueue_consolidate(scope, **key)
+        if not wait:
+            self.formation.start()
+            return job
+        return await self.formation.wait_for(job)

@@ -64,6 +64,7 @@ async def export_user(
         "shared_changes": [],
         "reflections": [],
         "consolidated": [],
+        "consolidated_versions": [],
         "shared": [],
         "sessions": [],
         "jobs": [],
@@ -147,7 +148,9 @@ class PrivacyMethods(EngineState):
         Sections: ``facts`` (every fact holding the user's id, in every partition, valid and
         invalid, each with its ``history``), ``shared_changes`` (the user's changes to facts that
         are not theirs: what they said, not what was there), ``reflections`` and
-        ``consolidated`` (keyed by the user), ``shared`` (``{kind, id, scope, agent_id}``
+        ``consolidated`` (keyed by the user), ``consolidated_versions`` (every version of the
+        user's blobs: ``{scope, agent_id, user_id, session_id, version, content, word_limit,
+        consolidated_at}``), ``shared`` (``{kind, id, scope, agent_id}``
         references to agent memories formed from the user's words; their text holds other
         users' words too), ``sessions`` (the sessions the user takes part in, with events; a
         group session with the user's own events only), ``jobs`` (their formation jobs: input

@@ -33,7 +33,7 @@ from memlane.errors import (
     StorageError,
     UsageError,
 )
-from memlane.formation.config import FormationConfig
+from memlane.formation.config import FormationConfig, ReflectionScopeName
 from memlane.formation.names import name_from_id, name_in_facts, person_name
 from memlane.formation.pipeline import Pipeline, Target, scope_key
 from memlane.formation.schemas import Decision, ExistingFact, ExtractedFact, Turn, UnreadTurn
@@ -540,6 +540,8 @@ class FormationRunner:
         before = self.meter.snapshot()
         if job.kind == "infer":
             result = await self._run_infer(job)
+        elif job.kind == "consolidate":
+            result = await self._run_consolidate(job)
         else:
             result = await self._run_form(job)
         after = self.meter.snapshot()
@@ -710,6 +712,29 @@ class FormationRunner:
                 self._who.pop((app, sid), None)
                 self.cancel_idle(app, sid)
                 result.cleared = True
+        return result
+
+    # ------------------------------------------------------------------ consolidation on demand
+    async def enqueue_consolidate(
+        self, scope: ReflectionScopeName, *, agent_id: str | None, user_id: str | None, session_id: str | None
+    ) -> Job:
+        """Queue the consolidation of one scope's pending reflections, however few (a queued one
+        of the same scope that has not started takes this one's place)."""
+        payload = {"scope": scope, "agent_id": agent_id, "user_id": user_id, "session_id": session_id}
+        key = "\x1f".join(("consolidate", scope, agent_id or "", user_id or "", session_id or ""))
+        job = await self.jobs.enqueue(
+            "consolidate", key, payload, user_id=user_id, max_attempts=self.config.max_attempts, coalesce=True
+        )
+        self.kick()
+        return job
+
+    async def _run_consolidate(self, job: Job) -> FormationResult:
+        pl = job.payload
+        target = Target(session_id=pl.get("session_id"), user_id=pl.get("user_id"), agent_ns=pl.get("agent_id"))
+        blob = await self.pipeline.consolidate_scope(target, pl["scope"], force=True)
+        result = FormationResult(job_id=job.id, reason="consolidate", consolidated=[blob] if blob else [])
+        if blob is None:
+            result.skipped = "no reflections waiting to be consolidated"
         return result
 
     # ------------------------------------------------------------------ add(infer=True)

@@ -31,6 +31,7 @@ import numpy.typing as npt
 from memlane.models import (
     Candidate,
     ConsolidatedMemory,
+    ConsolidatedVersion,
     Directory,
     Event,
     EventType,
@@ -76,6 +77,7 @@ __all__ = [
     "UserDirectory",
     "UserExportable",
     "Vector",
+    "VersionedBlobs",
 ]
 
 Vector = npt.NDArray[np.float32]
@@ -533,6 +535,25 @@ class TemporalReadable(Protocol):
     ) -> Fact | None:
         """One fact as it was at ``as_of`` and, with ``valid_at``, its version true then (None
         if not recorded yet or none held then); NotFoundError when ``scope`` does not see it."""
+        ...
+
+
+@runtime_checkable
+class VersionedBlobs(Protocol):
+    """An optional capability of a reflection store: every version of each consolidated blob,
+    written with the blob in one transaction by :meth:`ReflectionStore.put_consolidated` and
+    erased with it (``forget``, a cleared session). The SQL stores have it."""
+
+    async def consolidated_history(
+        self,
+        *,
+        scope: str,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> list[ConsolidatedVersion]:
+        """The scope's blob versions, newest first, at most ``limit``."""
         ...
 
 

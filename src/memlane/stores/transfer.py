@@ -155,6 +155,12 @@ TABLES: tuple[Table, ...] = (
         json="unabsorbed_ids",
         times="last_consolidated_at",
     ),
+    _t(
+        "consolidated_versions",
+        ["scope", "agent_id", "user_id", "session_id", "version"],
+        "scope, agent_id, user_id, session_id, version, blob_id, content, word_limit, consolidated_at",
+        times="consolidated_at",
+    ),
     _t("contributors", ["user_id", "kind", "item_id"], "user_id, kind, item_id"),
     _t(
         "jobs",

@@ -26,7 +26,7 @@ class JobOut(BaseModel):
     """A formation job's status (its checkpoint state and input are not shown)."""
 
     id: str
-    kind: Literal["form", "infer"]
+    kind: Literal["form", "infer", "consolidate"]
     status: Literal["queued", "running", "done", "failed"]
     user_id: str | None
     app: str | None

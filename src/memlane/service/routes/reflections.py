@@ -1,11 +1,13 @@
 """Always-in-context memory for the inspector: ``GET /v1/reflections`` (a scope's reflection
-buffer) and ``GET /v1/consolidated`` (the scope's current blob).
+buffer), ``GET /v1/consolidated`` (the scope's current blob), ``GET /v1/consolidated/history``
+(every version of it) and ``POST /v1/consolidate`` (merge the buffer into the blob now).
 
 ``scope`` names the buffer: ``user`` (keyed by ``user_id`` and ``agent_id``), ``agent`` (by
 ``agent_id`` alone: the agent's shared buffer, which a user-bound key may read as it reads the
 agent's shared memories) or ``session`` (by ``session_id``, ``user_id`` and ``agent_id``). A
 user-bound key acts for its own user only (403 naming another) and names only rooms its user
-takes part in (404 otherwise).
+takes part in (404 otherwise); it never consolidates the agent's shared buffer (403), and a
+read-only key never consolidates.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
-from pydantic import BaseModel
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 
-from memlane.models import ConsolidatedMemory, Reflection
-from memlane.service.deps import Caller, Engine
-from memlane.service.routes._memory_models import Scoped, ScopeIds
+from memlane.formation.runner import FormationResult
+from memlane.models import ConsolidatedMemory, ConsolidatedVersion, Reflection
+from memlane.service.deps import Caller, Engine, authorize, page
+from memlane.service.routes._memory_models import Scoped, ScopeIds, ScopeQuery
+from memlane.service.routes.sessions import JobAccepted, accepted
 
 router = APIRouter(prefix="/v1", tags=["reflections"])
 
@@ -126,3 +130,100 @@ async def get_consolidated(memory: Engine, caller: Caller, ids: Scoped, scope: S
     who = await ids.ids(memory, caller, write=False)
     blob = await memory.consolidated(scope, **who)
     return ConsolidatedOut.of(blob, scope, _key(scope, who), memory.formation_config.word_limit[scope])
+
+
+class VersionOut(BaseModel):
+    """One version of the blob, as that consolidation wrote it."""
+
+    version: int
+    content: str
+    consolidated_at: datetime | None
+    word_count: int
+    word_limit: int
+
+    @classmethod
+    def of(cls, v: ConsolidatedVersion) -> VersionOut:
+        return cls(
+            version=v.version,
+            content=v.content,
+            consolidated_at=v.consolidated_at,
+            word_count=v.word_count,
+            word_limit=v.word_limit,
+        )
+
+
+class VersionList(BaseModel):
+    """The blob's versions, newest first."""
+
+    scope: ScopeName
+    agent_id: str | None
+    user_id: str | None
+    session_id: str | None
+    versions: list[VersionOut]
+
+
+@router.get("/consolidated/history", operation_id="consolidated_history", response_model=VersionList)
+async def consolidated_history(
+    request: Request,
+    memory: Engine,
+    caller: Caller,
+    ids: Scoped,
+    scope: ScopeParam = "user",
+    limit: Annotated[int | None, Query(description="at most this many (1..the server's cap)")] = None,
+) -> VersionList:
+    """Every version of a scope's consolidated blob, newest first."""
+    who = await ids.ids(memory, caller, write=False)
+    found = await memory.consolidated_history(scope, limit=page(request, limit), **who)
+    return VersionList(scope=scope, **_key(scope, who), versions=[VersionOut.of(v) for v in found])
+
+
+class ConsolidateRequest(BaseModel):
+    """Which buffer to consolidate now, and whether to wait for it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scope: ScopeName = "user"
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    app: str = Field(default="default", description="the app of session_id (user-bound keys)")
+    wait: bool = Field(default=False, description="true: run it now and answer 200 with the new blob")
+
+
+class Consolidated(BaseModel):
+    """200 (``wait: true``): the job ran; ``consolidated`` is the new blob, or null (with
+    ``skipped``) when no reflection was waiting."""
+
+    job_id: str
+    status: str
+    consolidated: ConsolidatedOut | None
+    skipped: str | None
+
+
+@router.post(
+    "/consolidate",
+    status_code=202,
+    operation_id="consolidate",
+    response_model=JobAccepted | Consolidated,
+    responses={200: {"model": Consolidated, "description": "wait=true: the job ran"}},
+)
+async def consolidate(
+    body: ConsolidateRequest, memory: Engine, caller: Caller, response: Response
+) -> JobAccepted | Consolidated:
+    """Merge a scope's pending reflections into its blob now, however few (a ``consolidate``
+    job: 202 and its ``status_url``, or with ``wait: true`` 200 and the new blob)."""
+    authorize(caller, user_id=body.user_id, write=True, scope="agent" if body.scope == "agent" else "user")
+    query = ScopeQuery(user_id=body.user_id, agent_id=body.agent_id, session_id=body.session_id, app=body.app)
+    who = await query.ids(memory, caller, write=True)
+    if not body.wait:
+        job = await memory.consolidate(body.scope, wait=False, **who)
+        assert not isinstance(job, FormationResult)
+        return accepted(job, response)
+    result = await memory.consolidate(body.scope, wait=True, **who)
+    assert isinstance(result, FormationResult)
+    response.status_code = 200
+    blob = result.consolidated[0] if result.consolidated else None
+    out = ConsolidatedOut.of(blob, body.scope, _key(body.scope, who), memory.formation_config.word_limit[body.scope])
+    return Consolidated(
+        job_id=result.job_id, status="done", consolidated=out if blob is not None else None, skipped=result.skipped
+    )

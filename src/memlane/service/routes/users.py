@@ -28,6 +28,7 @@ class UserExport(BaseModel):
     formation_cursors: list[dict[str, Any]]
     identities: list[dict[str, Any]] = []
     proposals: list[dict[str, Any]] = []
+    consolidated_versions: list[dict[str, Any]] = []
     not_included: dict[str, str]
     not_exported: list[str]
 

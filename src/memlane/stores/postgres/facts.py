@@ -38,6 +38,7 @@ from memlane.stores.postgres.rows import (
 )
 from memlane.stores.postgres.search import PgSearchMixin, partitions_now_sql
 from memlane.stores.sql.proposals import export_proposals
+from memlane.stores.sql.reflections import export_versions
 from memlane.stores.sql.stmt import ALL, ONE, Program, Stmt, drive_async
 from memlane.stores.sql.store import SqlFactStore
 
@@ -316,7 +317,8 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
                         await conn.execute("DROP INDEX CONCURRENTLY IF EXISTS facts_tsv_ccold")
                         await conn.execute(
                             f"VACUUM {'FULL ' if self.purge_rewrite else ''}facts, history, reflections,"
-                            " consolidated, contributors, applied_batches, partitions, authors, proposals"
+                            " consolidated, consolidated_versions, contributors, applied_batches, partitions,"
+                            " authors, proposals"
                         )
                         if reindex and not self.purge_rewrite:  # a rewrite rebuilt every index
                             await conn.execute("REINDEX INDEX CONCURRENTLY facts_tsv")
@@ -464,6 +466,7 @@ class PgFactStore(PgSearchMixin, PgReflectionMixin, SqlFactStore):
             "consolidated": blobs,
             "shared": shared,
             "proposals": await self._query(export_proposals(self._d, user_id)),
+            "consolidated_versions": await self._query(export_versions(self._d, user_id)),
         }
 
     @staticmethod

@@ -198,6 +198,13 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         [*schema.identities(T)],
     ),
     (
+        # The history of each consolidated blob (the inspector's versions, issue 21): every put of
+        # a blob writes its version here in the same transaction; forget erases a user's rows
+        # and those of a dropped agent blob; blobs already stored get their current version.
+        "0010_consolidated_versions",
+        [*schema.consolidated_versions(T), schema.CONSOLIDATED_VERSIONS_BACKFILL],
+    ),
+    (
         # Every character of a long memory on the vector side (issue 22): a text longer than the
         # encoder reads keeps one vector per further window here (window 0 is facts.embedding),
         # written with the fact, dropped with its text (update) or the fact (forget). A schema

@@ -4,12 +4,12 @@ files (an FTS5 merge and a WAL truncation; a vacuum and a GIN rebuild) is the ba
 
 The order: unlink what the agent keeps (``shared="keep"``), then delete the user's facts with
 their keyword rows, history and contributor links; with ``shared="erase"`` the agent-scope
-reflections formed from their words and each blob those went into (its other reflections
-become unabsorbed, so the next consolidation rebuilds it without the user); then the user's
-own reflections, blobs, applied batches and review-queue proposals; then rewrite the neighbour
-context of the turns beside deleted ones, drop or bump the touched partitions' counters and
-authors, and move the database's purge generation (caches keyed by counters must not take a
-new partition for the one they cached).
+reflections formed from their words and each blob those went into, with its versions (its
+other reflections become unabsorbed, so the next consolidation rebuilds it without the user);
+then the user's own reflections, blobs and blob versions, applied batches and review-queue
+proposals; then rewrite the neighbour context of the turns beside deleted ones, drop or bump
+the touched partitions' counters and authors, and move the database's purge generation
+(caches keyed by counters must not take a new partition for the one they cached).
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ def purge_user(d: Dialect, user_id: str, *, erase: bool) -> Program[Purged]:
             removed += yield from drop_blob(d, blob_id)
     removed += yield from count("DELETE FROM reflections WHERE user_id=?", (uid,))
     removed += yield from count("DELETE FROM consolidated WHERE user_id=?", (uid,))
+    removed += yield from count("DELETE FROM consolidated_versions WHERE user_id=?", (uid,))
     yield Stmt("DELETE FROM contributors WHERE user_id=?", (uid,))
     removed += yield from count("DELETE FROM applied_batches WHERE user_id=?", (uid,))
     removed += yield from purge_proposals(d, user_id)
@@ -108,13 +109,14 @@ def purge_user(d: Dialect, user_id: str, *, erase: bool) -> Program[Purged]:
 
 
 def drop_blob(d: Dialect, blob_id: str) -> Program[int]:
-    """Delete a consolidated blob and mark its scope's remaining reflections unabsorbed, so the
-    next consolidation rebuilds the blob from them."""
+    """Delete a consolidated blob with its versions and mark its scope's remaining reflections
+    unabsorbed, so the next consolidation rebuilds the blob from them."""
     row = yield from one("SELECT scope, agent_id, user_id, session_id FROM consolidated WHERE id=?", (blob_id,))
     yield Stmt("DELETE FROM contributors WHERE kind='blob' AND item_id=?", (blob_id,))
+    removed = yield from count("DELETE FROM consolidated_versions WHERE blob_id=?", (blob_id,))
     if row is None:
         return 0
     scope, agent_id, user_id, session_id = (row[0], *(d.untext(v) or None for v in row[1:]))
     where, args = reflection_where(d, scope, agent_id, user_id, session_id, by_session=scope == "session")
     yield Stmt(f"UPDATE reflections SET absorbed = ? WHERE {where}", (d.boolean(False), *args))
-    return (yield from count("DELETE FROM consolidated WHERE id=?", (blob_id,)))
+    return removed + (yield from count("DELETE FROM consolidated WHERE id=?", (blob_id,)))

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memlane.errors import ConflictError
-from memlane.models import ConsolidatedMemory, Reflection
+from memlane.models import ConsolidatedMemory, ConsolidatedVersion, Reflection
 from memlane.stores.base import ReflectionKey
 from memlane.stores.sql.dialect import Dialect
 from memlane.stores.sql.reads import digest, null_safe_eq
@@ -29,6 +29,8 @@ __all__ = [
     "BLOB_KEY",
     "blob_key",
     "clear_session_memory",
+    "consolidated_history",
+    "export_versions",
     "get_consolidated",
     "list_reflections",
     "put_consolidated",
@@ -39,6 +41,7 @@ __all__ = [
 BLOB_KEY = "scope = ? AND agent_id = ? AND user_id = ? AND session_id = ?"
 
 _BLOB_COLS = "consolidated_content, word_limit, version, unabsorbed_ids, last_consolidated_at"
+_VERSION_KEY = "scope, agent_id, user_id, session_id"
 
 
 def blob_key(
@@ -175,6 +178,7 @@ def put_consolidated(
         stored_id = str(row[0])
     else:
         stored_id = yield from _put_expected(d, b.id, key, values, insert + " DO NOTHING", b.scope, expected_version)
+    yield _version_row(d, key, stored_id, b)
     ids = list(dict.fromkeys(absorbed_ids))
     for i in range(0, len(ids), d.chunk):
         cond, args = d.in_list("id", ids[i : i + d.chunk])
@@ -187,6 +191,68 @@ def put_consolidated(
             (stored_id, *args),
         )
     return b
+
+
+def _version_row(d: Dialect, key: tuple[Any, ...], blob_id: str, b: ConsolidatedMemory) -> Stmt:
+    """The blob's version in ``consolidated_versions`` (a version written again replaces its row)."""
+    return Stmt(
+        f"INSERT INTO consolidated_versions ({_VERSION_KEY}, version, blob_id, content, word_limit, consolidated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (scope, agent_id, user_id, session_id, version) DO UPDATE"
+        " SET blob_id = excluded.blob_id, content = excluded.content, word_limit = excluded.word_limit,"
+        " consolidated_at = excluded.consolidated_at",
+        (*key, b.version, blob_id, d.text(b.consolidated_content), b.word_limit, d.ts(b.last_consolidated_at)),
+    )
+
+
+def consolidated_history(
+    d: Dialect,
+    *,
+    scope: str,
+    agent_id: str | None,
+    user_id: str | None,
+    session_id: str | None,
+    limit: int,
+) -> Program[list[ConsolidatedVersion]]:
+    """The scope's blob versions, newest first, at most ``limit``."""
+    rows = yield from all_rows(
+        "SELECT version, content, word_limit, consolidated_at FROM consolidated_versions"
+        f" WHERE {BLOB_KEY} ORDER BY version DESC LIMIT ?",
+        (*blob_key(d, scope, agent_id, user_id, session_id), limit),
+    )
+    return [
+        ConsolidatedVersion(
+            version=r[0],
+            content=d.untext(r[1]) or "",
+            word_limit=r[2],
+            consolidated_at=d.unts(r[3]) if r[3] is not None else None,
+        )
+        for r in rows
+    ]
+
+
+def export_versions(d: Dialect, user_id: str) -> Program[list[dict[str, Any]]]:
+    """The versions of the user's own blobs as JSON data (``export_user``'s
+    ``consolidated_versions``), by scope, agent, session, then version."""
+    rows = yield from all_rows(
+        f"SELECT {_VERSION_KEY}, version, content, word_limit, consolidated_at FROM consolidated_versions"
+        " WHERE user_id = ? ORDER BY scope, agent_id, session_id, version",
+        (d.text(user_id),),
+    )
+    return [
+        {
+            "scope": r[0],
+            "agent_id": d.untext(r[1]) or None,
+            "user_id": d.untext(r[2]) or None,
+            "session_id": d.untext(r[3]) or None,
+            **ConsolidatedVersion(
+                version=r[4],
+                content=d.untext(r[5]) or "",
+                word_limit=r[6],
+                consolidated_at=d.unts(r[7]) if r[7] is not None else None,
+            ).model_dump(mode="json"),
+        }
+        for r in rows
+    ]
 
 
 def _put_expected(
@@ -216,10 +282,10 @@ def _put_expected(
 
 
 def clear_session_memory(d: Dialect, *, agent_id: str | None, user_id: str | None, session_id: str) -> Program[int]:
-    """Delete one session's reflections and blob; rows removed."""
+    """Delete one session's reflections and blob (with its versions); rows removed."""
     where, args = reflection_where(d, "session", agent_id, user_id, session_id, by_session=True)
     n = yield from count(f"DELETE FROM reflections WHERE {where}", args)
-    n += yield from count(
-        f"DELETE FROM consolidated WHERE {BLOB_KEY}", blob_key(d, "session", agent_id, user_id, session_id)
-    )
+    key = blob_key(d, "session", agent_id, user_id, session_id)
+    n += yield from count(f"DELETE FROM consolidated WHERE {BLOB_KEY}", key)
+    n += yield from count(f"DELETE FROM consolidated_versions WHERE {BLOB_KEY}", key)
     return n

@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = [
+    "CONSOLIDATED_VERSIONS_BACKFILL",
     "PG_TYPES",
     "SQLITE_TYPES",
     "ColumnTypes",
     "authors",
+    "consolidated_versions",
     "context_cache",
     "contributors",
     "fact_windows",
@@ -216,6 +218,36 @@ def reflections(t: ColumnTypes) -> list[str]:
                 UNIQUE (scope, agent_id, user_id, session_id)
             )""",
     ]
+
+
+def consolidated_versions(t: ColumnTypes) -> list[str]:
+    """Every version of every consolidated blob, keyed as the blob is plus its version (with the
+    indexes ``forget`` reads: by user, and by blob for a dropped agent blob)."""
+    return [
+        f"""CREATE TABLE consolidated_versions (
+                scope TEXT NOT NULL,
+                agent_id TEXT NOT NULL DEFAULT '',
+                user_id TEXT NOT NULL DEFAULT '',
+                session_id TEXT NOT NULL DEFAULT '',
+                version INTEGER NOT NULL,
+                blob_id TEXT NOT NULL,
+                content TEXT NOT NULL,
+                word_limit INTEGER NOT NULL,
+                consolidated_at {t.ts},
+                PRIMARY KEY (scope, agent_id, user_id, session_id, version)
+            ){t.no_rowid}""",
+        "CREATE INDEX consolidated_versions_user ON consolidated_versions(user_id)",
+        "CREATE INDEX consolidated_versions_blob ON consolidated_versions(blob_id)",
+    ]
+
+
+#: The migration step after :func:`consolidated_versions`: each blob already stored gets its
+#: current version as its first row.
+CONSOLIDATED_VERSIONS_BACKFILL = (
+    "INSERT INTO consolidated_versions (scope, agent_id, user_id, session_id, version, blob_id, content,"
+    " word_limit, consolidated_at) SELECT scope, agent_id, user_id, session_id, version, id,"
+    " consolidated_content, word_limit, last_consolidated_at FROM consolidated"
+)
 
 
 def contributors(t: ColumnTypes) -> list[str]:

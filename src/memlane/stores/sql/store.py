@@ -17,6 +17,7 @@ from typing import TypeVar
 from memlane.errors import InvalidInputError, NotFoundError, ScopeError
 from memlane.models import (
     ConsolidatedMemory,
+    ConsolidatedVersion,
     Directory,
     Fact,
     FactFilter,
@@ -129,8 +130,24 @@ class SqlReflectionStore(ABC):
             refl.put_consolidated(self._d, blob, absorbed_ids, expected_version=expected_version)
         )
 
+    async def consolidated_history(
+        self,
+        *,
+        scope: str,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> list[ConsolidatedVersion]:
+        """:class:`~memlane.stores.base.VersionedBlobs`: the scope's blob versions, newest first."""
+        return await self._query(
+            refl.consolidated_history(
+                self._d, scope=scope, agent_id=agent_id, user_id=user_id, session_id=session_id, limit=limit
+            )
+        )
+
     async def clear_session_memory(self, *, agent_id: str | None, user_id: str | None, session_id: str) -> int:
-        """Delete one session's reflections and blob; returns rows removed."""
+        """Delete one session's reflections and blob (with its versions); returns rows removed."""
         return await self._transact(
             refl.clear_session_memory(self._d, agent_id=agent_id, user_id=user_id, session_id=session_id)
         )

@@ -28,6 +28,7 @@ TABLES: dict[str, str] = {
     "history": EXPORTED,  # each exported fact's changes; the user's changes to shared facts
     "reflections": EXPORTED,
     "consolidated": EXPORTED,
+    "consolidated_versions": EXPORTED,  # every version of the user's own blobs ("consolidated_versions")
     "contributors": EXPORTED,  # as references to shared memories ("shared"), not their text
     "jobs": EXPORTED,  # the user's formation jobs (input and status)
     "formation_cursors": EXPORTED,  # formation bookkeeping of the user's sessions

@@ -29,6 +29,7 @@ from memlane.stores.sql import facts as core
 from memlane.stores.sql.dialect import Dialect
 from memlane.stores.sql.facts import write_windows
 from memlane.stores.sql.proposals import export_proposals
+from memlane.stores.sql.reflections import export_versions
 from memlane.stores.sql.stmt import Program, run_all
 from memlane.stores.sql.store import SqlFactStore
 from memlane.stores.sqlite import export as export_
@@ -499,6 +500,7 @@ class SqliteFactStore(SqlFactStore):
         await self.settle_access()
         out = await self._db.run(lambda c: export_.facts_part(c, user_id))
         out["proposals"] = await self._query(export_proposals(self._d, user_id))
+        out["consolidated_versions"] = await self._query(export_versions(self._d, user_id))
         return out
 
     async def close(self) -> None:
