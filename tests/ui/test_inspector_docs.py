@@ -100,3 +100,14 @@ def test_the_screenshot_script_photographs_the_views(tmp_path: Path, browser: ob
     assert "inspector-memories.png" in pictures and len(pictures) >= 6, pictures
     for picture in out.glob("*.png"):
         assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 10_000
+
+
+def test_the_pictures_the_readme_and_the_page_show_are_committed() -> None:
+    shown = []
+    for page in (ROOT / "README.md", PAGE):
+        for target in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page.read_text(encoding="utf-8")):
+            shown.append((page.parent / target).resolve())
+    assert len(shown) >= 3
+    for picture in shown:
+        assert picture.is_file(), picture
+        assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", picture
