@@ -48,6 +48,7 @@ TABLES: dict[str, str] = {
     "facts_fts_config": "derived: keyword index storage",
     "applied_batches": "derived: exactly-once records of formation batches whose results are the exported facts",
     "context_cache": "derived: cached assemblies of exported memory (5-minute cache)",
+    "fact_windows": "derived: embeddings of the windows of exported long facts (their text is the fact's)",
 }
 
 _FACT_COLS = (
