@@ -7,7 +7,7 @@ All models are pydantic v2 models; timestamps are timezone-aware UTC datetimes.
 from __future__ import annotations
 
 import hashlib
-import uuid
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -41,8 +41,13 @@ converted to UTC, so timestamps from different callers always compare."""
 
 
 def new_id() -> str:
-    """A new random identifier (hex UUID4)."""
-    return uuid.uuid4().hex
+    """A new random identifier (hex UUID4: 122 random bits from ``os.urandom``, the version
+    and variant bits set as :func:`uuid.uuid4` sets them, at a third of its cost: bulk
+    ingest makes two per row)."""
+    b = bytearray(os.urandom(16))
+    b[6] = b[6] & 0x0F | 0x40
+    b[8] = b[8] & 0x3F | 0x80
+    return b.hex()
 
 
 def content_hash(text: str) -> str:

@@ -26,6 +26,7 @@ from memlane.stores.base import (
 )
 from memlane.stores.embedding import check_binding
 from memlane.stores.sql import facts as core
+from memlane.stores.sql import reads
 from memlane.stores.sql.dialect import Dialect
 from memlane.stores.sql.facts import write_windows
 from memlane.stores.sql.proposals import export_proposals
@@ -43,6 +44,13 @@ from memlane.stores.sqlite.vector_cache import CachedIndex as _CachedIndex
 from memlane.stores.sqlite.vector_cache import VectorCaches, prewarm_usearch
 
 log = logging.getLogger("memlane")
+
+#: A vector search over at most this many vectors (all partitions read) scores them on the SQL
+#: thread, in the call that loaded the indexes: one thread hand-off instead of two (issue 22:
+#: below 10k rows the hand-offs, not the matrix product, are the vector stage's cost).
+INLINE_SCAN_MAX = 8192
+#: Partition filters whose authors the keyword search remembers (cleared when full).
+AUTHORS_CACHE_MAX = 1024
 
 T = TypeVar("T")
 
@@ -121,6 +129,10 @@ class SqliteFactStore(SqlFactStore):
         self.vector_blob_rows = 0
         # Top-k keyword search (stores/sqlite/keyword.py), with its document-frequency cache.
         self._keyword = KeywordIndex(weights=self._bm25_weights())
+        # The authors of the partitions a keyword search last read (same statement batch, on
+        # the SQL thread): the engine's author boost asks for them before and after its keyword
+        # search, and is served from here without a thread hand-off (authors_cached).
+        self._authors: dict[PartitionFilter, list[str]] = {}
         prewarm_usearch(self._db.path)
         if not isinstance(db, Database):
             self._load_meta(self._db.connection())
@@ -187,6 +199,7 @@ class SqliteFactStore(SqlFactStore):
         caches and sidecars, merge the keyword index (FTS5 keeps deleted terms in its segments
         until a merge), and checkpoint and truncate the WAL. Deleted content is overwritten
         with zeros (``secure_delete``, set on every connection: see db.py)."""
+        self._authors.clear()  # no forgotten speaker's name kept here
         with self._cache_lock:
             for part in partitions:
                 self._cache.pop(part, None)
@@ -224,12 +237,28 @@ class SqliteFactStore(SqlFactStore):
         ki.weights = self._bm25_weights()  # ctx_weight / date_weight may be tuned between searches
         fsql, fargs = _filter_sql(filter, "f")
 
-        def op(c: sqlite3.Connection) -> list[tuple[str, float, str | None]]:
+        def op(c: sqlite3.Connection) -> tuple[list[tuple[str, float, str | None]], list[str]]:
             parts = self._partitions(c, partitions)
-            return ki.search(c, parts, terms, limit=limit, fsql=fsql, fargs=fargs) if parts else []
+            if not parts:
+                return [], []
+            found = ki.search(c, parts, terms, limit=limit, fsql=fsql, fargs=fargs)
+            return found, _run(c, reads.authors_in(_D, parts))
 
-        rows = await self._db.run(op)
+        rows, authors = await self._db.run(op)
+        self._remember_authors(partitions, authors)
         return [Candidate(fid, score, author) for fid, score, author in rows]
+
+    authors_cached = True  # every keyword search refreshes them (in its own SQL call)
+
+    def _cached_authors(self, pf: PartitionFilter) -> list[str] | None:
+        """The authors of ``pf``'s partitions as the last keyword search (or authors read) saw."""
+        found = self._authors.get(pf)
+        return None if found is None else list(found)
+
+    def _remember_authors(self, pf: PartitionFilter, authors: list[str]) -> None:
+        if len(self._authors) >= AUTHORS_CACHE_MAX:
+            self._authors.clear()
+        self._authors[pf] = list(authors)
 
     def _bm25_weights(self) -> tuple[float, float, float, float, float]:
         """bm25 column weights of facts_fts: part, author (not scored), text, ctx, date."""
@@ -362,7 +391,7 @@ class SqliteFactStore(SqlFactStore):
         # Author and metadata conditions are resolved in SQL to the allowed ids.
         narrow = flt is not None and (flt.author is not None or bool(flt.metadata))
 
-        def load(c: sqlite3.Connection) -> tuple[list[_CachedIndex], set[str] | None]:
+        def load(c: sqlite3.Connection) -> tuple[list[_CachedIndex], set[str] | None, list[Candidate] | None]:
             parts = self._partitions(c, partitions)
             indexes = [ix for ix in (self._index_for(c, p) for p in parts) if ix is not None and len(ix.index)]
             allowed: set[str] | None = None
@@ -376,17 +405,15 @@ class SqliteFactStore(SqlFactStore):
                         [*parts, *fargs],
                     )
                 }
-            return indexes, allowed
+            if indexes and sum(len(ix.index) for ix in indexes) <= INLINE_SCAN_MAX:
+                return indexes, allowed, search(indexes, allowed)  # small: scored here, no second hop
+            return indexes, allowed, None
 
-        indexes, allowed = await self._db.run(load)
-        if not indexes:
-            return []
-
-        def search() -> list[Candidate]:
+        def search(indexes: list[_CachedIndex], allowed: set[str] | None) -> list[Candidate]:
             with limit_blas_threads(default_blas_threads()):  # the matrix products, on a busy machine
-                return scan()
+                return scan(indexes, allowed)
 
-        def scan() -> list[Candidate]:
+        def scan(indexes: list[_CachedIndex], allowed: set[str] | None) -> list[Candidate]:
             found: list[Candidate] = []
             for cached in indexes:
                 with cached.lock:
@@ -401,9 +428,13 @@ class SqliteFactStore(SqlFactStore):
             found.sort(key=lambda x: -x.score)
             return found[:limit]
 
-        # Off the event loop and off the SQL threads, so searches don't queue behind writes (numpy
-        # releases the GIL in the products, so no hand-off delay is needed as for Python work).
-        return await asyncio.to_thread(search)
+        indexes, allowed, done = await self._db.run(load)
+        if done is not None or not indexes:
+            return done or []
+        # A large scope: off the event loop and off the SQL threads, so searches don't queue
+        # behind writes (numpy releases the GIL in the products, so no hand-off delay is needed
+        # as for Python work).
+        return await asyncio.to_thread(search, indexes, allowed)
 
     async def missing_embeddings(
         self, *, limit: int = 256, fact_ids: Sequence[str] | None = None
@@ -472,7 +503,10 @@ class SqliteFactStore(SqlFactStore):
         """The file (a private in-memory database: this database object)."""
         if self._db.path == ":memory:":
             return ("sqlite", id(self._db))
-        return ("sqlite", os.path.realpath(self._db.path))
+        key = self.__dict__.get("_access_key_cached")
+        if key is None:  # resolved once: realpath is a system call per path part, per search
+            key = self.__dict__["_access_key_cached"] = ("sqlite", os.path.realpath(self._db.path))
+        return key
 
     async def _write_access(self, counts: dict[str, int], done: Callable[[Iterable[str]], None]) -> None:
         """Every pending increment in one write transaction (one ``UPDATE`` per distinct increment)."""
