@@ -282,10 +282,11 @@ def _put_expected(
 
 
 def clear_session_memory(d: Dialect, *, agent_id: str | None, user_id: str | None, session_id: str) -> Program[int]:
-    """Delete one session's reflections and blob (with its versions); rows removed."""
+    """Delete one session's reflections and blob (with its versions); the reflections and blob
+    removed (a blob's older versions go with it and are not counted again)."""
     where, args = reflection_where(d, "session", agent_id, user_id, session_id, by_session=True)
     n = yield from count(f"DELETE FROM reflections WHERE {where}", args)
     key = blob_key(d, "session", agent_id, user_id, session_id)
     n += yield from count(f"DELETE FROM consolidated WHERE {BLOB_KEY}", key)
-    n += yield from count(f"DELETE FROM consolidated_versions WHERE {BLOB_KEY}", key)
+    yield from count(f"DELETE FROM consolidated_versions WHERE {BLOB_KEY}", key)
     return n
