@@ -7,7 +7,6 @@ chart. Each test checks what the page shows against what the API says."""
 from __future__ import annotations
 
 import asyncio
-import importlib
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -20,33 +19,6 @@ from playwright.sync_api import expect
 
 from memlane import AsyncMemory
 from memlane.models import Reflection
-from memlane.service.app import ROUTERS
-
-
-def _serves(method: str, path: str, field: str | None = None) -> bool:
-    """Whether the app serves ``method path`` (with ``field`` in its answer): the APIs these tabs
-    read are landing beside them; until they do, the tests that need them are skipped."""
-    for name in ROUTERS:
-        for route in importlib.import_module(f"memlane.service.routes.{name}").router.routes:
-            if getattr(route, "path", None) == path and method in getattr(route, "methods", ()):
-                model = getattr(route, "response_model", None)
-                return field is None or field in getattr(model, "model_fields", {})
-    return False
-
-
-pytestmark = pytest.mark.skipif(not _serves("GET", "/v1/whoami"), reason="needs GET /v1/whoami (the page's login)")
-needs_views_1 = pytest.mark.skipif(
-    not (_serves("GET", "/v1/documents") and _serves("GET", "/v1/context", "tokens")),
-    reason="needs GET /v1/documents, /v1/reflections and the context's token count",
-)
-needs_timeline = pytest.mark.skipif(
-    not (_serves("GET", "/v1/users/{user_id}/timeline") and _serves("GET", "/v1/users/{user_id}/growth")),
-    reason="needs GET /v1/users/{user_id}/timeline and /growth",
-)
-needs_consolidate = pytest.mark.skipif(
-    not (_serves("GET", "/v1/consolidated/history") and _serves("POST", "/v1/consolidate")),
-    reason="needs GET /v1/consolidated/history and POST /v1/consolidate",
-)
 
 
 def add(inspector: Inspector, text: str, user: str = "ann") -> dict[str, Any]:
@@ -110,7 +82,6 @@ def test_search_shows_results_with_their_ranks_and_the_debug_view(page: Any, ins
     expect(row.nth(5)).to_have_text(f"not returned: vector score under min_vector_score ({floor})")
 
 
-@needs_views_1
 def test_context_shows_the_block_and_its_token_count_under_a_budget(page: Any, inspector: Inspector) -> None:
     for i in range(12):
         add(inspector, f"Ann went to concert number {i} in Lisbon with her cousin Maria last spring")
@@ -147,7 +118,6 @@ def test_profile_now_and_as_of_before_a_change(page: Any, inspector: Inspector) 
     assert "Lisbon" in then["profile"] and "Porto" not in then["profile"]
 
 
-@needs_views_1
 def test_documents_and_their_fragments(page: Any, inspector: Inspector) -> None:
     text = "\n\n".join(
         f"## Part {i}\n\n" + " ".join(f"Paragraph {i} sentence {j} about the garden and its roses." for j in range(40))
@@ -175,7 +145,6 @@ def test_documents_and_their_fragments(page: Any, inspector: Inspector) -> None:
     expect(docs.locator("tbody tr")).to_contain_text(str(len(fragments)))
 
 
-@needs_timeline
 def test_timeline_and_the_as_of_slider(page: Any, inspector: Inspector) -> None:
     home = add(inspector, "Ann lives in Lisbon")
     add(inspector, "Ann likes green tea")
@@ -285,7 +254,6 @@ def reflect(request: pytest.FixtureRequest, inspector: Inspector, *texts: str) -
         pool.submit(asyncio.run, put()).result()
 
 
-@needs_consolidate
 def test_reflections_and_consolidated_memory_after_consolidating_from_the_page(
     page: Any, inspector: Inspector, request: pytest.FixtureRequest
 ) -> None:
@@ -334,7 +302,6 @@ def test_reflections_and_consolidated_memory_after_consolidating_from_the_page(
     assert ok(inspector.client.get("/v1/consolidated", params={"user_id": "ann"}))["version"] == 2
 
 
-@needs_timeline
 def test_stats_and_the_growth_chart(page: Any, inspector: Inspector, request: pytest.FixtureRequest) -> None:
     now = datetime.now(UTC)
     seeds = ((9, "Ann lives in Lisbon"), (9, "Ann likes green tea"), (4, "Ann plays the cello"), (0, "Ann reads"))
@@ -378,8 +345,6 @@ UNLABELLED = """() => [...document.querySelectorAll('#panel input, #panel select
   .map((el) => el.outerHTML)"""
 
 
-@needs_timeline
-@needs_consolidate
 def test_every_tab_has_a_heading_labelled_controls_and_no_write_control_for_a_read_only_key(
     page: Any, inspector: Inspector
 ) -> None:
