@@ -268,6 +268,7 @@ def test_reflections_and_consolidated_memory_after_consolidating_from_the_page(
     expect(page.locator("#blob-content")).to_have_text("Not consolidated yet.")
     page.get_by_role("button", name="Consolidate now").click()
     expect(page.locator("#blob-job")).to_contain_text("done")
+    expect(page.locator("#blob-job .job-summary")).to_have_text("Consolidated the user memory: version 1")
     first = ok(inspector.client.get("/v1/consolidated", params={"scope": "user", "user_id": "ann"}))
     assert first["version"] == 1 and "bees" in first["content"]
     expect(page.locator("#blob-content")).to_have_text(first["content"])

@@ -52,6 +52,18 @@ export function jobResult(job) {
   }
   const r = job.result || {};
   const out = [];
+  if (job.kind === "consolidate") {
+    // a consolidation job (POST /v1/consolidate): the blob it wrote, not formation's counts
+    const blobs = Array.isArray(r.consolidated) ? r.consolidated : (r.consolidated ? [r.consolidated] : []);
+    out.push(h("p", { class: "job-summary" }, blobs.length
+      ? blobs.map((b) => `Consolidated the ${b.scope || ""} memory: version ${b.version}`).join(" · ")
+      : `Nothing consolidated${r.skipped ? `: ${r.skipped}` : "."}`));
+    for (const b of blobs) {
+      const text = typeof b.consolidated_content === "string" ? b.consolidated_content : b.content;
+      if (typeof text === "string") out.push(h("blockquote", { class: "card" }, text));
+    }
+    return out;
+  }
   const changes = Array.isArray(r.changes) ? r.changes : [];
   const counts = [];
   if (typeof r.turns === "number") counts.push(`${r.turns} turns formed`);
