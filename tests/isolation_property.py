@@ -442,7 +442,7 @@ def _http_reads(
             who = user or _key_user(world, key)
             get("export", f"/v1/users/{quote(who, safe='')}/export")
             get("summaries", f"/v1/users/{quote(who, safe='')}/summaries")
-            get("timeline", f"/v1/users/{quote(who, safe='')}/timeline", params={"limit": 10_000})
+            get("timeline", f"/v1/users/{quote(who, safe='')}/timeline", params={"limit": 100})
             get("growth", f"/v1/users/{quote(who, safe='')}/growth")
         get("sessions", "/v1/sessions", params=named)
         for app in APPS:

@@ -329,7 +329,15 @@ async def test_export_user_matches_the_sqlite_shape(pg_url: str) -> None:
         await store.put_facts([_fact("club rule", user="u1", agent_id="club", scope="agent")], None)
         await store.put_reflection(Reflection(content="likes tea", scope="user", user_id="u1"))
         out = await store.export_user("u1")
-        assert set(out) == {"facts", "shared_changes", "reflections", "consolidated", "shared", "proposals"}
+        assert set(out) == {
+            "facts",
+            "shared_changes",
+            "reflections",
+            "consolidated",
+            "consolidated_versions",
+            "shared",
+            "proposals",
+        }
         [mine, club] = out["facts"]
         assert mine["id"] == f.id and mine["metadata"] == {"a": 1} and isinstance(mine["formed_at"], str)
         assert [h["event"] for h in mine["history"]] == ["ADD"]
