@@ -25,6 +25,7 @@ from memlane.stores.redis.jobs import RedisJobStore
 from memlane.stores.redis.sessions import RedisSessionStore
 from memlane.stores.redis.url import parse_redis_url, tenant_url, with_params, with_prefix
 from memlane.testing import JobStoreContract, SessionStoreContract
+from services import redis_key_bytes
 
 
 class TestRedisSessionContract(SessionStoreContract):
@@ -508,25 +509,12 @@ async def test_check_reports_index_entries_without_their_data(redis_url: str) ->
 
 def redis_text(url: str) -> str:
     """Every key and value under the URL's prefix, as one string (to look for a user's words)."""
-    client = raw_client(url)
-    parts: list[str] = []
+    client = redis.Redis.from_url(parse_redis_url(url).url)
     try:
-        for key in client.scan_iter(match=f"{parse_redis_url(url).prefix}*", count=1000):
-            kind = client.type(key)
-            parts.append(key)
-            if kind == "hash":
-                parts += [f"{k}={v}" for k, v in client.hgetall(key).items()]
-            elif kind == "list":
-                parts += client.lrange(key, 0, -1)
-            elif kind == "set":
-                parts += list(client.smembers(key))
-            elif kind == "zset":
-                parts += client.zrange(key, 0, -1)
-            elif kind == "string":
-                parts.append(str(client.get(key)))
+        keys = client.scan_iter(match=f"{parse_redis_url(url).prefix}*".encode(), count=1000)
+        return "\n".join(redis_key_bytes(client, key).decode("utf-8", "replace") for key in keys)
     finally:
         client.close()
-    return "\n".join(parts)
 
 
 async def test_forget_leaves_none_of_the_users_words_in_redis(tmp_path: Path, redis_url: str) -> None:
