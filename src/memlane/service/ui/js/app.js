@@ -166,7 +166,12 @@ document.getElementById("tenant-select").addEventListener("change", async (event
   window.location.hash = home();
 });
 window.addEventListener("hashchange", async () => {
-  await route();
+  const rendering = route();
+  const mine = routing;
+  await rendering;
+  // A later address took over while this one loaded: its own handler places the focus
+  // (placing it here would land on a page about to be replaced, and the next key would be lost).
+  if (mine !== routing) return;
   const id = takePendingFocus();
   const target = id ? document.getElementById(id) : null;
   window.scrollTo(0, 0);
