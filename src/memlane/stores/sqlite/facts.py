@@ -38,7 +38,8 @@ from memlane.stores.sqlite.db import BUSY_TIMEOUT_MS, Database
 from memlane.stores.sqlite.dialect import DIALECT as _D
 from memlane.stores.sqlite.dialect import filter_sql as _filter_sql
 from memlane.stores.sqlite.dialect import run as _run
-from memlane.stores.sqlite.keyword import KeywordIndex
+from memlane.stores.sqlite.keyword import KeywordIndex, averages
+from memlane.stores.sqlite.keyword_sidecar import KeywordSidecars, index_min_rows
 from memlane.stores.sqlite.vector import VectorIndex
 from memlane.stores.sqlite.vector_cache import CachedIndex as _CachedIndex
 from memlane.stores.sqlite.vector_cache import VectorCaches, prewarm_usearch
@@ -110,6 +111,7 @@ class SqliteFactStore(SqlFactStore):
         exact_max: int = 20_000,
         ann_min: int | None = None,
         sidecar_min: int | None = 20_000,
+        keyword_index_min: int | None = None,
     ) -> None:
         # A path opens the file here (blocking: use ``await SqliteFactStore.open(...)`` from
         # async code); an opened Database costs no I/O until the first call.
@@ -129,6 +131,10 @@ class SqliteFactStore(SqlFactStore):
         self.vector_blob_rows = 0
         # Top-k keyword search (stores/sqlite/keyword.py), with its document-frequency cache.
         self._keyword = KeywordIndex(weights=self._bm25_weights())
+        # Postings indexes of large partitions (stores/sqlite/keyword_sidecar.py), derived
+        # from the keyword rows and proven current against the partition counters per search.
+        self.keyword_index_min = index_min_rows() if keyword_index_min is None else keyword_index_min
+        self._sidecars: KeywordSidecars | None = None
         # The authors of the partitions a keyword search last read (same statement batch, on
         # the SQL thread): the engine's author boost asks for them before and after its keyword
         # search, and is served from here without a thread hand-off (authors_cached).
@@ -200,6 +206,9 @@ class SqliteFactStore(SqlFactStore):
         until a merge), and checkpoint and truncate the WAL. Deleted content is overwritten
         with zeros (``secure_delete``, set on every connection: see db.py)."""
         self._authors.clear()  # no forgotten speaker's name kept here
+        if self._sidecars is not None:  # no forgotten word kept in a postings index
+            for part in partitions:
+                self._sidecars.drop(part)
         with self._cache_lock:
             for part in partitions:
                 self._cache.pop(part, None)
@@ -241,12 +250,68 @@ class SqliteFactStore(SqlFactStore):
             parts = self._partitions(c, partitions)
             if not parts:
                 return [], []
-            found = ki.search(c, parts, terms, limit=limit, fsql=fsql, fargs=fargs)
+            found = None
+            if not fsql and len(parts) == 1 and self.keyword_index_min:
+                found = self._indexed_search(c, parts[0], terms, limit)
+            if found is None:
+                found = ki.search(c, parts, terms, limit=limit, fsql=fsql, fargs=fargs)
             return found, _run(c, reads.authors_in(_D, parts))
 
         rows, authors = await self._db.run(op)
         self._remember_authors(partitions, authors)
         return [Candidate(fid, score, author) for fid, score, author in rows]
+
+    @property
+    def keyword_sidecars(self) -> KeywordSidecars:
+        """The postings indexes of large partitions and their builder (created on first use)."""
+        if self._sidecars is None:
+            db = self._db
+            self._sidecars = KeywordSidecars(
+                self.keyword_index_min or None,
+                background=db.path != ":memory:",
+                connect=db.connection,
+            )
+        return self._sidecars
+
+    def _indexed_search(
+        self, c: sqlite3.Connection, part: str, terms: Sequence[str], limit: int
+    ) -> list[tuple[str, float, str | None]] | None:
+        """The keyword top ``limit`` of one partition from its postings index, or None when it
+        has none proven current (the FTS5 path then runs)."""
+        ki = self._keyword
+        sc = self.keyword_sidecars
+        idx = sc.current(c, part, lambda: ki.partition_rows(c, [part], sc.min_rows or 0))
+        if idx is None:
+            return None
+        phrases: list[str] = []
+        for term in terms:
+            toks = sc.tokens(term)
+            if len(toks) != 1:  # a phrase (or nothing) in FTS5: its own path
+                return None
+            phrases.append(toks[0])
+        if not phrases or limit <= 0:
+            return []
+        rows, tokens = averages(c)
+        if rows == 0:
+            return []
+        if ki._whole_file(c, [part]):
+            dfs = [sc.local_df(idx, t) for t in phrases]
+        else:
+            dfs = [ki.doc_freq(c, t, rows) for t in terms]
+        w = ki.weights
+        sc.weights = (w[2], w[3], w[4])
+        hits = sc.search(
+            idx, phrases, dfs, total_rows=rows, avgdl=tokens / rows, weights=(w[2], w[3], w[4]), limit=limit
+        )
+        if not hits:
+            return []
+        marks = ",".join("?" * len(hits))
+        sql = f"SELECT rowid, id, author FROM facts WHERE rowid IN ({marks}) AND partition=? AND invalid_at IS NULL"
+        got = {r[0]: (r[1], r[2]) for r in c.execute(sql, [h[0] for h in hits] + [part])}
+        if len(got) != len(hits):  # the index named a row the database does not hold: distrust it
+            sc.drop(part)
+            return None
+        return [(got[rid][0], score, got[rid][1] or None) for rid, score in hits]
 
     authors_cached = True  # every keyword search refreshes them (in its own SQL call)
 
@@ -541,6 +606,8 @@ class SqliteFactStore(SqlFactStore):
         await self._close_access()
         if self._vectors is not None:  # before the connections go: the builder reads the database
             await asyncio.to_thread(self._vectors.close)
+        if self._sidecars is not None:
+            await asyncio.to_thread(self._sidecars.close)
         with self._cache_lock:
             self._cache.clear()
         await self._db.release()

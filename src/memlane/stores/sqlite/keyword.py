@@ -67,6 +67,13 @@ def _varints(blob: bytes) -> list[int]:
     return out
 
 
+def averages(c: sqlite3.Connection) -> tuple[int, int]:
+    """(rows, tokens in every column) of the keyword index: what bm25 reads for N and avgdl."""
+    row = c.execute("SELECT block FROM facts_fts_data WHERE id = 1").fetchone()
+    values = _varints(bytes(row[0])) if row is not None and row[0] else []
+    return (values[0], sum(values[1:])) if values else (0, 0)
+
+
 @dataclass
 class KeywordIndex:
     """Keyword search over ``facts_fts`` for one store (the document-frequency cache is per store).

@@ -1,0 +1,605 @@
+"""An in-memory postings index of one large partition's keyword rows, scored with numpy.
+
+Why: FTS5's ``bm25()`` computes every query phrase's IDF by walking its whole table-wide
+posting list, then scores every matching row through the auxiliary-function API (about a
+microsecond a row). At 100k memories in one scope a query with a common word spends 5-8 ms
+there (docs/benchmarks.md, issue 11). This index holds, per token, the partition's rows that
+contain it (as dense row numbers) with the token's count in each scored column (text, ctx,
+date), plus every row's length in tokens. A query is a few numpy passes over the query
+tokens' postings: accumulate BM25 into a dense score array, ``argpartition`` the top k.
+
+It is exact, not approximate: the same formula as FTS5's ``bm25()`` (k1 1.2, b 0.75, IDF
+``log((N - n + 0.5) / (n + 0.5))`` floored at 1e-6, the row length over every column, the
+average from FTS5's own averages record, column weights summed per instance), over the same
+tokens (the rows are tokenized by FTS5 itself, in an in-memory FTS5 table with the same
+tokenizer, and read back through ``fts5vocab``; query terms likewise). When the partition is
+the whole file, document frequencies come from the index (exact); otherwise from the
+keyword index's table-wide document-frequency cache (the split path's, recounted once the
+table moved by ``df_tolerance``).
+
+The database stays the truth. An index is a derived copy of one partition at one
+``(appends, changes, generation)`` stamp, built from one read snapshot:
+
+* ``changes`` or the purge ``generation`` moved (an update, delete, forget, context refresh
+  of an edit): the index is dropped, never used; a rebuild is queued and searches go through
+  FTS5 until it is done;
+* only ``appends`` moved (new rows): rows above the index's rowid watermark, and every row of
+  the sessions they joined (an appended turn rewrites its neighbours' ``ctx``), are read from
+  FTS5 and tokenized as a *delta*; the index's copies of those rows are masked. Exact again.
+  When the delta grows beyond ``rebuild_fraction`` of the partition, a rebuild is queued.
+
+Searches with a fact filter, over several partitions, or with a term FTS5 splits into a
+phrase keep the FTS5 path (stores/sqlite/keyword.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from memlane.errors import ConfigError
+from memlane.stores.sqlite.keyword import averages
+
+log = logging.getLogger("memlane")
+
+#: FTS5's bm25 constants (fts5_aux.c).
+K1 = 1.2
+B = 0.75
+#: The keyword index's tokenizer (stores/sqlite/migrations.py, ``facts_fts``).
+TOKENIZE = "porter unicode61"
+#: Partitions of at least this many rows get a postings index (``$MEMLANE_KEYWORD_INDEX_MIN``).
+DEFAULT_MIN_ROWS = 20_000
+
+
+def index_min_rows() -> int:
+    """``$MEMLANE_KEYWORD_INDEX_MIN``: the smallest partition (rows) given a postings index;
+    ``0`` (or ``off``) turns the index off; unset: :data:`DEFAULT_MIN_ROWS`."""
+    raw = os.environ.get("MEMLANE_KEYWORD_INDEX_MIN", "").strip().lower()
+    if not raw:
+        return DEFAULT_MIN_ROWS
+    if raw in ("off", "false", "no"):
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(f"MEMLANE_KEYWORD_INDEX_MIN must be a row count >= 0 or 'off', got {raw!r}")
+    return value
+
+
+#: (rowid, score) best first
+Hits = list[tuple[int, float]]
+
+
+def _tokenizer_db() -> sqlite3.Connection:
+    c = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    c.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, ctx, date, tokenize = '{TOKENIZE}')")
+    c.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+    return c
+
+
+class QueryTokens:
+    """FTS5's tokens of a query term (what ``"term"`` in a ``MATCH`` looks up), cached."""
+
+    def __init__(self) -> None:
+        self._c = _tokenizer_db()
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[str, ...]] = {}
+
+    def __call__(self, term: str) -> tuple[str, ...]:
+        hit = self._cache.get(term)
+        if hit is not None:
+            return hit
+        with self._lock:
+            self._c.execute("INSERT INTO t (rowid, text) VALUES (1, ?)", (term,))
+            toks = tuple(r[0] for r in self._c.execute("SELECT term FROM v ORDER BY offset"))
+            self._c.execute("DELETE FROM t")
+            if len(self._cache) >= 100_000:
+                self._cache.clear()
+            self._cache[term] = toks
+        return toks
+
+
+@dataclass
+class Postings:
+    """Rows (dense numbers), their lengths and per-token postings with column counts."""
+
+    rowids: npt.NDArray[np.int64]  # row number -> facts rowid (ascending)
+    doclen: npt.NDArray[np.float64]  # tokens in every column (the partition token included)
+    terms: dict[str, int]  # token -> slot
+    offsets: npt.NDArray[np.int64]  # slot -> [offsets[s], offsets[s + 1]) in docs / tf
+    docs: npt.NDArray[np.int32]  # row numbers, ascending within a slot
+    tf: npt.NDArray[np.uint16]  # (postings, 3): counts in text, ctx, date
+    tf_max: npt.NDArray[np.uint16]  # (slots, 3): the largest counts of each slot's postings
+    len_min: npt.NDArray[np.float64]  # slot -> the shortest row of its postings
+    # impact order: within each slot, postings by descending ``impact`` (the BM25 tf part at
+    # ``impact_weights`` and ``impact_avgdl``, rounded up), as positions into docs / tf
+    impact_weights: tuple[float, float, float] = (1.0, 0.5, 1.0)
+    impact_avgdl: float = 1.0
+    impact_order: npt.NDArray[np.int64] | None = None
+    impact: npt.NDArray[np.float32] | None = None
+
+    @property
+    def rows(self) -> int:
+        return len(self.rowids)
+
+    def df(self, token: str) -> int:
+        s = self.terms.get(token)
+        return 0 if s is None else int(self.offsets[s + 1] - self.offsets[s])
+
+
+def tokenize_rows(rows: Sequence[tuple[int, str | None, str | None, str | None]]) -> Postings:
+    """Postings of ``(rowid, text, ctx, date)`` rows (ascending rowids), tokenized by FTS5."""
+    n = len(rows)
+    c = _tokenizer_db()
+    try:
+        c.execute("BEGIN")
+        c.executemany(
+            "INSERT INTO t (rowid, text, ctx, date) VALUES (?,?,?,?)",
+            ((i, r[1] or "", r[2] or "", r[3] or "") for i, r in enumerate(rows)),
+        )
+        c.execute("COMMIT")
+        # fts5vocab yields instances in (term, doc, col, offset) order: GROUP BY term needs no sort.
+        sql = (
+            "SELECT term, count(*), group_concat(doc * 4 + CASE col WHEN 'text' THEN 0 WHEN 'ctx' THEN 1 ELSE 2 END)"
+            " FROM v GROUP BY term"
+        )
+        names: list[str] = []
+        counts: list[int] = []
+        chunks: list[str] = []
+        for term, count, codes in c.execute(sql):
+            names.append(term)
+            counts.append(int(count))
+            chunks.append(codes)
+    finally:
+        c.close()
+    rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
+    if not names:
+        empty = np.zeros(0, dtype=np.int64)
+        return Postings(
+            rowids,
+            np.ones(n),
+            {},
+            np.zeros(1, dtype=np.int64),
+            empty.astype(np.int32),
+            np.zeros((0, 3), np.uint16),
+            np.zeros((0, 3), np.uint16),
+            np.zeros(0),
+        )
+    codes = np.array(",".join(chunks).split(","), dtype=np.int64)
+    term_of = np.repeat(np.arange(len(names), dtype=np.int64), counts)
+    doc = codes >> 2
+    doclen = np.bincount(doc, minlength=n).astype(np.float64) + 1.0  # + the partition token
+    # (term, doc, col) runs -> counts; instances arrive sorted by term, doc, col
+    key = (term_of * n + doc) * 4 + (codes & 3)
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    cnt = np.diff(np.r_[starts, len(key)])
+    ukey = key[starts]
+    col = ukey & 3
+    pair = ukey >> 2  # term * n + doc
+    first = np.r_[True, pair[1:] != pair[:-1]]
+    group = np.cumsum(first) - 1
+    upair = pair[first]
+    tf = np.zeros((len(upair), 3), dtype=np.uint16)
+    tf[group, col] = np.minimum(cnt, 65535)
+    p_term = upair // n
+    docs = (upair % n).astype(np.int32)
+    offsets = np.searchsorted(p_term, np.arange(len(names) + 1)).astype(np.int64)
+    # every slot has at least one posting (a term of the vocabulary occurs somewhere)
+    tf_max = np.maximum.reduceat(tf, offsets[:-1], axis=0)
+    len_min = np.minimum.reduceat(doclen[docs], offsets[:-1])
+    return Postings(rowids, doclen, {t: i for i, t in enumerate(names)}, offsets, docs, tf, tf_max, len_min)
+
+
+def order_by_impact(index: Postings, weights: tuple[float, float, float], avgdl: float) -> None:
+    """Sort every slot's postings by their BM25 tf part at ``weights`` and ``avgdl`` (kept
+    beside the doc order: :func:`bm25_top` walks the best postings of each query phrase first)."""
+    if len(index.docs) == 0:
+        index.impact_order, index.impact = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+    else:
+        f = index.tf @ np.asarray(weights, dtype=np.float64)
+        k = K1 * (1.0 - B + B * index.doclen[index.docs] / avgdl)
+        g = f * (K1 + 1.0) / (f + k)
+        slot = np.repeat(np.arange(len(index.offsets) - 1), np.diff(index.offsets))
+        order = np.lexsort((-g, slot))
+        index.impact_order = order.astype(np.int64)
+        # float32 rounded up: an upper bound of the exact value
+        index.impact = np.nextafter(g[order].astype(np.float32), np.float32(np.inf))
+    index.impact_weights, index.impact_avgdl = weights, avgdl
+
+
+def bm25_top(
+    index: Postings,
+    phrases: Sequence[str],
+    dfs: Sequence[int],
+    *,
+    total_rows: int,
+    avgdl: float,
+    weights: tuple[float, float, float],
+    limit: int,
+    mask: npt.NDArray[np.bool_] | None = None,
+) -> Hits:
+    """The best ``limit`` rows of ``index`` for single-token ``phrases`` (FTS5 bm25, higher is
+    better) with table-wide document frequencies ``dfs``; rows where ``mask`` is True are
+    left out (superseded by a delta).
+
+    MaxScore (Turtle & Flood 1995), exact: the rows of the rarest phrases are scored first,
+    their ``limit``-th best score is a floor the answer's ``limit``-th score cannot be below;
+    phrases whose upper bounds (the largest weighted count over the smallest row length of
+    their postings) together stay under it cannot lift a row holding only them into the top
+    ``limit``, so only rows of the other phrases are scored, each over every phrase (a binary
+    search in each posting list), summed in phrase order as FTS5 sums them.
+    """
+    n = index.rows
+    if n == 0 or limit <= 0:
+        return []
+    w = np.asarray(weights, dtype=np.float64)
+    terms: list[tuple[int, float, float]] = []  # (slot, idf, upper bound) in phrase order
+    for tok, nhit in zip(phrases, dfs, strict=True):
+        s = index.terms.get(tok)
+        if s is None:
+            continue
+        idf = math.log((total_rows - nhit + 0.5) / (nhit + 0.5))
+        if idf <= 0.0:
+            idf = 1e-6
+        fmax = float(index.tf_max[s] @ w)
+        kmin = K1 * (1.0 - B + B * float(index.len_min[s]) / avgdl)
+        terms.append((s, idf, idf * fmax * (K1 + 1.0) / (fmax + kmin) if fmax > 0 else 0.0))
+    if not terms:
+        return []
+
+    def postings(s: int) -> npt.NDArray[np.int32]:
+        return index.docs[int(index.offsets[s]) : int(index.offsets[s + 1])]
+
+    def union(slots: Sequence[int]) -> npt.NDArray[np.int64]:
+        lists = [postings(s) for s in slots]
+        if sum(len(x) for x in lists) * 8 > n:
+            seen = np.zeros(n, dtype=np.bool_)
+            for x in lists:
+                seen[x] = True
+            if mask is not None:
+                seen &= ~mask
+            return np.flatnonzero(seen)
+        cand = np.unique(np.concatenate(lists)).astype(np.int64)
+        return cand[~mask[cand]] if mask is not None else cand
+
+    def score(cand: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        total = np.zeros(len(cand))
+        klen = K1 * (1.0 - B + B * index.doclen[cand] / avgdl)
+        for s, idf, _ in terms:
+            lo, hi = int(index.offsets[s]), int(index.offsets[s + 1])
+            docs = index.docs[lo:hi]
+            pos = np.searchsorted(docs, cand)
+            pos[pos >= len(docs)] = 0
+            hit = docs[pos] == cand
+            f = index.tf[lo:hi][pos[hit]] @ w
+            part = np.zeros(len(cand))
+            part[hit] = idf * (f * (K1 + 1.0)) / (f + klen[hit])
+            total += part
+        return total
+
+    if index.impact_order is not None and index.impact is not None and index.impact_weights == tuple(weights):
+        return _impact_top(index, terms, score, avgdl=avgdl, limit=limit, mask=mask)
+    # a floor for the limit-th best score: the rows of the rarest phrases, fully scored
+    by_df = sorted(terms, key=lambda t: int(index.offsets[t[0] + 1] - index.offsets[t[0]]))
+    floor = -math.inf
+    seeds: list[int] = []
+    for s, _, _ in by_df:
+        seeds.append(s)
+        seed = union(seeds)
+        if len(seed) >= limit:
+            floor = float(np.partition(score(seed), len(seed) - limit)[len(seed) - limit])
+            break
+    # phrases that together cannot reach the floor are not essential
+    essential: list[int] = []
+    bound = 0.0
+    for s, _, ub in sorted(terms, key=lambda t: t[2]):
+        bound += ub
+        if not bound < floor * (1.0 - 1e-9):
+            essential.append(s)
+    cand = union(essential)
+    if len(cand) == 0:
+        return []
+    scores = score(cand)
+    if len(cand) > limit:
+        keep = np.argpartition(-scores, limit - 1)[:limit]
+        cand, scores = cand[keep], scores[keep]
+    order = np.lexsort((index.rowids[cand], -scores))
+    return [(int(index.rowids[cand[i]]), float(scores[i])) for i in order]
+
+
+def _impact_top(
+    index: Postings,
+    terms: Sequence[tuple[int, float, float]],
+    score: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]],
+    *,
+    avgdl: float,
+    limit: int,
+    mask: npt.NDArray[np.bool_] | None,
+) -> Hits:
+    """Fagin's threshold algorithm over impact-ordered postings, exact up to ties: the best
+    ``m`` postings of every phrase are candidates, scored in full; a row outside all of them
+    scores at most the sum of each phrase's ``m``-th impact (times ``idf``, and times
+    ``avgdl / impact_avgdl`` when the table's average row grew since the order was taken: a
+    longer average only lifts a row's tf part by that factor). Once that bound is no more
+    than the candidates' ``limit``-th score the candidates hold the top ``limit``; else ``m``
+    grows."""
+    assert index.impact_order is not None and index.impact is not None
+    grow = max(1.0, avgdl / index.impact_avgdl)
+    spans = [(int(index.offsets[s]), int(index.offsets[s + 1]), idf) for s, idf, _ in terms]
+    m = max(2 * limit, 32)
+    while True:
+        heads = []
+        bound = 0.0
+        done = True
+        for lo, hi, idf in spans:
+            top = min(hi, lo + m)
+            heads.append(index.docs[index.impact_order[lo:top]])
+            if top < hi:
+                done = False
+                bound += idf * float(index.impact[top]) * grow
+        cand = np.unique(np.concatenate(heads)).astype(np.int64)
+        if mask is not None:
+            cand = cand[~mask[cand]]
+        if len(cand) >= limit or done:
+            scores = score(cand)
+            if len(cand) > limit:
+                keep = np.argpartition(-scores, limit - 1)[:limit]
+                cand, scores = cand[keep], scores[keep]
+            if done or (len(cand) and bound <= float(scores.min()) * (1.0 + 1e-12)):
+                order = np.lexsort((index.rowids[cand], -scores))
+                return [(int(index.rowids[cand[i]]), float(scores[i])) for i in order]
+        m *= 4
+
+
+@dataclass
+class PartitionIndex:
+    """One partition's postings at one database stamp, plus the delta appended since."""
+
+    part: str
+    appends: int
+    changes: int
+    generation: str | None
+    max_rowid: int
+    main: Postings
+    # delta: rows appended (or whose context an append rewrote) since the stamp
+    delta_appends: int = -1
+    delta: Postings | None = None
+    delta_mask: npt.NDArray[np.bool_] | None = None
+
+
+class KeywordSidecars:
+    """The postings indexes of one store's large partitions and their background builder.
+
+    Args:
+        min_rows: partitions of at least this many keyword rows get an index (None: off).
+        background: build on a thread of its own (a file database); False: in the searching
+            call (``:memory:``, where all threads share one connection).
+        connect: this thread's database connection (the builder's reads).
+        rebuild_fraction: rebuild once the delta holds this share of the partition's rows.
+    """
+
+    def __init__(
+        self,
+        min_rows: int | None,
+        *,
+        background: bool,
+        connect: Callable[[], sqlite3.Connection],
+        rebuild_fraction: float = 0.05,
+    ) -> None:
+        self.min_rows = min_rows
+        self.background = background
+        self.rebuild_fraction = rebuild_fraction
+        self._connect = connect
+        self._indexes: dict[str, PartitionIndex] = {}
+        self._small: dict[str, tuple[int, int, str | None]] = {}  # partitions under min_rows, by stamp
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._queue: dict[str, None] = {}
+        self._busy = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.tokens = QueryTokens()
+        #: the column weights (text, ctx, date) new indexes order their postings by
+        self.weights: tuple[float, float, float] = (1.0, 0.5, 1.0)
+        #: observable counters (tests, benchmarks)
+        self.builds = 0
+        self.served = 0
+        self.delta_builds = 0
+
+    # ------------------------------------------------------------------ state
+    @staticmethod
+    def stamp(c: sqlite3.Connection, part: str) -> tuple[int, int, str | None] | None:
+        row = c.execute(
+            "SELECT appends, changes, (SELECT value FROM meta WHERE key='generation')"
+            " FROM partitions WHERE partition=?",
+            (part,),
+        ).fetchone()
+        return (int(row[0]), int(row[1]), row[2]) if row is not None else None
+
+    def get(self, part: str) -> PartitionIndex | None:
+        with self._lock:
+            return self._indexes.get(part)
+
+    def drop(self, part: str) -> None:
+        with self._lock:
+            self._indexes.pop(part, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._indexes.clear()
+
+    # ------------------------------------------------------------------ building
+    def build(self, c: sqlite3.Connection, part: str) -> PartitionIndex | None:
+        """Read ``part``'s keyword rows and its stamp in one snapshot and index them."""
+        c.execute("BEGIN")
+        try:
+            stamp = self.stamp(c, part)
+            total, tokens = averages(c)
+            rows = c.execute(
+                "SELECT x.rowid, x.text, x.ctx, x.date FROM facts f JOIN facts_fts x ON x.rowid = f.rowid"
+                " WHERE f.partition = ? ORDER BY f.rowid",
+                (part,),
+            ).fetchall()
+        finally:
+            c.execute("COMMIT")
+        if stamp is None:
+            return None
+        main = tokenize_rows(rows)
+        order_by_impact(main, self.weights, tokens / total if total else 1.0)
+        top = int(main.rowids[-1]) if main.rows else 0
+        idx = PartitionIndex(part, stamp[0], stamp[1], stamp[2], top, main)
+        with self._lock:
+            self._indexes[part] = idx
+            self.builds += 1
+        return idx
+
+    def schedule(self, part: str) -> None:
+        with self._cond:
+            if self._closed or part in self._queue:
+                return
+            self._queue[part] = None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="memlane-keyword-builder", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until no build is queued or running (tests, benchmarks)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: (not self._queue and not self._busy) or self._closed, timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._queue.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._queue) or self._closed)
+                if self._closed:
+                    self._busy = False
+                    self._cond.notify_all()
+                    return
+                part = next(iter(self._queue))
+                self._busy = True
+            try:
+                self.build(self._connect(), part)
+            except Exception:  # a failed build leaves the FTS5 path in place
+                if not self._closed:
+                    log.exception("memlane: keyword index build failed")
+            finally:
+                with self._cond:
+                    self._queue.pop(part, None)
+                    self._busy = False
+                    self._cond.notify_all()
+
+    # ------------------------------------------------------------------ freshness
+    def current(self, c: sqlite3.Connection, part: str, rows_hint: Callable[[], int]) -> PartitionIndex | None:
+        """``part``'s index, proven current against the database (with its delta refreshed),
+        or None (a build is queued when the partition is large enough)."""
+        if self.min_rows is None:
+            return None
+        stamp = self.stamp(c, part)
+        if stamp is None:
+            return None
+        idx = self.get(part)
+        if idx is not None and (idx.changes, idx.generation) != stamp[1:]:
+            self.drop(part)  # an edit, delete or purge since: never used again
+            idx = None
+        if idx is None:
+            if self._small.get(part) == stamp:  # counted below min_rows at this very stamp
+                return None
+            if rows_hint() < self.min_rows:
+                with self._lock:
+                    if len(self._small) >= 100_000:
+                        self._small.clear()
+                    self._small[part] = stamp
+                return None
+            if self.background:
+                self.schedule(part)
+                return None
+            idx = self.build(c, part)
+            if idx is None or (idx.appends, idx.changes, idx.generation) != stamp:
+                return None
+        moved = idx.appends != stamp[0] and idx.delta_appends != stamp[0]
+        if moved and not self._refresh_delta(c, idx, stamp):
+            return None
+        return idx
+
+    def _refresh_delta(self, c: sqlite3.Connection, idx: PartitionIndex, stamp: tuple[int, int, str | None]) -> bool:
+        """Tokenize the rows appended since ``idx``'s stamp and the rows of the sessions they
+        joined (their ``ctx`` may have changed); False when the snapshot moved meanwhile."""
+        c.execute("BEGIN")
+        try:
+            now = self.stamp(c, idx.part)
+            rows = c.execute(
+                "SELECT x.rowid, x.text, x.ctx, x.date FROM facts f JOIN facts_fts x ON x.rowid = f.rowid"
+                " WHERE f.partition = ?1 AND (f.rowid > ?2 OR f.session_id IN"
+                " (SELECT session_id FROM facts WHERE partition = ?1 AND rowid > ?2 AND session_id IS NOT NULL))"
+                " ORDER BY f.rowid",
+                (idx.part, idx.max_rowid),
+            ).fetchall()
+        finally:
+            c.execute("COMMIT")
+        if now != stamp:
+            return False
+        delta = tokenize_rows(rows)
+        mask = np.isin(idx.main.rowids, delta.rowids)
+        with self._lock:
+            idx.delta, idx.delta_mask, idx.delta_appends = delta, mask, stamp[0]
+            self.delta_builds += 1
+        if len(rows) > self.rebuild_fraction * max(idx.main.rows, 1) and self.background:
+            self.schedule(idx.part)
+        return True
+
+    # ------------------------------------------------------------------ search
+    def search(
+        self,
+        idx: PartitionIndex,
+        phrases: Sequence[str],
+        dfs: Sequence[int],
+        *,
+        total_rows: int,
+        avgdl: float,
+        weights: tuple[float, float, float],
+        limit: int,
+    ) -> Hits:
+        """The best ``limit`` (rowid, score) of the index and its delta."""
+        kw = {"total_rows": total_rows, "avgdl": avgdl, "weights": weights, "limit": limit}
+        hits = bm25_top(idx.main, phrases, dfs, mask=idx.delta_mask if idx.delta is not None else None, **kw)  # type: ignore[arg-type]
+        if idx.delta is not None and idx.delta.rows:
+            hits += bm25_top(idx.delta, phrases, dfs, **kw)  # type: ignore[arg-type]
+            hits.sort(key=lambda h: (-h[1], h[0]))
+            del hits[limit:]
+        with self._lock:
+            self.served += 1
+        return hits
+
+    def local_df(self, idx: PartitionIndex, token: str) -> int:
+        """Rows of the partition holding ``token`` now (index minus masked rows plus delta)."""
+        main = idx.main
+        s = main.terms.get(token)
+        n = 0
+        if s is not None:
+            docs = main.docs[int(main.offsets[s]) : int(main.offsets[s + 1])]
+            n = len(docs) - (
+                int(idx.delta_mask[docs].sum()) if idx.delta is not None and idx.delta_mask is not None else 0
+            )
+        if idx.delta is not None:
+            n += idx.delta.df(token)
+        return n
