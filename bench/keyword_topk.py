@@ -18,6 +18,12 @@ For each query, in ONE run and alternating order, the old path (``KeywordIndex.e
 single FTS5 ``MATCH`` ordered by bm25, every match scored) and the new path
 (``KeywordIndex.search``) are timed on the same connection, after a warm-up pass (the new
 path's document-frequency and tokenizer caches are warm, as in a long-running process).
+A third arm, in the same rotation: the postings index of the scope
+(stores/sqlite/keyword_sidecar.py, built first in this thread and timed: ``index_build_s``),
+through ``SqliteFactStore._indexed_search`` (query tokens, FTS5's averages, the fetch of ids and
+authors included); ``index = exact`` checks that it returns FTS5's exact scores and rows
+(rows tied with the ``limit``-th may differ). ``--skip-full`` skips the top-k path's recall
+(it scores every match of every query).
 Recall@10 of the new path against the exact top 10 counts ties (a returned row whose exact
 score reaches the exact 10th best counts as a hit); ``same scores`` checks that every row the
 new path returns carries its exact bm25 (to 1e-9).
@@ -50,6 +56,7 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--split-min-rows", type=int, default=None, help="KeywordIndex.split_min_rows")
     ap.add_argument("--workdir", default="/tmp/memlane-bench")
     ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--skip-full", action="store_true", help="skip the top-k path's recall (scores every match)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/keyword_topk.json)")
     return ap.parse_args()
@@ -115,6 +122,14 @@ async def build(path: Path, name: str, n_users: int, per_user: int, pool_n: int,
     return users
 
 
+def _same_top(got: list[tuple[str, float, Any]], exact: list[tuple[str, float, Any]]) -> bool:
+    """FTS5's exact scores and the same rows above the last one's score (ties may differ)."""
+    if [round(r[1], 9) for r in got] != [round(r[1], 9) for r in exact]:
+        return False
+    cut = exact[-1][1] + 1e-9 if exact else 0.0
+    return {r[0] for r in got if r[1] > cut} == {r[0] for r in exact if r[1] > cut}
+
+
 async def run_setting(name: str, n_users: int, per_user: int, pool_n: int, n_queries: int) -> dict[str, Any]:
     a = ARGS
     work = Path(a.workdir)
@@ -129,6 +144,14 @@ async def run_setting(name: str, n_users: int, per_user: int, pool_n: int, n_que
         if getattr(a, key) is not None:
             kw[key] = getattr(a, key)
     ki = KeywordIndex(weights=(0.0, 0.0, 1.0, float(store.ctx_weight), float(store.date_weight)), **kw)
+    # the postings index (stores/sqlite/keyword_sidecar.py), built here in this thread (timed)
+    sc = store.keyword_sidecars
+    sc.background = False
+    sc.weights = (1.0, float(store.ctx_weight), float(store.date_weight))
+    t0 = time.perf_counter()
+    for part in {user_partition(u, None) for u in users} if n_users == 1 else []:
+        sc.build(c, part)
+    build_s = time.perf_counter() - t0
 
     qgen = sl.TextGen(a.seed + 99)
     rng = np.random.default_rng(a.seed + 5)
@@ -151,24 +174,37 @@ async def run_setting(name: str, n_users: int, per_user: int, pool_n: int, n_que
         ki.search(c, [part], terms, limit=a.limit)
     for terms, part in warm:
         ki.exact(c, [part], terms, limit=a.limit)
+        store._indexed_search(c, part, terms, a.limit)
     old_ms: list[float] = []
     new_ms: list[float] = []
+    idx_ms: list[float] = []
+    idx_same = True
+    idx_served = sc.served
     recalls: list[float] = []
     same = True
     empty_both = 0
     for i, (terms, part) in enumerate(timed):
-        order = (0, 1) if i % 2 == 0 else (1, 0)
-        out: dict[int, list[tuple[str, float, Any]]] = {}
+        order = [(0, 1, 2), (1, 2, 0), (2, 0, 1)][i % 3] if n_users == 1 else [(0, 1), (1, 0)][i % 2]
+        out: dict[int, Any] = {}
         for which in order:
             t = time.perf_counter()
             if which == 0:
                 out[0] = ki.exact(c, [part], terms, limit=a.limit)
                 old_ms.append((time.perf_counter() - t) * 1000)
-            else:
+            elif which == 1:
                 out[1] = ki.search(c, [part], terms, limit=a.limit)
                 new_ms.append((time.perf_counter() - t) * 1000)
+            else:
+                out[2] = store._indexed_search(c, part, terms, a.limit)
+                idx_ms.append((time.perf_counter() - t) * 1000)
         exact, new = out[0], out[1]
+        got = out.get(2) or []
+        # the index: FTS5's exact scores, the same rows above the limit-th score (ties may differ)
+        if n_users == 1 and not _same_top(got, exact):
+            idx_same = False
         # exact bm25 of the rows the new path returns (the full query over all matches)
+        if a.skip_full:
+            continue
         full = {fid: s for fid, s, _ in ki.exact(c, [part], terms, limit=10**9)} if new else {}
         for fid, s, _ in new:
             if abs(full[fid] - s) > 1e-9:
@@ -189,11 +225,16 @@ async def run_setting(name: str, n_users: int, per_user: int, pool_n: int, n_que
         "old_exact_ms": sl.summary(old_ms),
         "new_topk_ms": sl.summary(new_ms),
         "speedup_p50": round(float(np.median(old_ms)) / float(np.median(new_ms)), 1),
-        "recall@10_vs_exact": round(float(np.mean(recalls)), 4),
-        "min_recall@10": round(float(np.min(recalls)), 4),
+        "recall@10_vs_exact": round(float(np.mean(recalls)), 4) if recalls else None,
+        "min_recall@10": round(float(np.min(recalls)), 4) if recalls else None,
         "queries_recall_below_1": int(sum(r < 1 for r in recalls)),
         "no_match_queries": empty_both,
         "scores_exact_bm25": same,
+        "index_ms": sl.summary(idx_ms) if idx_ms else None,
+        "index_build_s": round(build_s, 1),
+        "index_served": sc.served - idx_served,
+        "index_same_top_k_as_exact": idx_same,
+        "index_vs_topk_p50": round(float(np.median(new_ms)) / float(np.median(idx_ms)), 1) if idx_ms else None,
         "loadavg": os.getloadavg(),
     }
     await store.close()
@@ -215,15 +256,21 @@ async def main() -> None:
     out.write_text(json.dumps({"when": datetime.now().isoformat(timespec="seconds"), "settings": results}, indent=2))
     print(
         "| setting | memories | old exact p50 / p95 ms | new top-k p50 / p95 ms | p50 speed-up | recall@10 vs exact "
-        "(min, queries < 1) | scores = exact bm25 |"
+        "(min, queries < 1) | scores = exact bm25 | postings index p50 / p95 ms | index vs top-k p50 | index = exact |"
     )
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---|")
     for s, r in results.items():
         o, n = r["old_exact_ms"], r["new_topk_ms"]
         print(
             f"| {s} | {r['memories']:,} in {r['scopes']} scope(s) | {o['p50']:.2f} / {o['p95']:.2f} "
             f"| {n['p50']:.2f} / {n['p95']:.2f} | {r['speedup_p50']}x | {r['recall@10_vs_exact']} "
-            f"({r['min_recall@10']}, {r['queries_recall_below_1']}/{r['queries']}) | {r['scores_exact_bm25']} |"
+            f"({r['min_recall@10']}, {r['queries_recall_below_1']}/{r['queries']}) | {r['scores_exact_bm25']} "
+            + (
+                f"| {r['index_ms']['p50']:.2f} / {r['index_ms']['p95']:.2f} | {r['index_vs_topk_p50']}x "
+                f"| {r['index_same_top_k_as_exact']} |"
+                if r["index_ms"]
+                else "| - | - | - |"
+            )
         )
     log(f"wrote {out}")
 

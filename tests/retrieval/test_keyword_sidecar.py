@@ -183,7 +183,10 @@ async def test_updates_deletes_and_forget_never_return_old_text(store: SqliteFac
     _same_top(got, _exact(store, "u1", ["morning"]), 500)
 
     await _ready(store, "u2")
+    files = store.keyword_sidecars.files
+    assert files is not None and files.path("u|u1|").exists()
     await store.purge_user("u1")
+    assert not files.path("u|u1|").exists()  # forget leaves none of u1's words on disk
     assert store.keyword_sidecars.get(store._partitions(store.database.connection(), _pf("u2"))[0]) is not None
     assert await store.keyword_search(_pf("u1"), ["coffee", "morning"], limit=10) == []
 
@@ -241,3 +244,43 @@ def test_query_tokens_are_fts5_tokens() -> None:
     assert sc.tokens("Running") == ("run",)
     assert sc.tokens("coffee_garden") == ("coffe", "garden")
     assert sc.tokens("Café") == ("cafe",)
+
+
+async def test_the_sidecar_file_is_reused_and_a_stale_or_damaged_one_rebuilt(tmp_path: Path) -> None:
+    path = tmp_path / "side.db"
+    s = await _open(path)
+    await s.put_facts(_facts("u1", 200, 1), None)
+    await _ready(s, "u1")
+    assert s.keyword_sidecars.builds == 1
+    files = s.keyword_sidecars.files
+    assert files is not None
+    file = files.path("u|u1|")
+    assert file.exists()
+    await s.close()
+
+    async def reopen() -> SqliteFactStore:
+        s = await _open(path)
+        await _ready(s, "u1")
+        for terms in (["coffee", "zeppelin"], ["walking", "garden"], ["piano"]):
+            got = await s.keyword_search(_pf("u1"), terms, limit=10)
+            _same_top(got, _exact(s, "u1", terms), 10)
+        assert s.keyword_sidecars.served == 3
+        return s
+
+    s = await reopen()  # a new process: the file is loaded, not rebuilt
+    assert (s.keyword_sidecars.loads, s.keyword_sidecars.builds) == (1, 0)
+    await s.close()
+
+    s = await SqliteFactStore.open(path, keyword_index_min=0)  # an edit the file never saw
+    fact = (await s.list_facts(Scope(user_id="u1"), limit=1)).items[0]
+    await s.update_fact(fact.id, Scope(user_id="u1"), "zeppelin piano", None)
+    await s.close()
+    s = await reopen()
+    assert (s.keyword_sidecars.loads, s.keyword_sidecars.builds) == (0, 1)
+    await s.close()
+
+    file.write_bytes(file.read_bytes()[:1000])  # damaged
+    s = await reopen()
+    assert (s.keyword_sidecars.loads, s.keyword_sidecars.builds) == (0, 1)
+    assert file.stat().st_size > 1000  # written again
+    await s.close()

@@ -39,7 +39,7 @@ from memlane.stores.sqlite.dialect import DIALECT as _D
 from memlane.stores.sqlite.dialect import filter_sql as _filter_sql
 from memlane.stores.sqlite.dialect import run as _run
 from memlane.stores.sqlite.keyword import KeywordIndex, averages
-from memlane.stores.sqlite.keyword_sidecar import KeywordSidecars, index_min_rows
+from memlane.stores.sqlite.keyword_sidecar import KeywordFiles, KeywordSidecars, index_min_rows
 from memlane.stores.sqlite.vector import VectorIndex
 from memlane.stores.sqlite.vector_cache import CachedIndex as _CachedIndex
 from memlane.stores.sqlite.vector_cache import VectorCaches, prewarm_usearch
@@ -206,9 +206,8 @@ class SqliteFactStore(SqlFactStore):
         until a merge), and checkpoint and truncate the WAL. Deleted content is overwritten
         with zeros (``secure_delete``, set on every connection: see db.py)."""
         self._authors.clear()  # no forgotten speaker's name kept here
-        if self._sidecars is not None:  # no forgotten word kept in a postings index
-            for part in partitions:
-                self._sidecars.drop(part)
+        for part in partitions:  # no forgotten word kept in a postings index (memory or file)
+            self.keyword_sidecars.drop(part)
         with self._cache_lock:
             for part in partitions:
                 self._cache.pop(part, None)
@@ -266,10 +265,12 @@ class SqliteFactStore(SqlFactStore):
         """The postings indexes of large partitions and their builder (created on first use)."""
         if self._sidecars is None:
             db = self._db
+            on_disk = db.path != ":memory:" and not db.readonly and self.sidecar_min is not None
             self._sidecars = KeywordSidecars(
                 self.keyword_index_min or None,
                 background=db.path != ":memory:",
                 connect=db.connection,
+                files=KeywordFiles(db.path) if on_disk else None,
             )
         return self._sidecars
 

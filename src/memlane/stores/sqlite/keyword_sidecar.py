@@ -34,19 +34,24 @@ phrase keep the FTS5 path (stores/sqlite/keyword.py).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import math
 import os
+import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
 from memlane.errors import ConfigError
 from memlane.stores.sqlite.keyword import averages
+from memlane.stores.sqlite.vector_cache import partition_file_key
 
 log = logging.getLogger("memlane")
 
@@ -175,7 +180,7 @@ def tokenize_rows(rows: Sequence[tuple[int, str | None, str | None, str | None]]
             np.zeros((0, 3), np.uint16),
             np.zeros(0),
         )
-    codes = np.array(",".join(chunks).split(","), dtype=np.int64)
+    codes = np.fromstring(",".join(chunks), dtype=np.int64, sep=",")
     term_of = np.repeat(np.arange(len(names), dtype=np.int64), counts)
     doc = codes >> 2
     doclen = np.bincount(doc, minlength=n).astype(np.float64) + 1.0  # + the partition token
@@ -377,6 +382,96 @@ class PartitionIndex:
     delta_mask: npt.NDArray[np.bool_] | None = None
 
 
+#: The sidecar file format (a change makes old files unreadable: they are rebuilt).
+FORMAT = 1
+_ARRAYS = ("rowids", "doclen", "offsets", "docs", "tf", "tf_max", "len_min", "impact_order", "impact")
+
+
+class KeywordFiles:
+    """Postings indexes on disk: ``<db>.keywords/<key of the partition>.npz`` (one file per
+    partition, written under a temporary name and renamed into place; the partition's name is
+    not in the file name). A file is only ever a starting point: its stamp must match the
+    database's counters and its row count the partition's keyword rows up to its watermark,
+    else it is deleted and the index rebuilt."""
+
+    def __init__(self, db_path: str) -> None:
+        self.dir = Path(db_path + ".keywords")
+
+    def path(self, part: str) -> Path:
+        return self.dir / f"{partition_file_key(part)}.npz"
+
+    def save(self, idx: PartitionIndex) -> None:
+        main = idx.main
+        header = {
+            "format": FORMAT,
+            "appends": idx.appends,
+            "changes": idx.changes,
+            "generation": idx.generation,
+            "max_rowid": idx.max_rowid,
+            "impact_weights": list(main.impact_weights),
+            "impact_avgdl": main.impact_avgdl,
+        }
+        terms = sorted(main.terms, key=main.terms.__getitem__)
+        arrays = {name: getattr(main, name) for name in _ARRAYS}
+        tmp = self.dir / f".{partition_file_key(idx.part)}.{secrets.token_hex(6)}.tmp.npz"
+        try:
+            self.dir.mkdir(exist_ok=True)
+            with open(tmp, "wb") as f:
+                np.savez(f, header=np.array(json.dumps(header)), terms=np.array("\n".join(terms)), **arrays)
+            os.replace(tmp, self.path(idx.part))
+        except OSError as exc:  # a full disk, a read-only directory: the index stays in memory
+            log.warning("memlane: could not write the keyword index sidecar: %s", exc)
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    def load(self, c: sqlite3.Connection, part: str, stamp: tuple[int, int, str | None]) -> PartitionIndex | None:
+        """The file's index when it is whole and of this database state (appends may have
+        moved: the delta covers them); None otherwise (a stale or damaged file is deleted)."""
+        path = self.path(part)
+        if not path.exists():
+            return None
+        try:
+            with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
+                header = json.loads(str(z["header"]))
+                if header.get("format") != FORMAT or (header["changes"], header["generation"]) != stamp[1:]:
+                    raise ValueError("stale")
+                arrays = {name: z[name] for name in _ARRAYS}
+                text = str(z["terms"])
+            names = text.split("\n") if text else []
+            main = Postings(
+                terms={t: i for i, t in enumerate(names)},
+                impact_weights=tuple(header["impact_weights"]),
+                impact_avgdl=float(header["impact_avgdl"]),
+                **arrays,
+            )
+            n, m = len(main.rowids), len(main.docs)
+            ok = (
+                len(main.doclen) == n
+                and len(main.offsets) == len(names) + 1
+                and int(main.offsets[-1]) == m
+                and main.tf.shape == (m, 3)
+                and main.impact_order is not None
+                and len(main.impact_order) == m
+                and (m == 0 or (int(main.docs.max()) < n and int(main.docs.min()) >= 0))
+            )
+            held = c.execute(
+                "SELECT count(*) FROM facts f JOIN facts_fts x ON x.rowid = f.rowid"
+                " WHERE f.partition = ? AND f.rowid <= ?",
+                (part, int(header["max_rowid"])),
+            ).fetchone()[0]
+            if not ok or held != n:
+                raise ValueError("damaged or not this database's")
+        except Exception as exc:
+            log.debug("memlane: keyword index sidecar not used (%s); rebuilding", exc)
+            self.remove(part)
+            return None
+        return PartitionIndex(part, int(header["appends"]), stamp[1], stamp[2], int(header["max_rowid"]), main)
+
+    def remove(self, part: str) -> None:
+        with contextlib.suppress(OSError):
+            self.path(part).unlink()
+
+
 class KeywordSidecars:
     """The postings indexes of one store's large partitions and their background builder.
 
@@ -394,12 +489,14 @@ class KeywordSidecars:
         *,
         background: bool,
         connect: Callable[[], sqlite3.Connection],
+        files: KeywordFiles | None = None,
         rebuild_fraction: float = 0.05,
     ) -> None:
         self.min_rows = min_rows
         self.background = background
         self.rebuild_fraction = rebuild_fraction
         self._connect = connect
+        self.files = files
         self._indexes: dict[str, PartitionIndex] = {}
         self._small: dict[str, tuple[int, int, str | None]] = {}  # partitions under min_rows, by stamp
         self._lock = threading.Lock()
@@ -413,6 +510,7 @@ class KeywordSidecars:
         self.weights: tuple[float, float, float] = (1.0, 0.5, 1.0)
         #: observable counters (tests, benchmarks)
         self.builds = 0
+        self.loads = 0
         self.served = 0
         self.delta_builds = 0
 
@@ -431,14 +529,33 @@ class KeywordSidecars:
             return self._indexes.get(part)
 
     def drop(self, part: str) -> None:
+        """Forget ``part``'s index, in memory and on disk."""
         with self._lock:
             self._indexes.pop(part, None)
+        if self.files is not None:
+            self.files.remove(part)
 
     def clear(self) -> None:
         with self._lock:
             self._indexes.clear()
 
     # ------------------------------------------------------------------ building
+    def load_or_build(self, c: sqlite3.Connection, part: str) -> PartitionIndex | None:
+        """``part``'s sidecar file when it is of this database state, else a new index
+        (written to the sidecar file)."""
+        if self.files is not None:
+            stamp = self.stamp(c, part)
+            idx = self.files.load(c, part, stamp) if stamp is not None else None
+            if idx is not None:
+                with self._lock:
+                    self._indexes[part] = idx
+                    self.loads += 1
+                return idx
+        idx = self.build(c, part)
+        if idx is not None and self.files is not None:
+            self.files.save(idx)
+        return idx
+
     def build(self, c: sqlite3.Connection, part: str) -> PartitionIndex | None:
         """Read ``part``'s keyword rows and its stamp in one snapshot and index them."""
         c.execute("BEGIN")
@@ -498,7 +615,7 @@ class KeywordSidecars:
                 part = next(iter(self._queue))
                 self._busy = True
             try:
-                self.build(self._connect(), part)
+                self.load_or_build(self._connect(), part)
             except Exception:  # a failed build leaves the FTS5 path in place
                 if not self._closed:
                     log.exception("memlane: keyword index build failed")
