@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time
@@ -75,8 +76,14 @@ def show(value: object, limit: int = 60) -> str:
     return f"{type(value).__name__} {text}"
 
 
+#: An ASCII character that draws something (the others are control characters and space).
+_VISIBLE_ASCII = re.compile(r"[!-~]")
+
+
 def has_visible(text: str) -> bool:
     """True when ``text`` has at least one character that draws something."""
+    if text.isascii():  # one regex scan in C instead of a generator step per character
+        return _VISIBLE_ASCII.search(text) is not None
     return any(
         not ch.isspace() and ch not in _BLANK_CHARS and unicodedata.category(ch) not in _INVISIBLE_CATEGORIES
         for ch in text

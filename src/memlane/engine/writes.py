@@ -16,7 +16,7 @@ from memlane.engine.redaction import redact_messages, redact_metadata
 from memlane.errors import InvalidInputError, ScopeError, UsageError
 from memlane.formation.runner import FormationRunner
 from memlane.ingest import messages as messages_
-from memlane.ingest.bulk import CHUNK_ROWS, AddBatch, as_batch
+from memlane.ingest.bulk import CHUNK_ROWS, AddBatch, as_batch, collector_paused
 from memlane.ingest.documents import split_documents
 from memlane.ingest.messages import Message
 from memlane.models import Fact, Job, Scope
@@ -188,6 +188,10 @@ class Writer:
     async def add_many(self, batches: Iterable[AddBatch | Mapping[str, Any]], *, embed: object) -> list[Rows]:
         """:meth:`memlane.memory.AsyncMemory.add_many`, arguments unchecked."""
         priority = inputs.embed_priority(embed)
+        with collector_paused():  # every row built here lives until the call returns
+            return await self._add_many(batches, priority)
+
+    async def _add_many(self, batches: Iterable[AddBatch | Mapping[str, Any]], priority: str) -> list[Rows]:
         checked: list[tuple[Rows, list[int]]] = []
         for index, item in enumerate(batches):
             try:

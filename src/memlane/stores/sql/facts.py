@@ -17,13 +17,13 @@ from datetime import datetime
 from typing import Any
 
 from memlane.errors import ConflictError, InvalidInputError, NotFoundError
-from memlane.models import Fact, PartitionFilter, Reflection, Scope, content_hash, new_id, utcnow
+from memlane.models import Fact, PartitionFilter, Reflection, Scope, content_hash, fact_copy, new_id, utcnow
 from memlane.policy import merge_provenance, resolve_change
-from memlane.retrieval.context import CONTEXT_RADIUS, affected_range, neighbour_context
+from memlane.retrieval.context import CONTEXT_RADIUS, affected_range, neighbour_context, neighbour_contexts
 from memlane.retrieval.text import date_words, keyword_text
 from memlane.stores.base import AppliedChange, FactChange, Vector
 from memlane.stores.sql.dialect import FACT_COLS, Dialect, NewFact
-from memlane.stores.sql.stmt import MANY, Program, Row, Stmt, all_rows, count, one, run_all
+from memlane.stores.sql.stmt import MANY, Memo, Program, Row, Stmt, all_rows, count, one, run_all
 
 __all__ = [
     "add_contributors",
@@ -223,7 +223,7 @@ def insert_facts(
                 seq = next_seq.get(key, 0)
             if seq is not None:
                 next_seq[key] = max(next_seq.get(key, 0), seq + 1)
-        stored = f.model_copy(update={"hash": h, "seq": seq, "embedding": None})
+        stored = fact_copy(f, {"hash": h, "seq": seq, "embedding": None})
         new.append((i, stored))
         if stored.invalid_at is None:  # a later identical fact of this call finds this one
             found[(part, h)] = stored
@@ -232,7 +232,7 @@ def insert_facts(
         return out
     rowids = yield from d.new_rowids(len(new))
     ctx = yield from _new_context(d, [(parts[i], r, f) for (i, f), r in zip(new, rowids, strict=True)], stored_max)
-    dates = {when: date_words(when) for when in dict.fromkeys(s.occurred_at for _, s in new)}
+    dates = Memo(date_words)
     rows_new = [
         NewFact(
             rowid=r,
@@ -256,12 +256,12 @@ def insert_facts(
             [(p, d.text(a)) for p, a in authors],
             MANY,
         )
-    at, who = d.ts(now), d.text(actor)
+    at, who, text, ts = d.ts(now), d.text(actor), d.text, Memo(d.ts)  # one timestamp value per distinct time
     yield Stmt(
         "INSERT INTO history (id, fact_id, user_id, event, old_content, new_content, actor, at, effective_at)"
         " VALUES (?,?,?,?,?,?,?,?,?)",
         [
-            (new_id(), d.text(s.id), d.text(s.user_id), "ADD", None, d.text(s.content), who, at, d.ts(s.valid_from))
+            (new_id(), text(s.id), text(s.user_id), "ADD", None, text(s.content), who, at, ts[s.valid_from])
             for _, s in new
         ],
         MANY,
@@ -293,7 +293,8 @@ def _new_context(
             by_session.setdefault((part, f.session_id), []).append((f.seq, rowid, f.content))
     out: dict[int, str] = {}
     for (part, session_id), turns in by_session.items():
-        lo, hi = min(t[0] for t in turns), max(t[0] for t in turns)
+        seqs = [t[0] for t in turns]
+        lo, hi = min(seqs), max(seqs)
         by_seq = {seq: text for seq, _, text in turns}
         stored: list[tuple[int, int, Any]] = []  # (rowid, seq, ctx) of stored turns whose context changes
         top = stored_max.get((part, session_id))
@@ -304,10 +305,12 @@ def _new_context(
             valid = [r for r in rows if r[3]]
             by_seq = {r[1]: r[2] for r in valid} | by_seq
             stored = [(r[0], r[1], r[4]) for r in valid if lo - CONTEXT_RADIUS <= r[1] <= hi + CONTEXT_RADIUS]
-        for seq, rowid, _ in turns:
-            out[rowid] = keyword_text(neighbour_context(by_seq, seq))
+        for (_, rowid, _), ctx in zip(turns, neighbour_contexts(by_seq, seqs), strict=True):
+            out[rowid] = keyword_text(ctx)
         changes = [
-            (ctx, rowid) for rowid, seq, old in stored if (ctx := keyword_text(neighbour_context(by_seq, seq))) != old
+            (ctx, rowid)
+            for (rowid, _, old), joined in zip(stored, neighbour_contexts(by_seq, [r[1] for r in stored]), strict=True)
+            if (ctx := keyword_text(joined)) != old
         ]
         if changes:
             yield Stmt(d.set_context_sql, changes, MANY)

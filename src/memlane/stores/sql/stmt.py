@@ -18,7 +18,21 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-__all__ = ["ALL", "COUNT", "EXEC", "MANY", "ONE", "Program", "Row", "Stmt", "all_rows", "count", "one", "run_all"]
+__all__ = [
+    "ALL",
+    "COUNT",
+    "EXEC",
+    "MANY",
+    "ONE",
+    "Memo",
+    "Program",
+    "Row",
+    "Stmt",
+    "all_rows",
+    "count",
+    "one",
+    "run_all",
+]
 
 T = TypeVar("T")
 
@@ -41,6 +55,19 @@ class Stmt:
     sql: str
     args: Sequence[Any] = ()
     fetch: Fetch = EXEC
+
+
+class Memo(dict[Any, Any]):
+    """``memo[x]`` is ``fn(x)``, computed once per distinct ``x`` (a bulk insert's rows share
+    a few timestamps: one ``isoformat`` per distinct time, not one per row and column)."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def __missing__(self, key: Any) -> Any:
+        value = self[key] = self.fn(key)
+        return value
 
 
 #: An algorithm: yields statements, is sent their results, returns ``T``.

@@ -19,7 +19,7 @@ import numpy as np
 from memlane.models import Fact, FactFilter, as_utc, metadata_path, utcnow
 from memlane.stores.base import Vector
 from memlane.stores.sql.dialect import FACT_COLS, Dialect, NewFact, filter_conditions
-from memlane.stores.sql.stmt import ALL, COUNT, EXEC, MANY, ONE, Program, Row, Stmt, drive, one
+from memlane.stores.sql.stmt import ALL, COUNT, EXEC, MANY, ONE, Memo, Program, Row, Stmt, drive, one
 from memlane.stores.sqlite.fts import partition_token
 
 __all__ = ["DIALECT", "SqliteDialect", "filter_sql", "row_to_fact", "run"]
@@ -177,6 +177,7 @@ class SqliteDialect(Dialect):
         return list(range(start, start + n))
 
     def insert_facts(self, rows: Sequence[NewFact]) -> list[Stmt]:
+        stamp, dumps = Memo(iso), json.dumps  # one isoformat per distinct time (a batch shares a few)
         facts = [
             (
                 r.rowid,
@@ -191,21 +192,21 @@ class SqliteDialect(Dialect):
                 s.kind,
                 s.author,
                 s.seq,
-                iso(s.occurred_at),
-                iso(s.formed_at),
-                iso(s.updated_at),
+                stamp[s.occurred_at],
+                stamp[s.formed_at],
+                stamp[s.updated_at],
                 s.access_count,
                 s.version,
-                json.dumps(s.source_event_ids) if s.source_event_ids else "[]",
-                iso(s.valid_from),
-                iso(s.invalid_at),
-                json.dumps(s.metadata),
+                dumps(s.source_event_ids) if s.source_event_ids else "[]",
+                stamp[s.valid_from],
+                stamp[s.invalid_at],
+                dumps(s.metadata) if s.metadata else "{}",
                 r.vector.astype(np.float32).tobytes() if r.vector is not None else None,
             )
             for r in rows
             for s in (r.fact,)
         ]
-        tokens = {part: partition_token(part) for part in dict.fromkeys(r.partition for r in rows)}
+        tokens = Memo(partition_token)
         keyword = [(r.rowid, tokens[r.partition], (r.fact.author or "").lower(), r.text, r.ctx, r.date) for r in rows]
         return [
             Stmt(f"INSERT INTO facts ({FACT_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", facts, MANY),
