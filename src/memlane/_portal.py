@@ -13,11 +13,19 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from memlane.errors import UsageError
 
 T = TypeVar("T")
+
+
+class Meanwhile(Protocol):
+    """Work the calling thread does while the loop runs its coroutine (:meth:`LoopThread.call`)."""
+
+    def run(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class LoopThread:
@@ -47,10 +55,21 @@ class LoopThread:
         """True in a process forked after this portal was created (its loop thread is not here)."""
         return os.getpid() != self.pid
 
-    def call(self, coro: Coroutine[Any, Any, T], *, timeout: float | None = None) -> T:
+    def call(
+        self, coro: Coroutine[Any, Any, T], *, timeout: float | None = None, meanwhile: Meanwhile | None = None
+    ) -> T:
         """Run ``coro`` on the private loop and return its result (exceptions propagate).
         With ``timeout``, a coroutine still running after that many seconds is cancelled,
-        :attr:`stuck` is set and TimeoutError raised (used only at interpreter exit)."""
+        :attr:`stuck` is set and TimeoutError raised (used only at interpreter exit).
+        ``meanwhile``: work for this thread while the loop runs ``coro`` (``run()``, then
+        ``close()`` once ``coro`` is done or was not started)."""
+        try:
+            return self._call(coro, timeout, meanwhile)
+        finally:
+            if meanwhile is not None:
+                meanwhile.close()
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None, meanwhile: Meanwhile | None) -> T:
         if self.forked:
             coro.close()
             raise UsageError(
@@ -65,6 +84,8 @@ class LoopThread:
             coro.close()
             raise UsageError("this Memory is closed")
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        if meanwhile is not None:
+            meanwhile.run()
         if timeout is None:
             return future.result()
         try:

@@ -43,7 +43,7 @@ from memlane.engine.context import (
 from memlane.engine.directory import DirectoryMethods
 from memlane.engine.documents import DocumentMethods
 from memlane.engine.embeddings import QUERY_CACHE_SIZE as QUERY_CACHE_SIZE  # re-exported
-from memlane.engine.embeddings import EmbeddingLifecycle, EmbeddingMethods
+from memlane.engine.embeddings import EmbeddingLifecycle, EmbeddingMethods, Prestart
 from memlane.engine.formation import FormationMethods
 from memlane.engine.identity import IdentityMethods, resolve_user
 from memlane.engine.opening import open_parts
@@ -269,7 +269,13 @@ class AsyncMemory(
         latin, red = is_latin_only(parts.embedder), parts.redactor
         self._writer = Writer(self.facts, self._embeddings, self.formation, red)
         self.search_engine = Searcher(
-            self.facts, self.retrieval, self._embeddings.embed_queries, latin_only=latin, redactor=red
+            self.facts,
+            self.retrieval,
+            self._embeddings.embed_queries,
+            latin_only=latin,
+            redactor=red,
+            query_vectors=self._embeddings.query_vectors,
+            remember_vectors=self._embeddings.remember,
         )
         self._opened = True
 
@@ -652,6 +658,28 @@ class AsyncMemory(
             match_threshold=match_threshold,
             unique=unique,
         )
+
+    def _search_prestart(
+        self, query: str | Sequence[str], *, mode: str = "hybrid", match_threshold: float | None = None
+    ) -> Prestart | None:
+        """For the sync facade (:class:`memlane.Memory`), in the thread about to wait for a
+        :meth:`search` with these arguments: the query embeddings that search will need,
+        registered for that thread to compute while the search's keyword stage runs
+        (:meth:`Prestart.run`; the search then waits for them instead of embedding). None when
+        there is nothing to compute ahead (keyword mode, cached queries, a remote embedder, a
+        memory not opened yet, arguments the search will refuse). Issue 22."""
+        try:
+            if not self._opened or self.embedder is None or mode not in ("hybrid", "vector"):
+                return None
+            if mode == "hybrid" and self.retrieval.vector_weight <= 0:
+                return None
+            queries = inputs.queries(query, MAX_QUERIES)
+            threshold = inputs.optional_number(match_threshold, "match_threshold", -1.0, 1.0)
+            engine = self.search_engine
+            queries, _ = engine.redacted(queries, None)
+            return self._embeddings.prestart([queries[i] for i in engine.vector_queries(queries, threshold)])
+        except Exception:  # the search itself reports bad arguments
+            return None
 
     # ------------------------------------------------------------------ context
     @opening

@@ -353,7 +353,8 @@ class Memory:
         as_of: datetime | str | None = None,
         valid_at: datetime | str | None = None,
     ) -> SearchResult:
-        """See :meth:`AsyncMemory.search`."""
+        """See :meth:`AsyncMemory.search` (the query is embedded in this thread meanwhile:
+        :meth:`AsyncMemory._search_prestart`)."""
         return self._portal.call(
             self._async.search(
                 query,
@@ -368,7 +369,8 @@ class Memory:
                 unique=unique,
                 as_of=as_of,
                 valid_at=valid_at,
-            )
+            ),
+            meanwhile=self._async._search_prestart(query, mode=mode, match_threshold=match_threshold),
         )
 
     def get(

@@ -1,9 +1,11 @@
 """Issue 22: a small-scope search on SQLite pays few thread hand-offs (mechanism, not timings).
 
-One ``AsyncMemory.search`` on a scope of a few hundred memories: the keyword statement also
-reads the partitions' authors (the engine's author boost is then served without a hand-off),
-the vector stage scores on the SQL thread in the call that loaded its index, and nothing
-else runs on a thread but the hits' rows and the query embedding.
+One ``AsyncMemory.search`` on a scope of a few hundred memories runs as one program on the
+SQL thread (round 2: ``SqliteFactStore.run_search``): the keyword statement, which also reads
+the partitions' authors (the engine's author boost is then served without a hand-off), the
+vector scoring in the call that loaded its index, the fusion and the hits' rows; nothing else
+runs on a thread but the query embedding. Without programs (``Searcher.programs = False``, the
+path of stores that cannot run one) the stages are one call each.
 """
 
 from __future__ import annotations
@@ -64,14 +66,18 @@ async def test_small_scope_search_hand_offs(tmp_path: Path, monkeypatch: pytest.
     async with AsyncMemory(tmp_path / "m.db", embedder="hash", sessions="null") as mem:
         await mem.add_many([{"messages": _turns(300), "user_id": "u1", "session_id": "s1"}])
         await mem.drain_embeddings()  # no background write while counting
-        for mode, runs in (("keyword", 2), ("hybrid", 3)):
+        cases = (("keyword", True, 1), ("hybrid", True, 1), ("keyword", False, 2), ("hybrid", False, 3))
+        for mode, programs, runs in cases:
+            mem.search_engine.programs = programs
             warm = await mem.search("what did alice say about the piano", user_id="u1", mode=mode)
             assert warm.hits
             await mem.facts.settle_access()
             count = _Count(monkeypatch)
             got = await mem.search("what did alice say about the piano", user_id="u1", mode=mode)
-            # keyword (+ authors), [vector load + scoring], the hits' rows: nothing else
+            # one program; or keyword (+ authors), [vector load + scoring], the hits' rows
             assert count.runs == runs, (mode, count.names)
+            if programs:
+                assert count.names == ["SqliteFactStore.run_search.<locals>.<lambda>"]
             assert not any("vector_search" in name for name in count.store_threads)
             assert [h.fact.id for h in got.hits] == [h.fact.id for h in warm.hits]
             assert got.hits[0].fact.author == "alice"  # the author boost had its authors
@@ -93,7 +99,7 @@ async def test_large_scope_scores_off_the_sql_thread(tmp_path: Path, monkeypatch
         count = _Count(monkeypatch)
         threaded = await mem.facts.vector_search(pf, vec, limit=10)
         assert count.runs == 1, count.names
-        assert count.store_threads == ["SqliteFactStore.vector_search.<locals>.search"]
+        assert count.store_threads == ["_VectorScan.score"]
         assert [(c.fact_id, c.score) for c in threaded] == [(c.fact_id, c.score) for c in inline]
 
 

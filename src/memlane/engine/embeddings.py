@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -19,18 +22,75 @@ import numpy as np
 from memlane import inputs
 from memlane.engine.base import EngineState, opening
 from memlane.engine.status import EmbeddingProgress
-from memlane.errors import ProviderError
+from memlane.errors import EmbedderError, ProviderError
 from memlane.ingest.embedding_queue import EmbeddingQueue, Priority, set_embeddings
-from memlane.providers.embed.base import Embedder, Matrix, check_matrix, embed_query_texts
+from memlane.providers.embed.base import (
+    Embedder,
+    Matrix,
+    check_matrix,
+    embed_query_texts,
+    sync_query_embedding,
+)
 from memlane.providers.embed.windows import Embedded, Windowing, extra_windows, window_limit
 from memlane.stores.base import FactStore
 
-__all__ = ["QUERY_CACHE_SIZE", "EmbeddingLifecycle", "EmbeddingMethods"]
+__all__ = ["QUERY_CACHE_SIZE", "EmbeddingLifecycle", "EmbeddingMethods", "Prestart"]
 
 log = logging.getLogger("memlane")
 
 #: Query embeddings kept in memory (LRU).
 QUERY_CACHE_SIZE = 1024
+
+
+class _Timed(Future[Matrix]):
+    """A query embedding's future that knows when its result arrived (``perf_counter``)."""
+
+    ready_at = 0.0
+
+    def set_result(self, result: Matrix) -> None:
+        self.ready_at = time.perf_counter()
+        super().set_result(result)
+
+
+class Prestart:
+    """Query embeddings a thread computes itself while the search it waits for runs (the
+    sync facade, issue 22): :meth:`EmbeddingLifecycle.prestart` registers them, :meth:`run`
+    embeds them in the calling thread, :meth:`close` settles what :meth:`run` did not and
+    forgets the entries the search did not take."""
+
+    def __init__(
+        self, owner: EmbeddingLifecycle, embed: Callable[[list[str]], Matrix], futures: dict[str, _Timed]
+    ) -> None:
+        self.owner, self.embed, self.futures = owner, embed, futures
+
+    def run(self) -> None:
+        """Embed the registered texts here (an embedder error goes to the search, which then
+        searches by keywords as it would have; nothing is raised)."""
+        pending = {t: f for t, f in self.futures.items() if not f.done()}
+        if not pending:
+            return
+        texts = list(pending)
+        embedder = self.owner.embedder
+        assert embedder is not None
+        try:
+            out = check_matrix(self.embed(texts), len(texts), embedder.dim, embedder.name)
+        except Exception as exc:
+            for f in pending.values():
+                f.set_exception(exc)
+            return
+        except BaseException:  # KeyboardInterrupt: the search must not wait for vectors forever
+            self.close()
+            raise
+        for t, v in zip(texts, out, strict=True):
+            pending[t].set_result(v)
+
+    def close(self) -> None:
+        """Fail what was not embedded, forget the entries still registered (idempotent)."""
+        for t, f in self.futures.items():
+            if not f.done():
+                f.set_exception(EmbedderError("the query embedding was not computed"))
+            if self.owner.prestarted.get(t) is f:
+                self.owner.prestarted.pop(t, None)
 
 
 class EmbeddingLifecycle:
@@ -59,6 +119,11 @@ class EmbeddingLifecycle:
         self.pending = True
         #: The background queue (``add(embed="high"|"normal"|"low")``), made on first use.
         self.queue: EmbeddingQueue | None = None
+        #: Query embeddings being computed by the threads waiting for searches (:meth:`prestart`).
+        self.prestarted: dict[str, _Timed] = {}
+        #: Query embeddings of :meth:`query_vectors` (a blocking embedder off the event loop).
+        self._query_pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     async def embed(self, texts: list[str], query: bool = False) -> Matrix | None:
         """The embedder's checked vectors for ``texts`` (None without an embedder or texts)."""
@@ -99,6 +164,11 @@ class EmbeddingLifecycle:
         """Embed queries through a small LRU cache: agents repeat queries (preload per turn)."""
         assert self.embedder is not None
         missing = [q for q in dict.fromkeys(queries) if q not in self.query_cache]
+        taken = {q: f for q in missing if (f := self.prestarted.pop(q, None)) is not None}
+        if taken:  # embedded by the thread waiting for this search
+            missing = [q for q in missing if q not in taken]
+            for q, f in taken.items():
+                self.query_cache[q] = await asyncio.wrap_future(f)
         if missing:
             vecs = await self.embed(missing, query=True)
             assert vecs is not None
@@ -109,6 +179,82 @@ class EmbeddingLifecycle:
         while len(self.query_cache) > QUERY_CACHE_SIZE:
             self.query_cache.popitem(last=False)
         return np.stack([self.query_cache[q] for q in queries])
+
+    def prestart(self, texts: list[str]) -> Prestart | None:
+        """Register query texts a thread about to wait for a search embeds itself (any
+        thread; :class:`Prestart`): those neither cached nor being embedded already. None when
+        there are none, without a blocking embedder, or before the store knows its vectors'
+        dimension (the first embedding binds it, on the event loop)."""
+        embedder = self.embedder
+        if embedder is None or self.facts.dim is None:
+            return None
+        embed = sync_query_embedding(embedder)
+        if embed is None:
+            return None
+        mine: dict[str, _Timed] = {}
+        for t in dict.fromkeys(texts):
+            if t in self.query_cache or t in self.prestarted:
+                continue
+            f = _Timed()
+            if self.prestarted.setdefault(t, f) is f:
+                mine[t] = f
+        return Prestart(self, embed, mine) if mine else None
+
+    def query_vectors(self, queries: list[str]) -> Callable[[], tuple[Matrix, float]] | None:
+        """The queries' vectors without the event loop: a blocking function returning them
+        (stacked) and when the last of them was computed (``time.perf_counter``; 0.0 when all
+        were cached), to call on another thread: from the cache, from the embeddings a waiting
+        thread computes (:meth:`prestart`) and, for the rest, from the embedder's blocking path
+        started now on a worker thread. Raises the embedder's error. None without a blocking
+        path for a query that needs one (the caller awaits :meth:`embed_queries`). Record the
+        result with :meth:`remember`."""
+        embedder = self.embedder
+        if embedder is None or self.facts.dim is None:
+            return None
+        cached = {q: self.query_cache[q] for q in queries if q in self.query_cache}
+        need = [q for q in dict.fromkeys(queries) if q not in cached]
+        embed = sync_query_embedding(embedder)
+        if embed is None and any(q not in self.prestarted for q in need):
+            return None
+        taken = {q: f for q in need if (f := self.prestarted.pop(q, None)) is not None}
+        missing = [q for q in need if q not in taken]
+        job: Future[tuple[Matrix, float]] | None = None
+        if missing:
+            assert embed is not None
+
+            def compute() -> tuple[Matrix, float]:
+                out = check_matrix(embed(missing), len(missing), embedder.dim, embedder.name)
+                return out, time.perf_counter()
+
+            job = self._pool().submit(compute)
+
+        def get() -> tuple[Matrix, float]:
+            vecs = dict(cached)
+            ready = 0.0
+            for q, f in taken.items():
+                vecs[q] = f.result()
+                ready = max(ready, f.ready_at)
+            if job is not None:
+                out, at = job.result()
+                vecs.update(zip(missing, out, strict=True))
+                ready = max(ready, at)
+            return np.stack([vecs[q] for q in queries]), ready
+
+        return get
+
+    def remember(self, queries: list[str], vectors: Matrix) -> None:
+        """Keep :meth:`query_vectors`' result in the query cache (on the event loop)."""
+        for q, v in zip(queries, vectors, strict=True):
+            self.query_cache[q] = v
+            self.query_cache.move_to_end(q)
+        while len(self.query_cache) > QUERY_CACHE_SIZE:
+            self.query_cache.popitem(last=False)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._query_pool is None:
+                self._query_pool = ThreadPoolExecutor(2, thread_name_prefix="memlane-query")
+            return self._query_pool
 
     async def embed_or_defer(self, texts: list[str], windowed: Sequence[bool] | None = None) -> Embedded | None:
         """Embed for storage (:meth:`embed_stored`); on provider failure store without vectors
@@ -176,6 +322,10 @@ class EmbeddingLifecycle:
         """Stop the background worker (what it had not embedded is embedded after the next open)."""
         if self.queue is not None:
             await self.queue.close()
+        with self._pool_lock:
+            pool, self._query_pool = self._query_pool, None
+        if pool is not None:
+            await asyncio.to_thread(pool.shutdown)
 
 
 class EmbeddingMethods(EngineState):

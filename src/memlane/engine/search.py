@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from memlane.engine.redaction import ID_KEYS
@@ -33,9 +34,10 @@ from memlane.models import (
 from memlane.privacy.redaction import Redactor
 from memlane.providers.embed.base import Matrix
 from memlane.retrieval.feedback import expansion_terms, mix
+from memlane.retrieval.fusion import Fused
 from memlane.retrieval.hybrid import RetrievalConfig, fuse
 from memlane.retrieval.text import mostly_non_latin, parse_query, query_terms
-from memlane.stores.base import FactStore
+from memlane.stores.base import FactStore, SearchPrograms, SyncSearchReads
 
 log = logging.getLogger("memlane")
 
@@ -110,6 +112,32 @@ def redact_contributor(fact: Fact, reader: str | None) -> Fact:
     return fact
 
 
+def _boosted(found: list[Candidate], boost: set[str], factor: float, limit: int) -> list[Candidate]:
+    """Keyword candidates with the author boost applied (``boost``: lower-cased authors the
+    query names), best first, at most ``limit``."""
+    if not boost:
+        return found
+    for c in found:
+        if c.author is not None and c.author.lower() in boost:
+            c.score *= factor
+    found.sort(key=lambda c: -c.score)
+    return found[:limit]
+
+
+@dataclass
+class _Ran:
+    """What a search program (:meth:`Searcher._program`, on the store's thread) found."""
+
+    kw_lists: list[list[Candidate]]
+    #: None: the scope is too large to score vectors there (the event loop's path does)
+    vec_lists: list[list[Candidate]] | None = None
+    qvecs: Matrix | None = None
+    fused: list[Fused] = field(default_factory=list)
+    rows: dict[str, Fact] = field(default_factory=dict)
+    #: the query vectors (blocking), for the event loop's path of a large scope
+    vectors: Callable[[], tuple[Matrix, float]] | None = None
+
+
 class Searcher:
     """Hybrid search over one :class:`FactStore` (the engine's ``search``).
 
@@ -135,16 +163,24 @@ class Searcher:
         *,
         latin_only: bool = False,
         redactor: Redactor | None = None,
+        query_vectors: Callable[[list[str]], Callable[[], tuple[Matrix, float]] | None] | None = None,
+        remember_vectors: Callable[[list[str], Matrix], None] | None = None,
     ) -> None:
         self.facts = facts
         self.config = config
         self.embed_queries = embed_queries
         self.latin_only = latin_only
         self.redactor = redactor
+        self.query_vectors = query_vectors
+        self.remember_vectors = remember_vectors
+        #: Run a search as one program on the store's thread when the store can
+        #: (:class:`SearchPrograms`; tests compare both paths).
+        self.programs = True
 
-    def _redacted(
+    def redacted(
         self, queries: list[str], filters: Mapping[str, Any] | None
     ) -> tuple[list[str], Mapping[str, Any] | None]:
+        """The queries and filters as search reads them (the engine's redaction applied)."""
         red = self.redactor
         if red is None:
             return queries, filters
@@ -195,18 +231,28 @@ class Searcher:
     async def _keyword_once(
         self, pf: PartitionFilter, query: str, authors: Sequence[str], *, limit: int, flt: FactFilter
     ) -> list[Candidate]:
-        cfg = self.config
-        kq = parse_query(query, authors, author_boost=cfg.author_boost)
+        kq = parse_query(query, authors, author_boost=self.config.author_boost)
         boost = {a.lower() for a in kq.boost_authors}
         fetch = limit * BOOST_OVERFETCH if boost else limit
         found = await self.facts.keyword_search(pf, kq.terms, limit=fetch, filter=flt)
-        if not boost:
-            return found
-        for c in found:
-            if c.author is not None and c.author.lower() in boost:
-                c.score *= kq.author_boost
-        found.sort(key=lambda c: -c.score)
-        return found[:limit]
+        return _boosted(found, boost, kq.author_boost, limit)
+
+    def _keyword_sync(
+        self,
+        reads: SyncSearchReads,
+        pf: PartitionFilter,
+        query: str,
+        authors: Sequence[str],
+        *,
+        limit: int,
+        flt: FactFilter,
+    ) -> list[Candidate]:
+        """:meth:`_keyword_once` inside a search program."""
+        kq = parse_query(query, authors, author_boost=self.config.author_boost)
+        boost = {a.lower() for a in kq.boost_authors}
+        fetch = limit * BOOST_OVERFETCH if boost else limit
+        found = reads.keyword_search(pf, kq.terms, limit=fetch, filter=flt)
+        return _boosted(found, boost, kq.author_boost, limit)
 
     async def search(
         self,
@@ -222,7 +268,7 @@ class Searcher:
         unique: bool = False,
     ) -> SearchResult:
         t0 = time.perf_counter()
-        queries, filters = self._redacted(queries, filters)
+        queries, filters = self.redacted(queries, filters)
         cfg = call_config(self.config, mode, match_threshold)
         requested, only = fact_filter(filters)
         narrowed = requested.in_session(scope.session_id)
@@ -239,7 +285,85 @@ class Searcher:
         t = time.perf_counter()
         readable = self.vector_queries(queries, match_threshold)
         use_vectors = use_vectors and self.embed_queries is not None and cfg.vector_weight > 0 and bool(readable)
-        # the vector side (embedding, then its statements) runs while the keyword side does
+        ran = await self._run_program(
+            scope, pf, queries, readable, mode=mode, depth=depth, top_k=top_k, flt=flt, cfg=cfg,
+            use_vectors=use_vectors, timings=timings, t=t,
+        )  # fmt: skip
+        if ran is not None and ran.vec_lists is not None:
+            kw_lists, vec_lists, qvecs, fused, rows = ran.kw_lists, ran.vec_lists, ran.qvecs, ran.fused, ran.rows
+            t = time.perf_counter()
+        else:
+            vec_task: asyncio.Future[tuple[Matrix | None, list[list[Candidate]]]] | None
+            if ran is not None:  # a large scope: its vectors are scored off the store's thread
+                kw_lists = ran.kw_lists
+                vec_task = (
+                    asyncio.ensure_future(
+                        self._vectors(pf, queries, readable, depth=depth, flt=flt, timings=timings, got=ran.vectors)
+                    )
+                    if ran.vectors is not None
+                    else None
+                )
+            else:
+                kw_lists, vec_task = await self._keywords_and_vectors(
+                    scope, pf, queries, readable, mode=mode, depth=depth, flt=flt, use_vectors=use_vectors,
+                    timings=timings, t=t,
+                )  # fmt: skip
+            qvecs, vec_lists = await vec_task if vec_task is not None else (None, [])
+            t = time.perf_counter()
+            fused = fuse(kw_lists, vec_lists, cfg, top_k=top_k)
+            # the hits' rows: those the candidate search returned (PostgreSQL), the rest read
+            rows = {c.fact_id: c.fact for lst in (*kw_lists, *vec_lists) for c in lst if c.fact is not None}
+            missing = [f.key for f in fused if f.key not in rows]
+            if missing:
+                rows.update(await self.facts.get_facts(missing, scope, settle=False))
+        hits: list[Hit] = []
+        for f in fused:
+            fact = rows.get(f.key)
+            if fact is None:
+                continue
+            fact = redact_contributor(fact, scope.user_id)
+            kr = min((r for n, r in f.ranks.items() if n.startswith("keyword")), default=None)
+            vr = min((r for n, r in f.ranks.items() if n.startswith("vector")), default=None)
+            ks = max((s for n, s in f.raw.items() if n.startswith("keyword")), default=None)
+            vs = max((s for n, s in f.raw.items() if n.startswith("vector")), default=None)
+            hits.append(
+                Hit(fact=fact, score=f.score, keyword_rank=kr, vector_rank=vr, keyword_score=ks, vector_score=vs)
+            )
+        if unique:
+            hits = dedupe(hits)
+        hits = hits[:wanted]
+        timings["fuse_fetch_ms"] = timings.get("fuse_fetch_ms", 0.0) + (time.perf_counter() - t) * 1000
+        await self.facts.record_access([h.fact.id for h in hits])
+        timings["total_ms"] = (time.perf_counter() - t0) * 1000
+        dbg = None
+        if debug:
+            dbg = {
+                "timings": timings,
+                "queries": queries,
+                "keyword": [[(c.fact_id, c.score) for c in lst] for lst in kw_lists],
+                "vector": [[(c.fact_id, c.score) for c in lst] for lst in vec_lists],
+                "config": cfg.model_dump(),
+                "vectors_used": qvecs is not None,
+                "filter": flt,
+            }
+        return SearchResult(hits=hits, debug=dbg)
+
+    async def _keywords_and_vectors(
+        self,
+        scope: Scope,
+        pf: PartitionFilter,
+        queries: list[str],
+        readable: list[int],
+        *,
+        mode: SearchMode,
+        depth: int,
+        flt: FactFilter,
+        use_vectors: bool,
+        timings: dict[str, float],
+        t: float,
+    ) -> tuple[list[list[Candidate]], asyncio.Future[tuple[Matrix | None, list[list[Candidate]]]] | None]:
+        """The keyword lists, with the vector side (embedding, then its statements) started
+        first so that it runs while the keyword side does (one store call per stage)."""
         vec_task = (
             asyncio.ensure_future(self._vectors(pf, queries, readable, depth=depth, flt=flt, timings=timings))
             if use_vectors
@@ -270,46 +394,78 @@ class Searcher:
                 await asyncio.gather(vec_task, return_exceptions=True)
             raise
         timings["keyword_ms"] = (time.perf_counter() - t) * 1000
-        qvecs, vec_lists = await vec_task if vec_task is not None else (None, [])
-        t = time.perf_counter()
-        fused = fuse(kw_lists, vec_lists, cfg, top_k=top_k)
-        # the hits' rows: those the candidate search returned (PostgreSQL), the rest read
-        rows = {c.fact_id: c.fact for lst in (*kw_lists, *vec_lists) for c in lst if c.fact is not None}
-        found = {f.key: rows[f.key] for f in fused if f.key in rows}
-        missing = [f.key for f in fused if f.key not in found]
-        if missing:
-            found.update(await self.facts.get_facts(missing, scope, settle=False))
-        hits: list[Hit] = []
-        for f in fused:
-            fact = found.get(f.key)
-            if fact is None:
-                continue
-            fact = redact_contributor(fact, scope.user_id)
-            kr = min((r for n, r in f.ranks.items() if n.startswith("keyword")), default=None)
-            vr = min((r for n, r in f.ranks.items() if n.startswith("vector")), default=None)
-            ks = max((s for n, s in f.raw.items() if n.startswith("keyword")), default=None)
-            vs = max((s for n, s in f.raw.items() if n.startswith("vector")), default=None)
-            hits.append(
-                Hit(fact=fact, score=f.score, keyword_rank=kr, vector_rank=vr, keyword_score=ks, vector_score=vs)
-            )
-        if unique:
-            hits = dedupe(hits)
-        hits = hits[:wanted]
-        timings["fuse_fetch_ms"] = (time.perf_counter() - t) * 1000
-        await self.facts.record_access([h.fact.id for h in hits])
-        timings["total_ms"] = (time.perf_counter() - t0) * 1000
-        dbg = None
-        if debug:
-            dbg = {
-                "timings": timings,
-                "queries": queries,
-                "keyword": [[(c.fact_id, c.score) for c in lst] for lst in kw_lists],
-                "vector": [[(c.fact_id, c.score) for c in lst] for lst in vec_lists],
-                "config": cfg.model_dump(),
-                "vectors_used": qvecs is not None,
-                "filter": flt,
-            }
-        return SearchResult(hits=hits, debug=dbg)
+        return kw_lists, vec_task
+
+    async def _run_program(
+        self,
+        scope: Scope,
+        pf: PartitionFilter,
+        queries: list[str],
+        readable: list[int],
+        *,
+        mode: SearchMode,
+        depth: int,
+        top_k: int,
+        flt: FactFilter,
+        cfg: RetrievalConfig,
+        use_vectors: bool,
+        timings: dict[str, float],
+        t: float,
+    ) -> _Ran | None:
+        """The search as one program on the store's thread (:class:`SearchPrograms`): keyword
+        lists, then (the query vectors computed meanwhile on another thread) vector scoring,
+        fusion and the hits' rows: one thread hand-off. None when the store cannot, keyword
+        feedback is on, or the query vectors need the event loop (a remote embedder): the
+        stages then run one store call each."""
+        facts = self.facts
+        if not self.programs or cfg.feedback or not isinstance(facts, SearchPrograms):
+            return None
+        texts = [queries[i] for i in readable]
+        vectors: Callable[[], tuple[Matrix, float]] | None = None
+        if use_vectors:
+            vectors = self.query_vectors(texts) if self.query_vectors is not None else None
+            if vectors is None:
+                return None
+        got = vectors
+
+        def program(reads: SyncSearchReads) -> _Ran:
+            authors = reads.authors(pf)
+            kw_lists: list[list[Candidate]] = [[] for _ in queries]
+            if mode != "vector":
+                kw_lists = [self._keyword_sync(reads, pf, q, authors, limit=depth, flt=flt) for q in queries]
+                fresh = reads.authors(pf)  # the keyword search refreshed them
+                if set(fresh) != set(authors):  # a speaker came or went since: boost with them
+                    kw_lists = [self._keyword_sync(reads, pf, q, fresh, limit=depth, flt=flt) for q in queries]
+            timings["keyword_ms"] = (time.perf_counter() - t) * 1000
+            ran = _Ran(kw_lists, [])
+            if got is not None:
+                scorer = reads.vector_scorer(pf, limit=depth, filter=flt)
+                if scorer is None:
+                    ran.vec_lists = None
+                    return ran
+                try:
+                    ran.qvecs, ready = got()
+                    # when the vectors were there (computed while the keyword stage ran; 0: cached)
+                    timings["embed_ms"] = max(0.0, ready - t) * 1000
+                except ProviderError as exc:
+                    log.warning("memlane: query embedding failed (%s); keyword-only results", exc)
+                    timings["embed_ms"] = (time.perf_counter() - t) * 1000
+                if ran.qvecs is not None:
+                    tv = time.perf_counter()
+                    by_query = {i: scorer(ran.qvecs[j]) for j, i in enumerate(readable)}
+                    ran.vec_lists = [by_query.get(i, []) for i in range(len(queries))]
+                    timings["vector_ms"] = (time.perf_counter() - tv) * 1000
+            tf = time.perf_counter()
+            ran.fused = fuse(kw_lists, ran.vec_lists or [], cfg, top_k=top_k)
+            ran.rows = reads.get_facts([f.key for f in ran.fused], scope)
+            timings["fuse_fetch_ms"] = (time.perf_counter() - tf) * 1000
+            return ran
+
+        ran = await facts.run_search(program)
+        ran.vectors = got
+        if ran.qvecs is not None and self.remember_vectors is not None:
+            self.remember_vectors(texts, ran.qvecs)
+        return ran
 
     async def _vectors(
         self,
@@ -320,13 +476,22 @@ class Searcher:
         depth: int,
         flt: FactFilter,
         timings: dict[str, float],
+        got: Callable[[], tuple[Matrix, float]] | None = None,
     ) -> tuple[Matrix | None, list[list[Candidate]]]:
-        """The queries' embeddings (``readable`` ones), then their vector candidates (one list
-        per query, empty for the others); no vectors when the embedder fails (logged)."""
+        """The queries' embeddings (``readable`` ones; ``got``: from that blocking function, on
+        a worker thread), then their vector candidates (one list per query, empty for the
+        others); no vectors when the embedder fails (logged)."""
         assert self.embed_queries is not None
         t = time.perf_counter()
+        qvecs: Matrix | None
         try:
-            qvecs = await self.embed_queries([queries[i] for i in readable])
+            if got is not None:
+                found, _ = await asyncio.to_thread(got)
+                if self.remember_vectors is not None:
+                    self.remember_vectors([queries[i] for i in readable], found)
+                qvecs = found
+            else:
+                qvecs = await self.embed_queries([queries[i] for i in readable])
         except ProviderError as exc:
             log.warning("memlane: query embedding failed (%s); keyword-only results", exc)
             qvecs = None

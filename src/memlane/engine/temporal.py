@@ -161,7 +161,7 @@ async def search_at(
     facts, searcher = engine.facts, engine.search_engine
     embed = engine._embeddings.embed if engine.embedder is not None else None
     t0 = time.perf_counter()
-    queries, filters = searcher._redacted(queries, filters)  # as the live search: stored texts are redacted
+    queries, filters = searcher.redacted(queries, filters)  # as the live search: stored texts are redacted
     cfg = call_config(searcher.config, mode, match_threshold)
     requested, only = fact_filter(filters)
     narrowed = requested.in_session(scope.session_id)

@@ -20,10 +20,10 @@ Every read takes a scope (app / user / agent) and returns nothing outside it.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -71,8 +71,10 @@ __all__ = [
     "PartitionFilter",
     "ProposalStore",
     "ReflectionStore",
+    "SearchPrograms",
     "SessionStore",
     "StoreStats",
+    "SyncSearchReads",
     "TemporalReadable",
     "UserDirectory",
     "UserExportable",
@@ -81,6 +83,7 @@ __all__ = [
 ]
 
 Vector = npt.NDArray[np.float32]
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -535,6 +538,44 @@ class TemporalReadable(Protocol):
     ) -> Fact | None:
         """One fact as it was at ``as_of`` and, with ``valid_at``, its version true then (None
         if not recorded yet or none held then); NotFoundError when ``scope`` does not see it."""
+        ...
+
+
+class SyncSearchReads(Protocol):
+    """A fact store's search reads, blocking, inside one :meth:`SearchPrograms.run_search`
+    call (on the store's own thread): the same results as the async methods of the same names."""
+
+    def authors(self, partitions: PartitionFilter) -> list[str]:
+        """:meth:`FactStore.authors`."""
+        ...
+
+    def keyword_search(
+        self, partitions: PartitionFilter, terms: Sequence[str], *, limit: int, filter: FactFilter | None = None
+    ) -> list[Candidate]:
+        """:meth:`FactStore.keyword_search`."""
+        ...
+
+    def vector_scorer(
+        self, partitions: PartitionFilter, *, limit: int, filter: FactFilter | None = None
+    ) -> Callable[[Vector], list[Candidate]] | None:
+        """The partitions' vectors, loaded: a function giving :meth:`FactStore.vector_search`'s
+        candidates for a query vector; None when the scope is too large to score here (the
+        caller then uses :meth:`FactStore.vector_search`)."""
+        ...
+
+    def get_facts(self, fact_ids: Sequence[str], scope: Scope) -> dict[str, Fact]:
+        """:meth:`FactStore.get_facts` with ``settle=False``."""
+        ...
+
+
+@runtime_checkable
+class SearchPrograms(Protocol):
+    """An optional capability of a fact store: a whole small-scope search (keyword, vector
+    scoring, fusion, the hits' rows) run as one blocking program on the store's thread, one
+    thread hand-off instead of one per stage (issue 22). SQLite has it."""
+
+    async def run_search(self, program: Callable[[SyncSearchReads], T]) -> T:
+        """``program(reads)`` on the store's thread; its result."""
         ...
 
 

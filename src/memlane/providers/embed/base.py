@@ -9,6 +9,7 @@ event loop stays responsive; network ones use an async HTTP client.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -71,6 +72,19 @@ async def embed_query_texts(embedder: Embedder, texts: list[str]) -> Matrix:
     if isinstance(embedder, QueryEmbedder):
         return await embedder.embed_queries(texts)
     return await embedder.embed_batch(texts)
+
+
+def sync_query_embedding(embedder: Embedder) -> Callable[[list[str]], Matrix] | None:
+    """A blocking function computing what :func:`embed_query_texts` does, in the calling
+    thread, when the embedder has one (optional capability): ``embed_queries_sync`` for a
+    :class:`QueryEmbedder`, else ``embed_sync`` (the local, e5 and hash embedders). None for
+    the others (a remote embedder is awaited). The search embeds queries with it in the thread
+    that waits for the search anyway (issue 22), instead of handing them to a worker thread."""
+    if isinstance(embedder, QueryEmbedder):
+        fn = getattr(embedder, "embed_queries_sync", None)
+    else:
+        fn = getattr(embedder, "embed_sync", None)
+    return fn if callable(fn) else None
 
 
 def normalize(matrix: npt.ArrayLike) -> Matrix:

@@ -144,6 +144,10 @@ class E5Embedder:
         """
         return self._run(list(texts), query)
 
+    def embed_queries_sync(self, texts: list[str]) -> Matrix:
+        """:meth:`embed_queries` in the calling thread."""
+        return self._run(list(texts), True)
+
     async def embed_batch(self, texts: list[str]) -> Matrix:
         """Embed texts to store (``"passage: "``), off the event loop."""
         return await asyncio.to_thread(self._run, list(texts), False)

@@ -17,11 +17,13 @@ from memlane.documents import DOCUMENT_THRESHOLD_CHARS
 from memlane.errors import (
     DimensionMismatchError,
 )
+from memlane.models import Fact, Scope
 from memlane.providers._blas import default_blas_threads, limit_blas_threads
 from memlane.stores.base import (
     Candidate,
     FactFilter,
     PartitionFilter,
+    SyncSearchReads,
     Vector,
 )
 from memlane.stores.embedding import check_binding
@@ -241,24 +243,42 @@ class SqliteFactStore(SqlFactStore):
     ) -> list[Candidate]:
         if not terms:
             return []
+        return await self._db.run(lambda c: self._keyword_sync(c, partitions, terms, limit=limit, filter=filter))
+
+    def _keyword_sync(
+        self,
+        c: sqlite3.Connection,
+        partitions: PartitionFilter,
+        terms: Sequence[str],
+        *,
+        limit: int,
+        filter: FactFilter | None,
+    ) -> list[Candidate]:
+        """:meth:`keyword_search` on the SQL thread (the partitions' authors read and remembered
+        in the same call)."""
+        if not terms:
+            return []
         ki = self._keyword
         ki.weights = self._bm25_weights()  # ctx_weight / date_weight may be tuned between searches
         fsql, fargs = _filter_sql(filter, "f")
-
-        def op(c: sqlite3.Connection) -> tuple[list[tuple[str, float, str | None]], list[str]]:
-            parts = self._partitions(c, partitions)
-            if not parts:
-                return [], []
+        parts = self._partitions(c, partitions)
+        if not parts:
+            rows: list[tuple[str, float, str | None]] = []
+            authors: list[str] = []
+        else:
             found = None
-            if not fsql and len(parts) == 1 and self.keyword_index_min:
+            if not fsql and len(parts) == 1 and self.keyword_index_min:  # a large partition's postings
                 found = self._indexed_search(c, parts[0], terms, limit)
-            if found is None:
-                found = ki.search(c, parts, terms, limit=limit, fsql=fsql, fargs=fargs)
-            return found, _run(c, reads.authors_in(_D, parts))
-
-        rows, authors = await self._db.run(op)
+            rows = found if found is not None else ki.search(c, parts, terms, limit=limit, fsql=fsql, fargs=fargs)
+            authors = _run(c, reads.authors_in(_D, parts))
         self._remember_authors(partitions, authors)
         return [Candidate(fid, score, author) for fid, score, author in rows]
+
+    async def run_search(self, program: Callable[[SyncSearchReads], T]) -> T:
+        """Run ``program`` on the SQL thread with synchronous reads (one thread hand-off for a
+        whole small-scope search: :class:`memlane.stores.base.SearchPrograms`)."""
+        await self._ready()
+        return await self._db.run(lambda c: program(_SyncReads(self, c)))
 
     @property
     def keyword_sidecars(self) -> KeywordSidecars:
@@ -446,6 +466,25 @@ class SqliteFactStore(SqlFactStore):
         await self._ready()
         if self.dim is None:
             return []
+        q = self._query_vector(vector)
+        flt = filter if filter is not None and not filter.empty else None
+
+        def load(c: sqlite3.Connection) -> tuple[_VectorScan, list[Candidate] | None]:
+            scan = self._vector_scan(c, partitions, limit, flt)
+            if scan.small:
+                return scan, scan.score(q)  # small: scored here, no second hop
+            return scan, None
+
+        scan, done = await self._db.run(load)
+        if done is not None or not scan.indexes:
+            return done or []
+        # A large scope: off the event loop and off the SQL threads, so searches don't queue
+        # behind writes (numpy releases the GIL in the products, so no hand-off delay is needed
+        # as for Python work).
+        return await asyncio.to_thread(scan.score, q)
+
+    def _query_vector(self, vector: Vector) -> Any:
+        assert self.dim is not None
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         if q.shape[0] != self.dim:
             raise DimensionMismatchError(
@@ -453,54 +492,27 @@ class SqliteFactStore(SqlFactStore):
                 expected=self.dim,
                 got=int(q.shape[0]),
             )
-        flt = filter if filter is not None and not filter.empty else None
-        # Author and metadata conditions are resolved in SQL to the allowed ids.
-        narrow = flt is not None and (flt.author is not None or bool(flt.metadata))
+        return q
 
-        def load(c: sqlite3.Connection) -> tuple[list[_CachedIndex], set[str] | None, list[Candidate] | None]:
-            parts = self._partitions(c, partitions)
-            indexes = [ix for ix in (self._index_for(c, p) for p in parts) if ix is not None and len(ix.index)]
-            allowed: set[str] | None = None
-            if narrow and parts:
-                fsql, fargs = _filter_sql(flt, "facts")
-                marks = ",".join("?" * len(parts))
-                allowed = {
-                    r[0]
-                    for r in c.execute(
-                        f"SELECT id FROM facts WHERE partition IN ({marks}) AND invalid_at IS NULL{fsql}",
-                        [*parts, *fargs],
-                    )
-                }
-            if indexes and sum(len(ix.index) for ix in indexes) <= INLINE_SCAN_MAX:
-                return indexes, allowed, search(indexes, allowed)  # small: scored here, no second hop
-            return indexes, allowed, None
-
-        def search(indexes: list[_CachedIndex], allowed: set[str] | None) -> list[Candidate]:
-            with limit_blas_threads(default_blas_threads()):  # the matrix products, on a busy machine
-                return scan(indexes, allowed)
-
-        def scan(indexes: list[_CachedIndex], allowed: set[str] | None) -> list[Candidate]:
-            found: list[Candidate] = []
-            for cached in indexes:
-                with cached.lock:
-                    hits = cached.index.search_keys(
-                        q,
-                        limit,
-                        session_id=flt.session_id if flt else None,
-                        kind=flt.kind if flt else None,
-                        allowed=allowed,
-                    )
-                    found.extend(Candidate(key, score) for key, score in hits)
-            found.sort(key=lambda x: -x.score)
-            return found[:limit]
-
-        indexes, allowed, done = await self._db.run(load)
-        if done is not None or not indexes:
-            return done or []
-        # A large scope: off the event loop and off the SQL threads, so searches don't queue
-        # behind writes (numpy releases the GIL in the products, so no hand-off delay is needed
-        # as for Python work).
-        return await asyncio.to_thread(search, indexes, allowed)
+    def _vector_scan(
+        self, c: sqlite3.Connection, partitions: PartitionFilter, limit: int, flt: FactFilter | None
+    ) -> _VectorScan:
+        """The partitions' vector indexes, loaded (refreshed) on the SQL thread, with the ids an
+        author or metadata filter allows (resolved in SQL)."""
+        parts = self._partitions(c, partitions)
+        indexes = [ix for ix in (self._index_for(c, p) for p in parts) if ix is not None and len(ix.index)]
+        allowed: set[str] | None = None
+        if flt is not None and (flt.author is not None or bool(flt.metadata)) and parts:
+            fsql, fargs = _filter_sql(flt, "facts")
+            marks = ",".join("?" * len(parts))
+            allowed = {
+                r[0]
+                for r in c.execute(
+                    f"SELECT id FROM facts WHERE partition IN ({marks}) AND invalid_at IS NULL{fsql}",
+                    [*parts, *fargs],
+                )
+            }
+        return _VectorScan(indexes, allowed, limit, flt)
 
     async def missing_embeddings(
         self, *, limit: int = 256, fact_ids: Sequence[str] | None = None
@@ -612,3 +624,74 @@ class SqliteFactStore(SqlFactStore):
         with self._cache_lock:
             self._cache.clear()
         await self._db.release()
+
+
+class _VectorScan:
+    """Loaded vector indexes of one search and its filter: :meth:`score` ranks a query vector."""
+
+    def __init__(
+        self, indexes: list[_CachedIndex], allowed: set[str] | None, limit: int, flt: FactFilter | None
+    ) -> None:
+        self.indexes, self.allowed, self.limit, self.flt = indexes, allowed, limit, flt
+
+    @property
+    def small(self) -> bool:
+        """Few enough vectors to score on the SQL thread (:data:`INLINE_SCAN_MAX`)."""
+        return bool(self.indexes) and sum(len(ix.index) for ix in self.indexes) <= INLINE_SCAN_MAX
+
+    def score(self, q: Any) -> list[Candidate]:
+        if not self.indexes:
+            return []
+        flt, limit = self.flt, self.limit
+        found: list[Candidate] = []
+        with limit_blas_threads(default_blas_threads()):  # the matrix products, on a busy machine
+            for cached in self.indexes:
+                with cached.lock:
+                    hits = cached.index.search_keys(
+                        q,
+                        limit,
+                        session_id=flt.session_id if flt else None,
+                        kind=flt.kind if flt else None,
+                        allowed=self.allowed,
+                    )
+                    found.extend(Candidate(key, score) for key, score in hits)
+        found.sort(key=lambda x: -x.score)
+        return found[:limit]
+
+
+class _SyncReads:
+    """:class:`memlane.stores.base.SyncSearchReads` over one SQL-thread connection."""
+
+    def __init__(self, store: SqliteFactStore, c: sqlite3.Connection) -> None:
+        self.store, self.c = store, c
+
+    def authors(self, partitions: PartitionFilter) -> list[str]:
+        known = self.store._cached_authors(partitions)
+        if known is not None:
+            return known
+        found = _run(self.c, reads.authors_in(_D, self.store._partitions(self.c, partitions)))
+        self.store._remember_authors(partitions, found)
+        return found
+
+    def keyword_search(
+        self, partitions: PartitionFilter, terms: Sequence[str], *, limit: int, filter: FactFilter | None = None
+    ) -> list[Candidate]:
+        return self.store._keyword_sync(self.c, partitions, terms, limit=limit, filter=filter)
+
+    def vector_scorer(
+        self, partitions: PartitionFilter, *, limit: int, filter: FactFilter | None = None
+    ) -> Callable[[Vector], list[Candidate]] | None:
+        store = self.store
+        if store.dim is None:
+            return lambda _v: []
+        flt = filter if filter is not None and not filter.empty else None
+        scan = store._vector_scan(self.c, partitions, limit, flt)
+        if scan.indexes and not scan.small:
+            return None  # a large scope: scored off the SQL thread (vector_search)
+        return lambda v: scan.score(store._query_vector(v))
+
+    def get_facts(self, fact_ids: Sequence[str], scope: Scope) -> dict[str, Fact]:
+        if not fact_ids:
+            return {}
+        parts = self.store._partitions(self.c, scope.partition_filter())
+        return _run(self.c, reads.get_facts_in(_D, fact_ids, parts))
