@@ -301,6 +301,8 @@ class SqliteFactStore(SqlFactStore):
         has none proven current (the FTS5 path then runs)."""
         ki = self._keyword
         sc = self.keyword_sidecars
+        w = ki.weights
+        sc.weights = (w[2], w[3], w[4])  # what a new index orders its postings by
         idx = sc.current(c, part, lambda: ki.partition_rows(c, [part], sc.min_rows or 0))
         if idx is None:
             return None
@@ -319,16 +321,15 @@ class SqliteFactStore(SqlFactStore):
             dfs = [sc.local_df(idx, t) for t in phrases]
         else:
             dfs = [ki.doc_freq(c, t, rows) for t in terms]
-        w = ki.weights
-        sc.weights = (w[2], w[3], w[4])
         hits = sc.search(
             idx, phrases, dfs, total_rows=rows, avgdl=tokens / rows, weights=(w[2], w[3], w[4]), limit=limit
         )
         if not hits:
             return []
         marks = ",".join("?" * len(hits))
-        sql = f"SELECT rowid, id, author FROM facts WHERE rowid IN ({marks}) AND partition=? AND invalid_at IS NULL"
-        got = {r[0]: (r[1], r[2]) for r in c.execute(sql, [h[0] for h in hits] + [part])}
+        # rowid lookups (a partition condition in the WHERE could make SQLite walk its index)
+        sql = f"SELECT rowid, id, author, partition, invalid_at IS NULL FROM facts WHERE rowid IN ({marks})"
+        got = {r[0]: (r[1], r[2]) for r in c.execute(sql, [h[0] for h in hits]) if r[3] == part and r[4]}
         if len(got) != len(hits):  # the index named a row the database does not hold: distrust it
             sc.drop(part)
             return None

@@ -131,7 +131,7 @@ class Postings:
     impact_weights: tuple[float, float, float] = (1.0, 0.5, 1.0)
     impact_avgdl: float = 1.0
     impact_order: npt.NDArray[np.int64] | None = None
-    impact: npt.NDArray[np.float32] | None = None
+    neg_impact: npt.NDArray[np.float32] | None = None  # -impact (rounded up), in impact order
 
     @property
     def rows(self) -> int:
@@ -205,11 +205,20 @@ def tokenize_rows(rows: Sequence[tuple[int, str | None, str | None, str | None]]
     return Postings(rowids, doclen, {t: i for i, t in enumerate(names)}, offsets, docs, tf, tf_max, len_min)
 
 
+def _distinct(lists: Sequence[npt.NDArray[np.int32]], mask: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.int32]:
+    """The distinct row numbers of ``lists``, ascending (int32: binary searches in the int32
+    posting lists need no conversion), without the masked ones."""
+    x = np.sort(np.concatenate(lists))
+    if len(x):
+        x = x[np.r_[True, x[1:] != x[:-1]]]
+    return x[~mask[x]] if mask is not None else x
+
+
 def order_by_impact(index: Postings, weights: tuple[float, float, float], avgdl: float) -> None:
     """Sort every slot's postings by their BM25 tf part at ``weights`` and ``avgdl`` (kept
     beside the doc order: :func:`bm25_top` walks the best postings of each query phrase first)."""
     if len(index.docs) == 0:
-        index.impact_order, index.impact = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        index.impact_order, index.neg_impact = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
     else:
         f = index.tf @ np.asarray(weights, dtype=np.float64)
         k = K1 * (1.0 - B + B * index.doclen[index.docs] / avgdl)
@@ -217,8 +226,8 @@ def order_by_impact(index: Postings, weights: tuple[float, float, float], avgdl:
         slot = np.repeat(np.arange(len(index.offsets) - 1), np.diff(index.offsets))
         order = np.lexsort((-g, slot))
         index.impact_order = order.astype(np.int64)
-        # float32 rounded up: an upper bound of the exact value
-        index.impact = np.nextafter(g[order].astype(np.float32), np.float32(np.inf))
+        # float32 rounded up (an upper bound of the exact value), negated: ascending per slot
+        index.neg_impact = -np.nextafter(g[order].astype(np.float32), np.float32(np.inf))
     index.impact_weights, index.impact_avgdl = weights, avgdl
 
 
@@ -265,7 +274,7 @@ def bm25_top(
     def postings(s: int) -> npt.NDArray[np.int32]:
         return index.docs[int(index.offsets[s]) : int(index.offsets[s + 1])]
 
-    def union(slots: Sequence[int]) -> npt.NDArray[np.int64]:
+    def union(slots: Sequence[int]) -> npt.NDArray[np.int32]:
         lists = [postings(s) for s in slots]
         if sum(len(x) for x in lists) * 8 > n:
             seen = np.zeros(n, dtype=np.bool_)
@@ -273,11 +282,10 @@ def bm25_top(
                 seen[x] = True
             if mask is not None:
                 seen &= ~mask
-            return np.flatnonzero(seen)
-        cand = np.unique(np.concatenate(lists)).astype(np.int64)
-        return cand[~mask[cand]] if mask is not None else cand
+            return np.flatnonzero(seen).astype(np.int32)
+        return _distinct(lists, mask)
 
-    def score(cand: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    def score(cand: npt.NDArray[np.int32]) -> npt.NDArray[np.float64]:
         total = np.zeros(len(cand))
         klen = K1 * (1.0 - B + B * index.doclen[cand] / avgdl)
         for s, idf, _ in terms:
@@ -292,7 +300,7 @@ def bm25_top(
             total += part
         return total
 
-    if index.impact_order is not None and index.impact is not None and index.impact_weights == tuple(weights):
+    if index.impact_order is not None and index.neg_impact is not None and index.impact_weights == tuple(weights):
         return _impact_top(index, terms, score, avgdl=avgdl, limit=limit, mask=mask)
     # a floor for the limit-th best score: the rows of the rarest phrases, fully scored
     by_df = sorted(terms, key=lambda t: int(index.offsets[t[0] + 1] - index.offsets[t[0]]))
@@ -325,45 +333,56 @@ def bm25_top(
 def _impact_top(
     index: Postings,
     terms: Sequence[tuple[int, float, float]],
-    score: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]],
+    score: Callable[[npt.NDArray[np.int32]], npt.NDArray[np.float64]],
     *,
     avgdl: float,
     limit: int,
     mask: npt.NDArray[np.bool_] | None,
 ) -> Hits:
-    """Fagin's threshold algorithm over impact-ordered postings, exact up to ties: the best
-    ``m`` postings of every phrase are candidates, scored in full; a row outside all of them
-    scores at most the sum of each phrase's ``m``-th impact (times ``idf``, and times
-    ``avgdl / impact_avgdl`` when the table's average row grew since the order was taken: a
-    longer average only lifts a row's tf part by that factor). Once that bound is no more
-    than the candidates' ``limit``-th score the candidates hold the top ``limit``; else ``m``
-    grows."""
-    assert index.impact_order is not None and index.impact is not None
+    """The exact top ``limit`` (up to ties) from impact-ordered postings, in two rounds.
+
+    1. The best ``2 * limit`` postings of every phrase are scored in full: their ``limit``-th
+       score ``theta`` is a floor of the answer's.
+    2. Phrases whose upper bounds together stay below ``theta`` are non-essential (MaxScore);
+       what is left of ``theta`` is shared equally by the essential ones, and each contributes
+       its postings whose impact (times ``idf``, times ``avgdl / impact_avgdl`` when the
+       average row grew since the order was taken: a longer average lifts a row's tf part by
+       at most that factor) exceeds its share. A row outside every such head scores at most
+       ``theta``: it cannot enter the top ``limit`` (at most tie with it). The heads are
+       scored in full, over every phrase.
+    """
+    assert index.impact_order is not None and index.neg_impact is not None
+    order, neg = index.impact_order, index.neg_impact
     grow = max(1.0, avgdl / index.impact_avgdl)
-    spans = [(int(index.offsets[s]), int(index.offsets[s + 1]), idf) for s, idf, _ in terms]
-    m = max(2 * limit, 32)
-    while True:
-        heads = []
-        bound = 0.0
-        done = True
-        for lo, hi, idf in spans:
-            top = min(hi, lo + m)
-            heads.append(index.docs[index.impact_order[lo:top]])
-            if top < hi:
-                done = False
-                bound += idf * float(index.impact[top]) * grow
-        cand = np.unique(np.concatenate(heads)).astype(np.int64)
-        if mask is not None:
-            cand = cand[~mask[cand]]
-        if len(cand) >= limit or done:
-            scores = score(cand)
-            if len(cand) > limit:
-                keep = np.argpartition(-scores, limit - 1)[:limit]
-                cand, scores = cand[keep], scores[keep]
-            if done or (len(cand) and bound <= float(scores.min()) * (1.0 + 1e-12)):
-                order = np.lexsort((index.rowids[cand], -scores))
-                return [(int(index.rowids[cand[i]]), float(scores[i])) for i in order]
-        m *= 4
+    spans = [(int(index.offsets[s]), int(index.offsets[s + 1]), idf, ub) for s, idf, ub in terms]
+    m = max(2 * limit, 16)
+    seed = _distinct([index.docs[order[lo : min(hi, lo + m)]] for lo, hi, _, _ in spans], mask)
+    if len(seed) < limit:  # few rows match at all: every one of them
+        cand = _distinct([index.docs[lo:hi] for lo, hi, _, _ in spans], mask)
+    else:
+        theta = float(np.partition(score(seed), len(seed) - limit)[len(seed) - limit]) * (1.0 - 1e-9)
+        left = theta
+        essential = []
+        for lo, hi, idf, ub in sorted(spans, key=lambda t: t[3]):
+            if ub < left and not essential:
+                left -= ub  # non-essential: all of its rows' contributions fit under theta
+            else:
+                essential.append((lo, hi, idf))
+        share = left / len(essential) if essential else 0.0
+        heads = [seed]
+        for lo, hi, idf in essential:
+            # postings whose idf * impact * grow > share (neg holds -impact, ascending)
+            cut = int(np.searchsorted(neg[lo:hi], -share / (idf * grow), side="left")) if share > 0 else hi - lo
+            heads.append(index.docs[order[lo : lo + cut]])
+        cand = _distinct(heads, mask)
+    if len(cand) == 0:
+        return []
+    scores = score(cand)
+    if len(cand) > limit:
+        keep = np.argpartition(-scores, limit - 1)[:limit]
+        cand, scores = cand[keep], scores[keep]
+    best = np.lexsort((index.rowids[cand], -scores))
+    return [(int(index.rowids[cand[i]]), float(scores[i])) for i in best]
 
 
 @dataclass
@@ -383,8 +402,8 @@ class PartitionIndex:
 
 
 #: The sidecar file format (a change makes old files unreadable: they are rebuilt).
-FORMAT = 1
-_ARRAYS = ("rowids", "doclen", "offsets", "docs", "tf", "tf_max", "len_min", "impact_order", "impact")
+FORMAT = 2
+_ARRAYS = ("rowids", "doclen", "offsets", "docs", "tf", "tf_max", "len_min", "impact_order", "neg_impact")
 
 
 class KeywordFiles:
