@@ -362,7 +362,7 @@ def _impact_top(
     else:
         theta = float(np.partition(score(seed), len(seed) - limit)[len(seed) - limit]) * (1.0 - 1e-9)
         left = theta
-        essential = []
+        essential: list[tuple[int, int, float]] = []
         for lo, hi, idf, ub in sorted(spans, key=lambda t: t[3]):
             if ub < left and not essential:
                 left -= ub  # non-essential: all of its rows' contributions fit under theta
