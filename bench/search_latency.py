@@ -63,6 +63,9 @@ Timings
   waiting for the query embedding after the keyword stage; both run concurrently),
   ``vector_ms``, ``fuse_fetch_ms``, ``total_ms``; plus the embedder alone and
   ``facts.vector_search`` alone.
+* keyword index A/B: the postings index of large scopes (stores/sqlite/keyword_sidecar.py)
+  on and off on the same store, interleaved query by query over the stage subset: hybrid,
+  the ``keyword_ms`` stage and keyword-only (``keyword_index_ab``).
 * recall (100k scope): recall@10 of the store's approximate vector path (binary
   quantisation + exact rescoring above ``exact_max``) against exact numpy top-10, ties
   counted (a returned row whose exact score equals the 10th best counts as a hit).
@@ -502,6 +505,42 @@ async def timed_searches(mem: AsyncMemory, queries: list[tuple[str, str]], **kw:
     return out
 
 
+async def keyword_index_ab(mem: AsyncMemory, queries: list[tuple[str, str]]) -> dict[str, Any]:
+    """The keyword postings index on and off (``keyword_index_min`` set to 0 turns it off on
+    the same store), interleaved query by query (alternating which arm goes first): hybrid
+    end-to-end (query cache cleared before each, so both embed), the ``keyword_ms`` stage
+    (``debug=True``), and keyword-only end-to-end."""
+    facts: Any = mem.facts
+    on_min = facts.keyword_index_min
+    cfg = mem.retrieval
+    kw_only = RetrievalConfig(**{**cfg.model_dump(), "vector_weight": 0.0})
+    out: dict[str, dict[str, list[float]]] = {
+        a: {"hybrid": [], "keyword_stage": [], "keyword_only": []} for a in ("on", "off")
+    }
+    served0 = facts.keyword_sidecars.served
+    for i, (q, u) in enumerate(queries):
+        for arm in ("on", "off") if i % 2 == 0 else ("off", "on"):
+            facts.keyword_index_min = on_min if arm == "on" else 0
+            mem._query_cache.clear()
+            t = time.perf_counter()
+            await mem.search(q, user_id=u, top_k=10)
+            out[arm]["hybrid"].append((time.perf_counter() - t) * 1000)
+            r = await mem.search(q, user_id=u, top_k=10, debug=True)
+            assert r.debug is not None
+            out[arm]["keyword_stage"].append(r.debug["timings"]["keyword_ms"])
+            mem.retrieval = kw_only
+            t = time.perf_counter()
+            await mem.search(q, user_id=u, top_k=10)
+            out[arm]["keyword_only"].append((time.perf_counter() - t) * 1000)
+            mem.retrieval = cfg
+    facts.keyword_index_min = on_min
+    res: dict[str, Any] = {a: {k: summary(v) for k, v in d.items()} for a, d in out.items()}
+    res["served_by_index"] = facts.keyword_sidecars.served - served0
+    res["queries"] = len(queries)
+    res["loadavg"] = os.getloadavg()
+    return res
+
+
 def tie_aware_recall(approx_rows: np.ndarray, scores: np.ndarray, k: int) -> float:
     """Share of the approximate top-k whose exact score reaches the exact k-th best score."""
     kth = np.partition(-scores, k - 1)[k - 1] * -1
@@ -553,6 +592,15 @@ async def measure(
         res["graph_build_wait_s"] = round(time.perf_counter() - t, 1)
         log(f"  {name}: vector graph / sidecar build waited {res['graph_build_wait_s']} s")
 
+    # The cold search also queued the scope's keyword postings index (load or build): wait.
+    kws = getattr(mem.facts, "keyword_sidecars", None)
+    if kws is not None:
+        t = time.perf_counter()
+        await asyncio.to_thread(kws.wait_idle)
+        res["keyword_index_wait_s"] = round(time.perf_counter() - t, 1)
+        res["keyword_index_loaded_built"] = [kws.loads, kws.builds]
+        log(f"  {name}: keyword index load/build waited {res['keyword_index_wait_s']} s")
+
     # --- warm-up, then the timed runs
     queries = make_queries(n_queries)
     await timed_searches(mem, make_queries(30))
@@ -575,6 +623,8 @@ async def measure(
         for k, v in r.debug["timings"].items():
             stages.setdefault(k, []).append(v)
     res["stages_ms"] = {k: summary(v) for k, v in stages.items()}
+    if kws is not None and getattr(mem.facts, "keyword_index_min", 0):
+        res["keyword_index_ab"] = await keyword_index_ab(mem, sub)
     # the embedder alone and the vector stage alone
     emb_ms, vec_ms, qvecs = [], [], []
     assert mem.embedder is not None
@@ -796,6 +846,19 @@ def print_tables(r: dict[str, Any]) -> None:
         keys = ("keyword_ms", "embed_ms", "vector_ms", "fuse_fetch_ms", "total_ms")
         cells = [f(st[k]) if k in st else "-" for k in keys]
         print(f"| {name} | {' | '.join(cells)} | {f(s['embed_only_ms'])} | {f(s['vector_search_only_ms'])} |")
+    for name, s in r["settings"].items():
+        ab = s.get("keyword_index_ab")
+        if ab:
+            print(
+                f"\nKeyword postings index on / off, {name}, interleaved ({ab['queries']} queries, "
+                f"{ab['served_by_index']} keyword stages served by the index; p50 / p95 ms):\n"
+            )
+            print("| | hybrid | keyword stage | keyword-only search |")
+            print("|---|---:|---:|---:|")
+            for arm in ("off", "on"):
+                d = ab[arm]
+                cells = [f"{d[k]['p50']:.2f} / {d[k]['p95']:.2f}" for k in ("hybrid", "keyword_stage", "keyword_only")]
+                print(f"| index {arm} | {' | '.join(cells)} |")
     for name, s in r["settings"].items():
         vr = s.get("vector_recall")
         if vr:
