@@ -13,6 +13,11 @@ file ``--repeats`` times (a fresh file each time, the first call warms the impor
 per turn, the wall time and the CPU time of the process (all threads), of the event-loop thread
 and of the SQLite threads. The table gives the MINIMUM over all runs of each tree (the run the
 machine's other load disturbed least) and the median, and the before/after ratios.
+
+``--postgres``: the same on PostgreSQL (a local pgvector server started from the ``pgserver``
+wheel under ``--workdir``, a fresh schema per store); the CPU columns are then the client
+process's (PostgreSQL's store runs on the event loop: there is no SQL thread), the server's
+work shows in the wall time.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from memlane import AddBatch, AsyncMemory
 from memlane.evaluation import locomo
 from memlane.stores.sqlite import db as dbm
 
-data, work, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+data, work, repeats, pg = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 convs = locomo.load(data)
 batches = [
     AddBatch(
@@ -59,6 +64,9 @@ dbm.Database._call = timed
 
 
 async def once(path):
+    if pg:
+        import uuid
+        path = f"{pg}?schema=b_{uuid.uuid4().hex[:12]}"
     for s in ("", "-wal", "-shm"):
         if os.path.exists(path + s):
             os.unlink(path + s)
@@ -74,15 +82,20 @@ async def once(path):
             "cpu_us": (time.process_time() - tp) / k * 1e6,
             "loop_us": (time.thread_time() - tl) / k * 1e6,
             "sql_us": sql[0] / k * 1e6,
-        }
+        }, path
 
 
 async def main():
     out = []
     for r in range(repeats + 1):
-        got = await once(os.path.join(work, f"ingest-{os.getpid()}.db"))
+        got, path = await once(os.path.join(work, f"ingest-{os.getpid()}.db"))
         if r:
             out.append(got)
+        if pg:
+            import psycopg
+
+            with psycopg.connect(pg, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {path.rsplit('=', 1)[1]} CASCADE")
     for s in ("", "-wal", "-shm"):
         p = os.path.join(work, f"ingest-{os.getpid()}.db{s}")
         if os.path.exists(p):
@@ -103,19 +116,37 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=2, help="stores per process")
     ap.add_argument("--workdir", default="/tmp/memlane-bench/ingest-ab")
+    ap.add_argument("--postgres", action="store_true", help="store into a local PostgreSQL (pgserver) instead")
     args = ap.parse_args()
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    server = None
+    if args.postgres:
+        from memlane.devserver import start_postgres
+
+        server = start_postgres(Path(args.workdir) / "pg")
+    try:
+        run(args, server.url if server is not None else "")
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def run(args: argparse.Namespace, pg: str) -> None:
     trees = {"before": args.before, "after": str(Path(__file__).resolve().parents[1] / "src")}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     load0 = os.getloadavg()[0]
     for r in range(args.rounds):
         for name in list(trees) if r % 2 == 0 else list(reversed(trees)):
             env = {**os.environ, "PYTHONPATH": trees[name], "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-            cmd = [sys.executable, "-c", CHILD, args.data, args.workdir, str(args.repeats)]
+            cmd = [sys.executable, "-c", CHILD, args.data, args.workdir, str(args.repeats), pg]
             runs[name] += json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout)
     load1 = os.getloadavg()[0]
     turns = int(runs["after"][0]["turns"])
-    print(f"{turns} turns per add_many, {len(runs['after'])} runs per tree; load average {load0:.1f} -> {load1:.1f}")
+    where = "PostgreSQL" if pg else "SQLite"
+    print(
+        f"{where}: {turns} turns per add_many, {len(runs['after'])} runs per tree;"
+        f" load average {load0:.1f} -> {load1:.1f}"
+    )
     print("| tree | turns/s (best run) | wall us/turn min / median | CPU us/turn min / median", end="")
     print(" | loop thread | SQL threads |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -128,7 +159,7 @@ def main() -> None:
             f" | {best[name]['cpu_us']:.1f} / {med['cpu_us']:.1f} | {best[name]['loop_us']:.1f} / {med['loop_us']:.1f}"
             f" | {best[name]['sql_us']:.1f} / {med['sql_us']:.1f} |"
         )
-    ratios = ", ".join(f"{k} {best['before'][k] / best['after'][k]:.2f}x" for k in KEYS)
+    ratios = ", ".join(f"{k} {best['before'][k] / best['after'][k]:.2f}x" for k in KEYS if best["after"][k] > 0)
     print(f"before/after (min over runs): {ratios}")
 
 

@@ -101,6 +101,8 @@ def _surrogate_at(text: str) -> int | None:
 def clean_text(value: object, what: str, *, max_chars: int = MAX_TEXT_CHARS) -> str:
     """A memory or query text, checked: ``str`` or UTF-8 ``bytes``, valid UTF-8, at least one
     visible character, at most :data:`MAX_TEXT_CHARS` characters. Returned unchanged."""
+    if type(value) is str and value.isascii() and len(value) <= max_chars and _VISIBLE_ASCII.search(value):
+        return value  # plain ASCII with a visible character: valid UTF-8, not empty (the checks below agree)
     if isinstance(value, bytes | bytearray):
         try:
             value = bytes(value).decode("utf-8")

@@ -19,7 +19,7 @@ import pytest
 from memlane import AddBatch, AsyncMemory, InvalidInputError
 from memlane.ingest import bulk
 from memlane.ingest.messages import MESSAGE_FIELDS, message_fact, to_facts
-from memlane.inputs import has_visible
+from memlane.inputs import clean_text, has_visible
 from memlane.models import FACT_FIELDS, Event, Fact, fact_copy
 from memlane.retrieval.context import neighbour_context, neighbour_contexts
 from memlane.stores.sql.store import SqlFactStore
@@ -127,6 +127,11 @@ def test_the_ascii_visibility_check_agrees_with_the_general_one() -> None:
         # beside an invisible non-ASCII character (zero-width space) it takes the general path
         assert has_visible(ch) == has_visible(ch + "\u200b") == (33 <= code <= 126), repr(ch)
     assert not has_visible(" \t\n\x00\x7f") and has_visible("  x ")
+    # clean_text's ASCII fast path accepts what its checks accept, and refuses the rest the same way
+    assert clean_text("  x ", "t") == "  x " and clean_text(b"x", "t") == "x"
+    for bad, why in [("   ", "is empty"), ("\x00\x01 \x7f", "invisible"), ("x" * 11, "11 characters"), (5, "text")]:
+        with pytest.raises(InvalidInputError, match=why):
+            clean_text(bad, "t", max_chars=10)
 
 
 def _turns(user: str, session: int, n: int, *, times: bool = True) -> list[dict[str, Any]]:

@@ -219,7 +219,9 @@ class Writer:
     async def _store_groups(self, groups: list[Rows], embed: str, queued: list[str]) -> list[Rows]:
         """Write several batches' rows in one transaction, embedded in one call (``embed="now"``);
         with a background priority, the new rows' ids are appended to ``queued`` instead."""
-        if embed != "now" and self.embeddings.embedder is not None:
+        if self.embeddings.embedder is None:  # keyword-only: nothing to embed or queue
+            return [[f for f, _ in g] for g in await self._put_groups(groups, None)]
+        if embed != "now":
             stored = await self._put_groups(groups, None)
             queued += [f.id for g in stored for f, created in g if created]
             return [[f for f, _ in g] for g in stored]

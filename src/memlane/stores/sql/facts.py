@@ -133,9 +133,11 @@ def put_facts(
     actor: str,
     groups: Sequence[int] | None = None,
     windows: Sequence[Vector | None] | None = None,
+    parts: Sequence[str] | None = None,
 ) -> Program[list[tuple[Fact, bool]]]:
-    """Store facts (all or none) under their partitions' locks: :func:`insert_facts`."""
-    parts = partition_keys(facts)
+    """Store facts (all or none) under their partitions' locks: :func:`insert_facts`
+    (``parts``: :func:`partition_keys` of ``facts`` when the caller has them)."""
+    parts = partition_keys(facts) if parts is None else parts
     yield from run_all(d.lock_partitions(sorted(set(parts))))
     return (yield from insert_facts(d, facts, vectors, actor, groups, parts=parts, windows=windows))
 
@@ -187,12 +189,14 @@ def insert_facts(
     hashes = [f.hash or content_hash(f.content) for f in facts]
     found: dict[tuple[str, str], Fact] = {}  # valid stored rows with an incoming (partition, hash)
     sessions: dict[str, set[str]] = {part: set() for part in dict.fromkeys(parts)}
-    for f, part in zip(facts, parts, strict=True):
+    incoming: dict[str, dict[str, None]] = {part: {} for part in sessions}  # each partition's hashes, in order
+    for f, part, h in zip(facts, parts, hashes, strict=True):
+        incoming[part][h] = None
         if f.session_id:
             sessions[part].add(f.session_id)
     stored_max: dict[tuple[str, str], int | None] = {}  # (partition, session) -> highest stored seq
     for part, sids in sessions.items():
-        want = list(dict.fromkeys(h for p, h in zip(parts, hashes, strict=True) if p == part))
+        want = list(incoming[part])
         for k in range(0, len(want), d.chunk):
             cond, args = d.in_list("hash", want[k : k + d.chunk])
             rows = yield from all_rows(

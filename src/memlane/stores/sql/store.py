@@ -226,9 +226,9 @@ class SqlFactStore(AccessCounts, SqlReflectionStore):
         await self._ready()
         self._check_vectors(vectors, len(flat))
         self._check_windows(windows, len(flat))
-        core.partition_keys(flat)  # validates scope fields before anything is written
+        parts = core.partition_keys(flat)  # validates scope fields before anything is written
         sizes = [len(g) for g in groups]
-        program = core.put_facts(self._d, flat, vectors, actor, sizes, windows)
+        program = core.put_facts(self._d, flat, vectors, actor, sizes, windows, parts)
         pairs = await self._transact(program) if flat else []
         out, start = [], 0
         for size in sizes:
