@@ -139,6 +139,8 @@ def run_suite(module: str, suite: Suite, workdir: Path, *extra: str) -> SuiteRun
             module,
             "-p",
             "no:cacheprovider",
+            "-p",
+            "no:langsmith_plugin",  # langsmith's pytest plugin (a langgraph dependency): ~1 s of imports, unused
             "--basetemp",
             str(workdir / "basetemp"),
             "--rootdir",

@@ -17,7 +17,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "chat_agent.py"
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMLANE_", "OPENAI_"))}
-    return {**env, "HOME": str(tmp_path), **extra}
+    # MEMLANE_CACHE_DIR: the run's built ONNX graphs (conftest), not a rebuild in each fresh HOME
+    return {**env, "HOME": str(tmp_path), "MEMLANE_CACHE_DIR": os.environ["MEMLANE_CACHE_DIR"], **extra}
 
 
 def agent(

@@ -98,7 +98,12 @@ def _example_env(tmp_path: Path) -> dict[str, str]:
     python.chmod(0o755)
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMLANE_", "OPENAI_"))}
-    return {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", "HOME": str(tmp_path)}
+    return {
+        **env,
+        "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        "HOME": str(tmp_path),
+        "MEMLANE_CACHE_DIR": os.environ["MEMLANE_CACHE_DIR"],  # the run's built ONNX graphs (conftest)
+    }
 
 
 def test_example_offline_transcript_is_what_the_agent_prints(tmp_path: Path) -> None:

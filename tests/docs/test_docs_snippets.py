@@ -105,7 +105,13 @@ def test_every_python_block_runs_somewhere_or_is_a_fragment() -> None:
 
 def _env(cwd: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMLANE_", "XDG_", "MEMORY_"))}
-    return env | {"HOME": str(cwd), "MEMLANE_DB": str(cwd / "default.db"), "OPENBLAS_NUM_THREADS": "1"}
+    # MEMLANE_CACHE_DIR: the run's built ONNX graphs (conftest), not a rebuild in each fresh HOME
+    return env | {
+        "HOME": str(cwd),
+        "MEMLANE_DB": str(cwd / "default.db"),
+        "OPENBLAS_NUM_THREADS": "1",
+        "MEMLANE_CACHE_DIR": os.environ["MEMLANE_CACHE_DIR"],
+    }
 
 
 def _run_script(body: str, cwd: Path, where: str) -> list[str]:

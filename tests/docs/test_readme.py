@@ -97,6 +97,7 @@ def test_readme_blocks_run_twice_and_print_what_they_show(tmp_path: Path) -> Non
     for key in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OLLAMA_BASE_URL"):
         env.pop(key, None)
     env |= {"HOME": str(home), "MEMLANE_DB": str(tmp_path / "readme.db"), "PYTHONWARNINGS": "error"}
+    env["MEMLANE_CACHE_DIR"] = os.environ["MEMLANE_CACHE_DIR"]  # the run's built ONNX graphs (conftest)
     ran = 0
     blocks = readme_blocks()
     # The python blocks top to bottom, then again: a block must still print what it shows after
