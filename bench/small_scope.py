@@ -5,6 +5,7 @@ Run::
 
     .venv/bin/python bench/small_scope.py --before /path/to/old/src            # this tree vs another
     .venv/bin/python bench/small_scope.py --before /path/to/old/src --rounds 20 --conversations 3
+    .venv/bin/python bench/small_scope.py --before /path/to/old/src --db 'postgresql://...?schema=small_scope'
 
 Data: the first ``--conversations`` LoCoMo dev conversations (``--data``; read, never copied)
 stored in ONE user scope with the default embedder (3 conversations: 1,451 turns, "a typical
@@ -15,7 +16,9 @@ see the same machine load. Every query is timed end to end around ``Memory.searc
 embedding included: each round's queries are new to the process, so the query-embedding cache
 does not answer them, except in the "same queries again" rounds), the process CPU time per
 search (all threads) is measured per round, and ``debug=True`` stage timings are collected.
-Prints p50 / p95 per tree and mode, the ratio, and the load average.
+Prints p50 / p95 per tree and mode, the ratio, and the load average. ``--db URL`` (PostgreSQL):
+the scope is stored there once (when the schema holds no memories yet) and both trees search
+the same database (the CPU time is the client process's; the server's is not counted).
 """
 
 from __future__ import annotations
@@ -59,12 +62,17 @@ m.close()
 """
 
 
-def build(db: Path, data: str, conversations: int) -> list[str]:
+def build(db: Path | str, data: str, conversations: int) -> list[str]:
     from memlane import AddBatch, Memory
     from memlane.evaluation import locomo
 
     convs = locomo.load(data)[:conversations]
-    if not db.exists():
+    if isinstance(db, str):  # a store URL: filled once
+        with Memory(db) as m:
+            empty = not m.list(user_id="u", limit=1).items
+    else:
+        empty = not db.exists()
+    if empty:
         with Memory(str(db)) as m:
             batches = [
                 AddBatch(
@@ -87,10 +95,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=16)
     ap.add_argument("--per-round", type=int, default=20)
     ap.add_argument("--workdir", default="/tmp/memlane-bench/small-scope")
+    ap.add_argument("--db", default=None, help="a PostgreSQL URL both trees search (default: SQLite copies)")
     args = ap.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    db = work / f"locomo{args.conversations}.db"
+    db: Path | str = args.db or work / f"locomo{args.conversations}.db"
     queries = build(db, args.data, args.conversations)
     qfile = work / "queries.json"
     qfile.write_text(json.dumps(queries))
@@ -98,10 +107,12 @@ def main() -> None:
     trees = {"before": args.before, "after": here}
     procs = {}
     for name, src in trees.items():
-        copy = work / f"{name}.db"
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{copy}{suffix}").unlink(missing_ok=True)
-        shutil.copy(db, copy)
+        copy: Path | str = db
+        if isinstance(db, Path):
+            copy = work / f"{name}.db"
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{copy}{suffix}").unlink(missing_ok=True)
+            shutil.copy(db, copy)
         env = {**os.environ, "PYTHONPATH": src, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         p = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(copy), str(qfile)],
@@ -132,7 +143,8 @@ def main() -> None:
         assert p.stdin is not None
         p.stdin.close()
         p.wait()
-    print(f"{db.name}: {len(queries)} queries; load average {load0:.1f} -> {load1:.1f}")
+    name = db.name if isinstance(db, Path) else db.split("@")[-1]
+    print(f"{name}: {len(queries)} queries; load average {load0:.1f} -> {load1:.1f}")
     print("| case | tree | p50 ms | p95 ms | CPU ms per search (all threads) | stage p50s (ms) |")
     print("|---|---|---:|---:|---:|---|")
     p50s: dict[tuple[str, str, str], float] = {}

@@ -223,3 +223,39 @@ def test_a_failing_query_embedding_in_the_callers_thread_gives_keyword_results(
         kw = mem.search("piano note never asked", user_id="u1", mode="keyword")
         assert _key(got) == _key(kw)
         assert mem.engine._embeddings.prestarted == {}
+
+
+async def test_the_likely_hits_are_read_while_the_query_is_embedded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the query embedding runs, the program reads the rows of each query's best keyword
+    matches; after fusion it reads only the hits still missing: the same hits."""
+    async with AsyncMemory(tmp_path / "m.db", embedder="hash", sessions="null") as mem:
+        await mem.add_many(_batches())
+        await mem.drain_embeddings()
+        emb: Any = mem.embedder
+        release = threading.Event()
+        reads: list[list[str]] = []
+        embed_sync, get_facts = emb.embed_sync, sqlite_facts._SyncReads.get_facts
+
+        def slow_embed(texts: list[str]) -> Any:
+            release.wait(30)  # until the program read rows: it did not wait for the vectors first
+            return embed_sync(texts)
+
+        def counted(self: Any, ids: Any, scope: Any) -> Any:
+            reads.append(list(ids))
+            release.set()
+            return get_facts(self, ids, scope)
+
+        monkeypatch.setattr(emb, "embed_sync", slow_embed)
+        monkeypatch.setattr(sqlite_facts._SyncReads, "get_facts", counted)
+        new = await mem.search("what did alice say about the piano", user_id="u1", debug=True)
+        assert new.debug is not None
+        kw = [k for k, s in new.debug["keyword"][0][:10] if s > 0]
+        assert reads and reads[0] == kw  # first: the best keyword matches, before the vectors
+        later = {k for ids in reads[1:] for k in ids}
+        assert later == {h.fact.id for h in new.hits} - set(kw)  # then only the hits still missing
+        assert any(h.keyword_rank is None for h in new.hits) or len(reads) == 1
+        monkeypatch.setattr(emb, "embed_sync", embed_sync)
+        mem.search_engine.programs = False
+        _same(await mem.search("what did alice say about the piano", user_id="u1"), new)

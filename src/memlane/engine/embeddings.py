@@ -34,7 +34,7 @@ from memlane.providers.embed.base import (
 from memlane.providers.embed.windows import Embedded, Windowing, extra_windows, window_limit
 from memlane.stores.base import FactStore
 
-__all__ = ["QUERY_CACHE_SIZE", "EmbeddingLifecycle", "EmbeddingMethods", "Prestart"]
+__all__ = ["QUERY_CACHE_SIZE", "EmbeddingLifecycle", "EmbeddingMethods", "Prestart", "QueryVectors"]
 
 log = logging.getLogger("memlane")
 
@@ -91,6 +91,39 @@ class Prestart:
                 f.set_exception(EmbedderError("the query embedding was not computed"))
             if self.owner.prestarted.get(t) is f:
                 self.owner.prestarted.pop(t, None)
+
+
+class QueryVectors:
+    """Query vectors on their way (:meth:`EmbeddingLifecycle.query_vectors`): calling it
+    blocks until they are there and returns them (stacked, in the queries' order) with the
+    ``time.perf_counter`` when the last one was computed (0.0: all were cached); raises the
+    embedder's error."""
+
+    def __init__(
+        self,
+        queries: list[str],
+        cached: dict[str, Matrix],
+        taken: dict[str, _Timed],
+        missing: list[str],
+        job: Future[tuple[Matrix, float]] | None,
+    ) -> None:
+        self.queries, self.cached, self.taken, self.missing, self.job = queries, cached, taken, missing, job
+
+    def done(self) -> bool:
+        """Whether calling would not wait."""
+        return all(f.done() for f in self.taken.values()) and (self.job is None or self.job.done())
+
+    def __call__(self) -> tuple[Matrix, float]:
+        vecs = dict(self.cached)
+        ready = 0.0
+        for q, f in self.taken.items():
+            vecs[q] = f.result()
+            ready = max(ready, f.ready_at)
+        if self.job is not None:
+            out, at = self.job.result()
+            vecs.update(zip(self.missing, out, strict=True))
+            ready = max(ready, at)
+        return np.stack([vecs[q] for q in self.queries]), ready
 
 
 class EmbeddingLifecycle:
@@ -200,10 +233,9 @@ class EmbeddingLifecycle:
                 mine[t] = f
         return Prestart(self, embed, mine) if mine else None
 
-    def query_vectors(self, queries: list[str]) -> Callable[[], tuple[Matrix, float]] | None:
-        """The queries' vectors without the event loop: a blocking function returning them
-        (stacked) and when the last of them was computed (``time.perf_counter``; 0.0 when all
-        were cached), to call on another thread: from the cache, from the embeddings a waiting
+    def query_vectors(self, queries: list[str]) -> QueryVectors | None:
+        """The queries' vectors without the event loop (:class:`QueryVectors`, to call on
+        another thread): from the cache, from the embeddings a waiting
         thread computes (:meth:`prestart`) and, for the rest, from the embedder's blocking path
         started now on a worker thread. Raises the embedder's error. None without a blocking
         path for a query that needs one (the caller awaits :meth:`embed_queries`). Record the
@@ -228,19 +260,7 @@ class EmbeddingLifecycle:
 
             job = self._pool().submit(compute)
 
-        def get() -> tuple[Matrix, float]:
-            vecs = dict(cached)
-            ready = 0.0
-            for q, f in taken.items():
-                vecs[q] = f.result()
-                ready = max(ready, f.ready_at)
-            if job is not None:
-                out, at = job.result()
-                vecs.update(zip(missing, out, strict=True))
-                ready = max(ready, at)
-            return np.stack([vecs[q] for q in queries]), ready
-
-        return get
+        return QueryVectors(queries, cached, taken, missing, job)
 
     def remember(self, queries: list[str], vectors: Matrix) -> None:
         """Keep :meth:`query_vectors`' result in the query cache (on the event loop)."""

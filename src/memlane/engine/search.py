@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from memlane.engine.embeddings import QueryVectors
 from memlane.engine.redaction import ID_KEYS
 from memlane.errors import InvalidInputError, ProviderError
 from memlane.models import (
@@ -124,6 +125,12 @@ def _boosted(found: list[Candidate], boost: set[str], factor: float, limit: int)
     return found[:limit]
 
 
+def _likely_hits(kw_lists: list[list[Candidate]], top_k: int) -> list[str]:
+    """The best ``top_k`` keyword matches of each query: most hits are among them, so a search
+    program reads their rows while the query embedding is still running."""
+    return list(dict.fromkeys(c.fact_id for lst in kw_lists for c in lst[:top_k] if c.score > 0))
+
+
 @dataclass
 class _Ran:
     """What a search program (:meth:`Searcher._program`, on the store's thread) found."""
@@ -135,7 +142,7 @@ class _Ran:
     fused: list[Fused] = field(default_factory=list)
     rows: dict[str, Fact] = field(default_factory=dict)
     #: the query vectors (blocking), for the event loop's path of a large scope
-    vectors: Callable[[], tuple[Matrix, float]] | None = None
+    vectors: QueryVectors | None = None
 
 
 class Searcher:
@@ -163,7 +170,7 @@ class Searcher:
         *,
         latin_only: bool = False,
         redactor: Redactor | None = None,
-        query_vectors: Callable[[list[str]], Callable[[], tuple[Matrix, float]] | None] | None = None,
+        query_vectors: Callable[[list[str]], QueryVectors | None] | None = None,
         remember_vectors: Callable[[list[str], Matrix], None] | None = None,
     ) -> None:
         self.facts = facts
@@ -421,7 +428,7 @@ class Searcher:
         if not self.programs or cfg.feedback or not isinstance(facts, SearchPrograms):
             return None
         texts = [queries[i] for i in readable]
-        vectors: Callable[[], tuple[Matrix, float]] | None = None
+        vectors: QueryVectors | None = None
         if use_vectors:
             vectors = self.query_vectors(texts) if self.query_vectors is not None else None
             if vectors is None:
@@ -443,6 +450,8 @@ class Searcher:
                 if scorer is None:
                     ran.vec_lists = None
                     return ran
+                if not got.done():  # the query is still being embedded: read the likely hits meanwhile
+                    ran.rows = reads.get_facts(_likely_hits(kw_lists, top_k), scope)
                 try:
                     ran.qvecs, ready = got()
                     # when the vectors were there (computed while the keyword stage ran; 0: cached)
@@ -457,7 +466,9 @@ class Searcher:
                     timings["vector_ms"] = (time.perf_counter() - tv) * 1000
             tf = time.perf_counter()
             ran.fused = fuse(kw_lists, ran.vec_lists or [], cfg, top_k=top_k)
-            ran.rows = reads.get_facts([f.key for f in ran.fused], scope)
+            need = [f.key for f in ran.fused if f.key not in ran.rows]
+            if need:
+                ran.rows.update(reads.get_facts(need, scope))
             timings["fuse_fetch_ms"] = (time.perf_counter() - tf) * 1000
             return ran
 
@@ -476,7 +487,7 @@ class Searcher:
         depth: int,
         flt: FactFilter,
         timings: dict[str, float],
-        got: Callable[[], tuple[Matrix, float]] | None = None,
+        got: QueryVectors | None = None,
     ) -> tuple[Matrix | None, list[list[Candidate]]]:
         """The queries' embeddings (``readable`` ones; ``got``: from that blocking function, on
         a worker thread), then their vector candidates (one list per query, empty for the
