@@ -97,7 +97,12 @@ class SqliteFactStore(SqlFactStore):
         ann_min: partitions of at least this many vectors get an HNSW graph (default ``exact_max``).
         sidecar_min: partitions of at least this many vectors are persisted next to the database
             file (``<db>.vectors/``) and memory-mapped by the next process instead of read from
-            BLOBs (see :mod:`memlane.stores.sqlite.vector_cache`); None: never.
+            BLOBs (see :mod:`memlane.stores.sqlite.vector_cache`); None: never (nor keyword
+            index files).
+        keyword_index_min: partitions of at least this many keyword rows get a postings index
+            answering their keyword searches with FTS5's exact ranking (see
+            :mod:`memlane.stores.sqlite.keyword_sidecar`); 0: never; None (default):
+            ``$MEMLANE_KEYWORD_INDEX_MIN`` or 20,000.
     """
 
     @property

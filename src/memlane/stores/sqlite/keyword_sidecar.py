@@ -142,9 +142,18 @@ class Postings:
         return 0 if s is None else int(self.offsets[s + 1] - self.offsets[s])
 
 
+#: The keyword index's ``fts5vocab`` instance table (temporary schema, per connection).
+_INSTANCES = "memlane_fts_instances"
+#: fts5vocab ``instance`` rows grouped by term: (term, instances, "doc*4+col,...") with col
+#: text 0, ctx 1, date 2, anything else (the partition token's column) 3.
+VOCAB_SQL = (
+    "SELECT term, count(*), group_concat(doc * 4 + CASE col WHEN 'text' THEN 0 WHEN 'ctx' THEN 1"
+    " WHEN 'date' THEN 2 ELSE 3 END) FROM {table} GROUP BY term"
+)
+
+
 def tokenize_rows(rows: Sequence[tuple[int, str | None, str | None, str | None]]) -> Postings:
     """Postings of ``(rowid, text, ctx, date)`` rows (ascending rowids), tokenized by FTS5."""
-    n = len(rows)
     c = _tokenizer_db()
     try:
         c.execute("BEGIN")
@@ -153,56 +162,64 @@ def tokenize_rows(rows: Sequence[tuple[int, str | None, str | None, str | None]]
             ((i, r[1] or "", r[2] or "", r[3] or "") for i, r in enumerate(rows)),
         )
         c.execute("COMMIT")
-        # fts5vocab yields instances in (term, doc, col, offset) order: GROUP BY term needs no sort.
-        sql = (
-            "SELECT term, count(*), group_concat(doc * 4 + CASE col WHEN 'text' THEN 0 WHEN 'ctx' THEN 1 ELSE 2 END)"
-            " FROM v GROUP BY term"
-        )
-        names: list[str] = []
-        counts: list[int] = []
-        chunks: list[str] = []
-        for term, count, codes in c.execute(sql):
-            names.append(term)
-            counts.append(int(count))
-            chunks.append(codes)
+        vocab = c.execute(VOCAB_SQL.format(table="v")).fetchall()
     finally:
         c.close()
-    rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
+    rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    return postings_of(rowids, vocab, by_rowid=False)
+
+
+def postings_of(rowids: npt.NDArray[np.int64], vocab: Sequence[tuple[str, int, str]], *, by_rowid: bool) -> Postings:
+    """Postings from :data:`VOCAB_SQL` rows over the rows ``rowids`` (ascending). ``by_rowid``:
+    the instances name rows by rowid and hold the partition token (the keyword index itself),
+    else by position in ``rowids`` without it (a copy holding text, ctx and date only).
+
+    Raises:
+        ValueError: an instance names a row not in ``rowids``.
+    """
+    n = len(rowids)
+    names = [v[0] for v in vocab]
     if not names:
         empty = np.zeros(0, dtype=np.int64)
-        return Postings(
-            rowids,
-            np.ones(n),
-            {},
-            np.zeros(1, dtype=np.int64),
-            empty.astype(np.int32),
-            np.zeros((0, 3), np.uint16),
-            np.zeros((0, 3), np.uint16),
-            np.zeros(0),
-        )
-    codes = np.fromstring(",".join(chunks), dtype=np.int64, sep=",")
-    term_of = np.repeat(np.arange(len(names), dtype=np.int64), counts)
+        z = np.zeros((0, 3), np.uint16)
+        return Postings(rowids, np.ones(n), {}, np.zeros(1, dtype=np.int64), empty.astype(np.int32), z, z, np.zeros(0))
+    # fts5vocab yields instances in (term, doc, col, offset) order: GROUP BY term needs no sort.
+    codes = np.fromstring(",".join(v[2] for v in vocab), dtype=np.int64, sep=",")
+    term_of = np.repeat(np.arange(len(names), dtype=np.int64), [int(v[1]) for v in vocab])
     doc = codes >> 2
-    doclen = np.bincount(doc, minlength=n).astype(np.float64) + 1.0  # + the partition token
-    # (term, doc, col) runs -> counts; instances arrive sorted by term, doc, col
-    key = (term_of * n + doc) * 4 + (codes & 3)
+    if by_rowid:
+        pos = np.searchsorted(rowids, doc)
+        pos[pos >= n] = 0
+        if n == 0 or not np.array_equal(rowids[pos], doc):
+            raise ValueError("the keyword index holds rows the partition does not")
+        doc = pos
+    # every token counts for the row's length (the partition token too: a copy adds it)
+    doclen = np.bincount(doc, minlength=n).astype(np.float64) + (0.0 if by_rowid else 1.0)
+    col = codes & 3
+    scored = col < 3
+    term_of, doc, col = term_of[scored], doc[scored], col[scored]
+    # (term, doc, col) runs -> counts (still sorted by term, doc, col)
+    key = (term_of * n + doc) * 4 + col
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     cnt = np.diff(np.r_[starts, len(key)])
     ukey = key[starts]
-    col = ukey & 3
+    ucol = ukey & 3
     pair = ukey >> 2  # term * n + doc
     first = np.r_[True, pair[1:] != pair[:-1]]
     group = np.cumsum(first) - 1
     upair = pair[first]
     tf = np.zeros((len(upair), 3), dtype=np.uint16)
-    tf[group, col] = np.minimum(cnt, 65535)
+    tf[group, ucol] = np.minimum(cnt, 65535)
     p_term = upair // n
     docs = (upair % n).astype(np.int32)
-    offsets = np.searchsorted(p_term, np.arange(len(names) + 1)).astype(np.int64)
-    # every slot has at least one posting (a term of the vocabulary occurs somewhere)
-    tf_max = np.maximum.reduceat(tf, offsets[:-1], axis=0)
-    len_min = np.minimum.reduceat(doclen[docs], offsets[:-1])
-    return Postings(rowids, doclen, {t: i for i, t in enumerate(names)}, offsets, docs, tf, tf_max, len_min)
+    # only terms with a scored posting get a slot (the partition token has none)
+    run = np.flatnonzero(np.r_[True, p_term[1:] != p_term[:-1]]) if len(p_term) else np.zeros(0, np.int64)
+    kept = p_term[run]  # ascending: p_term is sorted
+    offsets = np.r_[run, len(p_term)].astype(np.int64)
+    tf_max = np.maximum.reduceat(tf, offsets[:-1], axis=0) if len(kept) else np.zeros((0, 3), np.uint16)
+    len_min = np.minimum.reduceat(doclen[docs], offsets[:-1]) if len(kept) else np.zeros(0)
+    terms = {names[int(t)]: i for i, t in enumerate(kept)}
+    return Postings(rowids, doclen, terms, offsets, docs, tf, tf_max, len_min)
 
 
 def _distinct(lists: Sequence[npt.NDArray[np.int32]], mask: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.int32]:
@@ -583,21 +600,57 @@ class KeywordSidecars:
         return idx
 
     def build(self, c: sqlite3.Connection, part: str) -> PartitionIndex | None:
-        """Read ``part``'s keyword rows and its stamp in one snapshot and index them."""
+        """Read ``part``'s keyword rows and its stamp in one snapshot and index them. When the
+        partition is the whole file, the keyword index's own ``fts5vocab`` is read (FTS5's
+        tokens as stored: nothing tokenized again); otherwise its rows are tokenized by FTS5
+        in a copy."""
+        whole = c.execute("SELECT count(*) FROM (SELECT 1 FROM partitions LIMIT 2)").fetchone()[0] == 1
+        if whole:
+            try:
+                c.execute(
+                    f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_INSTANCES} USING fts5vocab(main, facts_fts, instance)"
+                )
+            except sqlite3.Error:  # no temporary schema here: tokenize a copy
+                whole = False
         c.execute("BEGIN")
         try:
             stamp = self.stamp(c, part)
             total, tokens = averages(c)
-            rows = c.execute(
-                "SELECT x.rowid, x.text, x.ctx, x.date FROM facts f JOIN facts_fts x ON x.rowid = f.rowid"
-                " WHERE f.partition = ? ORDER BY f.rowid",
-                (part,),
-            ).fetchall()
+            whole = whole and c.execute("SELECT count(*) FROM (SELECT 1 FROM partitions LIMIT 2)").fetchone()[0] == 1
+            main: Postings | None = None
+            if whole:
+                rowids = np.array(
+                    [
+                        r[0]
+                        for r in c.execute(
+                            "SELECT f.rowid FROM facts f JOIN facts_fts x ON x.rowid = f.rowid"
+                            " WHERE f.partition = ? ORDER BY f.rowid",
+                            (part,),
+                        )
+                    ],
+                    dtype=np.int64,
+                )
+                try:
+                    main = postings_of(
+                        rowids,
+                        c.execute(VOCAB_SQL.format(table=f"temp.{_INSTANCES}")).fetchall(),
+                        by_rowid=True,
+                    )
+                except ValueError:
+                    main = None
+            rows = []
+            if main is None:
+                rows = c.execute(
+                    "SELECT x.rowid, x.text, x.ctx, x.date FROM facts f JOIN facts_fts x ON x.rowid = f.rowid"
+                    " WHERE f.partition = ? ORDER BY f.rowid",
+                    (part,),
+                ).fetchall()
         finally:
             c.execute("COMMIT")
         if stamp is None:
             return None
-        main = tokenize_rows(rows)
+        if main is None:
+            main = tokenize_rows(rows)
         order_by_impact(main, self.weights, tokens / total if total else 1.0)
         top = int(main.rowids[-1]) if main.rows else 0
         idx = PartitionIndex(part, stamp[0], stamp[1], stamp[2], top, main)
