@@ -58,6 +58,7 @@ class Conv:
     when: list[datetime | None]
     rowid: list[int]
     mat: np.ndarray
+    author: list[str] = field(default_factory=list)
     ctxmat: np.ndarray | None = None
     questions: list[tuple[str, list[str]]] = field(default_factory=list)
 
@@ -65,7 +66,7 @@ class Conv:
 def rows_of(db: str, conv: Conversation) -> Conv:
     con = sqlite3.connect(db)
     rows = con.execute(
-        "SELECT id, metadata, embedding, content, session_id, seq, occurred_at, rowid FROM facts"
+        "SELECT id, metadata, embedding, content, session_id, seq, occurred_at, rowid, author FROM facts"
         " WHERE user_id=? AND invalid_at IS NULL ORDER BY rowid",
         (conv.sample_id,),
     ).fetchall()
@@ -83,6 +84,7 @@ def rows_of(db: str, conv: Conversation) -> Conv:
         when,
         [int(r[7]) for r in rows],
         mat,
+        author=[r[8] or "" for r in rows],
         questions=[(q, ev) for q, ev, _ in conv.questions],
     )
 
@@ -228,6 +230,7 @@ class Lever:
     rm3: tuple[int, int, float] | None = None  # the bench's own RM3 (docs, terms, original weight)
     full_cosine: bool = False  # keyword candidates get their own cosine, not the list's lowest
     db: str = "main"  # main | dates (relative dates resolved into the date column)
+    rel_floor: float | None = None  # keep vector candidates within this of the query's best cosine
 
 
 async def embed_query(m: AsyncMemory, q: str) -> np.ndarray:
@@ -304,6 +307,8 @@ async def run_question(m: AsyncMemory, c: Conv, pos: dict[str, int], lever: Leve
             cos = np.maximum(c.mat @ qv, c.ctxmat @ qv)
         order = np.argsort(-cos, kind="stable")[: lever.vec_depth]
         vec = [Candidate(c.ids[i], float(cos[i])) for i in order]
+        if lever.rel_floor is not None and vec:
+            vec = [x for x in vec if x.score >= vec[0].score - lever.rel_floor]
         if lever.full_cosine:
             have = {x.fact_id for x in vec}
             extra = [Candidate(x.fact_id, float(cos[pos[x.fact_id]])) for x in kw if x.fact_id not in have]
@@ -438,6 +443,282 @@ def dated_copy(db: str, convs: list[Conv]) -> str:
     return out
 
 
+# ---------------------------------------------------------------------------------- lever 7
+#: Lever 7 (learned fusion): per-candidate features of the fused depth-20 pool, in this order.
+FEATURES = [
+    "blend",  # the default fusion's score
+    "kw_norm",  # keyword min-max value (0 when not a keyword candidate)
+    "kw_max",  # keyword score / best keyword score
+    "kw_inv_rank",
+    "has_kw",
+    "cos",  # the cosine the blend uses (the vector list's lowest for a keyword-only candidate)
+    "vec_inv_rank",
+    "has_vec",
+    "both",
+    "session_share",  # the candidate's session's share of the pool's blend score
+    "neighbour",  # best blend score of a pool member 1-2 turns away in the same session
+    "speaker_named",  # the question names the turn's speaker
+    "other_named",  # the question names a speaker, not this turn's
+    "date_match",  # the question names the month or year of the turn's session
+    "when_q",  # a "when" question ...
+    "when_x_date",  # ... times date_match
+    "log_len",  # log of the turn's length in characters
+]
+_YEAR = re.compile(r"\b(19|20)\d\d\b")
+
+
+def candidate_features(
+    c: Conv, pos: dict[str, int], q: str, kw: list[Candidate], vec: list[Candidate], cfg: RetrievalConfig
+) -> tuple[list[str], np.ndarray]:
+    """The fused pool (every candidate of the two depth-``cfg.depth`` lists, blend order) and
+    its feature rows (:data:`FEATURES`)."""
+    fused = fuse([kw], [vec], cfg, top_k=10_000)
+    if not fused:
+        return [], np.zeros((0, len(FEATURES)))
+    kws = [x.score for x in kw if x.score > 0][: cfg.depth]
+    lo, hi = (min(kws), max(kws)) if kws else (0.0, 1.0)
+    vec_scores = [x.score for x in vec[: cfg.depth]]
+    cos_low = min(vec_scores) if vec_scores else 0.0
+    qwords = {w.lower() for w in re.findall(r"[A-Za-z]+", q)}
+    speakers = {a.lower() for a in c.author if a}
+    named = qwords & speakers
+    ql = q.lower()
+    when_q = 1.0 if ql.startswith("when") or " when " in ql else 0.0
+    years = set(_YEAR.findall(q)) and {m.group(0) for m in _YEAR.finditer(q)}
+    mass: dict[str, float] = defaultdict(float)
+    for f in fused:
+        mass[c.session[pos[f.key]]] += f.score
+    total = sum(mass.values()) or 1.0
+    by_turn = {(c.session[pos[f.key]], c.seq[pos[f.key]]): f.score for f in fused}
+    rows = []
+    for f in fused:
+        i = pos[f.key]
+        ks = f.raw.get("keyword")
+        kr = f.ranks.get("keyword")
+        vr = f.ranks.get("vector")
+        cos = f.raw.get("vector", cos_low)
+        s, n = c.session[i], c.seq[i]
+        nb = max((by_turn.get((s, n + d), 0.0) for d in (-2, -1, 1, 2)), default=0.0)
+        who = c.author[i].lower()
+        w = c.when[i]
+        dm = 0.0
+        if w is not None:
+            if _MONTHS[w.month - 1] in qwords:
+                dm += 0.5
+            if str(w.year) in (years or set()):
+                dm += 0.5
+        rows.append(
+            [
+                f.score,
+                (ks - lo) / (hi - lo) if ks is not None and hi > lo else (1.0 if ks is not None else 0.0),
+                ks / hi if ks is not None and hi > 0 else 0.0,
+                1.0 / kr if kr else 0.0,
+                1.0 if kr else 0.0,
+                cos,
+                1.0 / vr if vr else 0.0,
+                1.0 if vr else 0.0,
+                1.0 if kr and vr else 0.0,
+                mass[s] / total,
+                nb,
+                1.0 if who and who in named else 0.0,
+                1.0 if named and who not in named else 0.0,
+                dm,
+                when_q,
+                when_q * dm,
+                float(np.log1p(len(c.text[i]))),
+            ]
+        )
+    return [f.key for f in fused], np.asarray(rows, dtype=np.float64)
+
+
+async def dump_features(m: AsyncMemory, convs: list[Conv], depth: int) -> dict[str, Any]:
+    """Lever 7's training data for one half: every question's pool with features and labels."""
+    cfg = BEFORE.model_copy(update={"depth": depth})
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    qid: list[np.ndarray] = []
+    conv_of: list[str] = []
+    n_ev: list[int] = []
+    j = 0
+    for c in convs:
+        pos = {fid: i for i, fid in enumerate(c.ids)}
+        lever = Lever(kw_depth=depth, vec_depth=depth)
+        for q, ev in c.questions:
+            eng = m.search_engine
+            scope = Scope(user_id=c.name)
+            pf = scope.partition_filter(None)
+            eng.config = BEFORE
+            authors = await eng.facts.authors(pf)
+            kw = await eng.keyword(pf, q, authors, limit=lever.kw_depth, flt=FactFilter(), scope=scope)
+            qv = await embed_query(m, q)
+            cos = c.mat @ qv
+            order = np.argsort(-cos, kind="stable")[: lever.vec_depth]
+            vec = [Candidate(c.ids[i], float(cos[i])) for i in order]
+            keys, x = candidate_features(c, pos, q, kw, vec, cfg)
+            e = set(ev)
+            xs.append(x)
+            ys.append(np.asarray([1.0 if c.dia[pos[k]] in e else 0.0 for k in keys]))
+            qid.append(np.full(len(keys), j))
+            conv_of.append(c.name)
+            n_ev.append(len(e))
+            j += 1
+    return {
+        "x": np.concatenate(xs),
+        "y": np.concatenate(ys),
+        "qid": np.concatenate(qid),
+        "conv": np.asarray(conv_of),
+        "n_ev": np.asarray(n_ev),
+    }
+
+
+def rank_recall(scores: np.ndarray, d: dict[str, Any]) -> dict[str, float]:
+    """R@1/5/10 of ranking each question's pool by ``scores`` (evidence outside the pool is a
+    miss; ties keep the blend order, which is the pool's order)."""
+    sums = {k: 0.0 for k in KS}
+    qid, y, n_ev = d["qid"], d["y"], d["n_ev"]
+    starts = np.searchsorted(qid, np.arange(len(n_ev)))
+    ends = np.append(starts[1:], len(qid))
+    for j, (a, b) in enumerate(zip(starts, ends, strict=True)):
+        order = np.argsort(-scores[a:b], kind="stable")
+        hit = y[a:b][order]
+        for k in KS:
+            sums[k] += float(hit[:k].sum()) / n_ev[j]
+    return {f"r@{k}": round(sums[k] / len(n_ev), 4) for k in KS}
+
+
+def _standardise(x: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    return np.hstack([(x - mu) / sd, np.ones((x.shape[0], 1))])
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float, iters: int = 50) -> np.ndarray:
+    """Pointwise L2 logistic regression by Newton's method (the bias is the last column)."""
+    w = np.zeros(x.shape[1])
+    reg = np.full(x.shape[1], l2)
+    reg[-1] = 0.0
+    for _ in range(iters):
+        p = 1.0 / (1.0 + np.exp(-(x @ w)))
+        g = x.T @ (p - y) + reg * w
+        h = (x * (p * (1 - p))[:, None]).T @ x + np.diag(reg + 1e-9)
+        step = np.linalg.solve(h, g)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return w
+
+
+def fit_listwise(x: np.ndarray, y: np.ndarray, qid: np.ndarray, l2: float, iters: int = 300) -> np.ndarray:
+    """Listwise (softmax over each question's pool, cross-entropy against its evidence) linear
+    scorer by gradient descent with a fixed step (the bias is irrelevant and stays 0)."""
+    w = np.zeros(x.shape[1])
+    nq = int(qid.max()) + 1
+    ysum = np.bincount(qid, weights=y, minlength=nq)
+    keep = ysum[qid] > 0
+    x, y, qid = x[keep], y[keep], qid[keep]
+    target = y / ysum[qid]
+    m = len(np.unique(qid))
+    lr = 0.5
+    for _ in range(iters):
+        s = x @ w
+        mx = np.full(nq, -np.inf)
+        np.maximum.at(mx, qid, s)
+        e = np.exp(s - mx[qid])
+        p = e / np.bincount(qid, weights=e, minlength=nq)[qid]
+        g = x.T @ (p - target) / m + l2 * w
+        g[-1] = 0.0
+        w -= lr * g
+    return w
+
+
+def learn(tune: dict[str, Any], check: dict[str, Any]) -> dict[str, Any]:
+    """Lever 7: fit on the tune half only (the regulariser picked by leave-one-conversation-out
+    inside tune), then score both halves; the blend ordering of the same pool is the baseline."""
+    out: dict[str, Any] = {
+        "blend tune": rank_recall(tune["x"][:, 0], tune),
+        "blend check": rank_recall(check["x"][:, 0], check),
+    }
+    mu, sd = tune["x"].mean(axis=0), tune["x"].std(axis=0) + 1e-9
+    xt, xc = _standardise(tune["x"], mu, sd), _standardise(check["x"], mu, sd)
+    convs = sorted(set(tune["conv"].tolist()))
+    qconv = tune["conv"][tune["qid"]]
+    for kind in ("pointwise", "listwise"):
+        cv: dict[float, float] = {}
+        for l2 in (0.01, 0.1, 1.0, 10.0, 100.0):
+            got = 0.0
+            for held in convs:
+                tr, te = qconv != held, qconv == held
+                if kind == "pointwise":
+                    w = fit_logistic(xt[tr], tune["y"][tr], l2)
+                else:
+                    w = fit_listwise(xt[tr], tune["y"][tr], tune["qid"][tr], l2 / 100)
+                sub = _subset(tune, te)
+                got += rank_recall(xt[te] @ w, sub)["r@10"] * len(sub["n_ev"])
+            cv[l2] = round(got / len(tune["n_ev"]), 4)
+        best = max(cv, key=lambda k: (cv[k], k))
+        if kind == "pointwise":
+            w = fit_logistic(xt, tune["y"], best)
+        else:
+            w = fit_listwise(xt, tune["y"], tune["qid"], best / 100)
+        out[kind] = {
+            "cv_r@10_by_l2": cv,
+            "l2": best,
+            "tune (in sample)": rank_recall(xt @ w, tune),
+            "check": rank_recall(xc @ w, check),
+            "weights": dict(zip([*FEATURES, "bias"], [round(float(v), 3) for v in w], strict=True)),
+        }
+        # the blend's first hit stays first; the model orders the rest (recall@1 as the blend's)
+        cv_kept = 0.0
+        for held in convs:
+            tr, te = qconv != held, qconv == held
+            if kind == "pointwise":
+                wk = fit_logistic(xt[tr], tune["y"][tr], best)
+            else:
+                wk = fit_listwise(xt[tr], tune["y"][tr], tune["qid"][tr], best / 100)
+            sub = _subset(tune, te)
+            cv_kept += rank_recall(_first_kept(xt[te] @ wk, sub), sub)["r@10"] * len(sub["n_ev"])
+        out[kind + ", blend's first hit kept"] = {
+            "cv_r@10": round(cv_kept / len(tune["n_ev"]), 4),
+            "tune (in sample)": rank_recall(_first_kept(xt @ w, tune), tune),
+            "check": rank_recall(_first_kept(xc @ w, check), check),
+        }
+    # one feature added to the blend, its weight picked on tune (by R@10, then R@1)
+    for name in ("log_len", "neighbour", "session_share", "date_match", "both"):
+        j = FEATURES.index(name)
+        grid = {a: rank_recall(tune["x"][:, 0] + a * tune["x"][:, j], tune) for a in (0.02, 0.05, 0.1, 0.2)}
+        a = max(grid, key=lambda k: (grid[k]["r@10"], grid[k]["r@1"], -k))
+        out[f"blend + a x {name}"] = {
+            "a": a,
+            "tune": grid[a],
+            "check": rank_recall(check["x"][:, 0] + a * check["x"][:, j], check),
+        }
+    return out
+
+
+def _first_kept(scores: np.ndarray, d: dict[str, Any]) -> np.ndarray:
+    """``scores`` with each question's first pool member (the blend's first hit) put first."""
+    out = scores.copy()
+    starts = np.searchsorted(d["qid"], np.arange(len(d["n_ev"])))
+    out[starts] = np.inf
+    return out
+
+
+def _subset(d: dict[str, Any], rows: np.ndarray) -> dict[str, Any]:
+    """The questions of ``d`` whose candidate rows are selected (question ids renumbered)."""
+    qs = np.unique(d["qid"][rows])
+    remap = {int(q): i for i, q in enumerate(qs)}
+    return {
+        "x": d["x"][rows],
+        "y": d["y"][rows],
+        "qid": np.asarray([remap[int(q)] for q in d["qid"][rows]]),
+        "n_ev": d["n_ev"][qs],
+        "conv": d["conv"][qs],
+    }
+
+
+def floor(cos: float) -> RetrievalConfig:
+    """The default with another cosine floor (the calibration floor follows it down)."""
+    return BEFORE.model_copy(update={"min_vector_score": cos})
+
+
 def levers(names: list[str]) -> dict[str, Lever]:
     rrf = RetrievalConfig(fusion="rrf", vector_weight=0.1, vector_margin=None, feedback_docs=0)
     table: dict[str, Lever] = {
@@ -461,6 +742,10 @@ def levers(names: list[str]) -> dict[str, Lever]:
         "rrf (old default)": Lever(config=rrf),
         "6 combined: RM3 (10, 10, 0.7) + depth 30": Lever(rm3=(10, 10, 0.7), kw_depth=30, vec_depth=30),
     }
+    for fl in (0.25, 0.2, 0.15):
+        table[f"8a cosine floor {fl}"] = Lever(config=floor(fl))
+    for rel, lo in ((0.1, 0.2), (0.15, 0.2), (0.2, 0.15), (0.1, 0.1), (0.15, 0.3), (0.25, 0.3)):
+        table[f"8b relative floor: within {rel} of the best, at least {lo}"] = Lever(config=floor(lo), rel_floor=rel)
     for docs in (5, 10, 20):
         for terms in (5, 10, 20):
             for keep in (0.6, 0.7, 0.8, 0.9):
@@ -493,6 +778,16 @@ async def main() -> None:
     )
     ap.add_argument("--rm3-weights", default="softmax", choices=["softmax", "linear", "rank", "uniform"])
     ap.add_argument("--radius", type=int, default=1, help="lever 4: neighbours each side")
+    ap.add_argument("--features", metavar="NPZ", help="lever 7: write the pool features here")
+    ap.add_argument("--depth", type=int, default=20, help="lever 7: each list's depth in the pool")
+    ap.add_argument(
+        "--learn", nargs=2, metavar=("TUNE_NPZ", "CHECK_NPZ"), help="lever 7: fit on tune, score both (no store)"
+    )
+    if "--learn" in sys.argv:
+        i = sys.argv.index("--learn")
+        tune, check = (dict(np.load(p)) for p in sys.argv[i + 1 : i + 3])
+        print(json.dumps(learn(tune, check), indent=1))
+        return
     args = ap.parse_args()
     global RM3_WEIGHTS
     RM3_WEIGHTS = args.rm3_weights
@@ -511,6 +806,10 @@ async def main() -> None:
             for c in convs:
                 c.ctxmat = await context_matrix(m, c, args.radius, dated=True)
             out["ctx_embed_s"] = round(time.perf_counter() - t, 1)
+        if args.features:
+            np.savez(args.features, **await dump_features(m, convs, args.depth))
+            print(f"features: {args.features}", file=sys.stderr)
+            return
         if args.latency:
             configs = {"default (no feedback)": BEFORE, "keyword_feedback (RM3 20/10/0.1)": FEEDBACK}
             out["latency"] = await latency(m, convs, configs, args.latency)

@@ -276,6 +276,7 @@ class AsyncMemory(
             redactor=red,
             query_vectors=self._embeddings.query_vectors,
             remember_vectors=self._embeddings.remember,
+            windowed=self._embeddings.windowed,
         )
         self._opened = True
 

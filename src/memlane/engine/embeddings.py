@@ -193,6 +193,17 @@ class EmbeddingLifecycle:
             at += len(ws)
         return Embedded(out[:n], windows)
 
+    async def windowed(self, texts: list[str]) -> list[bool]:
+        """Whether each text is longer than the encoder reads, i.e. embedded in windows under
+        today's window settings (:func:`~memlane.providers.embed.windows.extra_windows`; a
+        text of at most the window size in characters is never tokenised)."""
+        windowing = self.windowing()
+        limit = window_limit(self.embedder, windowing)
+        if self.embedder is None or limit is None or not any(len(t) > limit[1] for t in texts):
+            return [False] * len(texts)
+        extra = await asyncio.to_thread(extra_windows, self.embedder, texts, windowing)
+        return [bool(ws) for ws in extra]
+
     async def embed_queries(self, queries: list[str]) -> Matrix | None:
         """Embed queries through a small LRU cache: agents repeat queries (preload per turn)."""
         assert self.embedder is not None

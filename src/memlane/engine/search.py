@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from memlane.engine.embeddings import QueryVectors
@@ -160,6 +160,9 @@ class Searcher:
             alone. An explicit ``match_threshold`` is the caller's own floor and still applies.
         redactor: the engine's redaction (``AsyncMemory(redact=...)``): queries and metadata
             filters are redacted as stored texts are, so ``[email]`` or a hash token matches.
+        windowed: tells which texts are longer than the encoder reads (embedded in windows),
+            for ``RetrievalConfig.window_bonus`` (a search with it runs in stages, not as one
+            store program); None: no memory counts as long.
     """
 
     def __init__(
@@ -172,6 +175,7 @@ class Searcher:
         redactor: Redactor | None = None,
         query_vectors: Callable[[list[str]], QueryVectors | None] | None = None,
         remember_vectors: Callable[[list[str], Matrix], None] | None = None,
+        windowed: Callable[[list[str]], Awaitable[list[bool]]] | None = None,
     ) -> None:
         self.facts = facts
         self.config = config
@@ -180,6 +184,7 @@ class Searcher:
         self.redactor = redactor
         self.query_vectors = query_vectors
         self.remember_vectors = remember_vectors
+        self.windowed = windowed
         #: Run a search as one program on the store's thread when the store can
         #: (:class:`SearchPrograms`; tests compare both paths).
         self.programs = True
@@ -317,6 +322,8 @@ class Searcher:
                 )  # fmt: skip
             qvecs, vec_lists = await vec_task if vec_task is not None else (None, [])
             t = time.perf_counter()
+            if cfg.window_bonus > 0 and self.windowed is not None and any(vec_lists):
+                vec_lists = await self._window_bonus(scope, vec_lists, cfg.window_bonus)
             fused = fuse(kw_lists, vec_lists, cfg, top_k=top_k)
             # the hits' rows: those the candidate search returned (PostgreSQL), the rest read
             rows = {c.fact_id: c.fact for lst in (*kw_lists, *vec_lists) for c in lst if c.fact is not None}
@@ -425,7 +432,7 @@ class Searcher:
         feedback is on, or the query vectors need the event loop (a remote embedder): the
         stages then run one store call each."""
         facts = self.facts
-        if not self.programs or cfg.feedback or not isinstance(facts, SearchPrograms):
+        if not self.programs or cfg.feedback or cfg.window_bonus > 0 or not isinstance(facts, SearchPrograms):
             return None
         texts = [queries[i] for i in readable]
         vectors: QueryVectors | None = None
@@ -477,6 +484,28 @@ class Searcher:
         if ran.qvecs is not None and self.remember_vectors is not None:
             self.remember_vectors(texts, ran.qvecs)
         return ran
+
+    async def _window_bonus(
+        self, scope: Scope, vec_lists: list[list[Candidate]], bonus: float
+    ) -> list[list[Candidate]]:
+        """``RetrievalConfig.window_bonus``: the vector candidates whose memory is embedded in
+        windows get ``bonus`` added to their cosine, each list re-sorted. Their rows are read
+        here (unless the store returned them) and kept on the candidates for the hits."""
+        assert self.windowed is not None
+        missing = list(dict.fromkeys(c.fact_id for lst in vec_lists for c in lst if c.fact is None))
+        rows = await self.facts.get_facts(missing, scope, settle=False) if missing else {}
+        facts = {c.fact_id: c.fact or rows.get(c.fact_id) for lst in vec_lists for c in lst}
+        known = [(k, f.content) for k, f in facts.items() if f is not None]
+        flags = await self.windowed([text for _, text in known])
+        long = {k for (k, _), w in zip(known, flags, strict=True) if w}
+        out: list[list[Candidate]] = []
+        for lst in vec_lists:
+            raised = [
+                replace(c, score=c.score + bonus if c.fact_id in long else c.score, fact=facts[c.fact_id]) for c in lst
+            ]
+            raised.sort(key=lambda c: -c.score)  # stable: equal scores keep the store's order
+            out.append(raised)
+        return out
 
     async def _vectors(
         self,

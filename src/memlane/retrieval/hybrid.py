@@ -79,6 +79,14 @@ class RetrievalConfig(BaseModel):
     embed_window_overlap: float = Field(0.25, ge=0, lt=1)
     """Share of a window repeated at the start of the next (a sentence of up to this share of a
     window lies whole in one window)."""
+    window_bonus: float = Field(0.0, ge=0.0, le=1.0)
+    """Added to the cosine of a vector candidate whose memory is longer than the encoder reads
+    (embedded in windows, scored by its best window: ``embed_windows``) before the floors and
+    fusion, so a long memory is held to a floor this much lower (issue 22, docs/retrieval.md,
+    "Long memories"). A sentence diluted in a 254-token window scores a cosine of about
+    0.05-0.3 against a paraphrase, mostly under ``min_vector_score``; short memories are not
+    affected. The hit's ``vector_score`` includes the bonus. 0 (the default): off. On: one read
+    of the vector candidates' rows per search (their texts say which are long)."""
     min_keyword_score: float | None = None
     """Drop keyword candidates below this (negated BM25) score."""
     min_rrf_score: float | None = None
