@@ -130,7 +130,7 @@ class Postings:
     # ``impact_weights`` and ``impact_avgdl``, rounded up), as positions into docs / tf
     impact_weights: tuple[float, float, float] = (1.0, 0.5, 1.0)
     impact_avgdl: float = 1.0
-    impact_order: npt.NDArray[np.int64] | None = None
+    impact_order: npt.NDArray[np.int32] | None = None
     neg_impact: npt.NDArray[np.float32] | None = None  # -impact (rounded up), in impact order
 
     @property
@@ -235,14 +235,14 @@ def order_by_impact(index: Postings, weights: tuple[float, float, float], avgdl:
     """Sort every slot's postings by their BM25 tf part at ``weights`` and ``avgdl`` (kept
     beside the doc order: :func:`bm25_top` walks the best postings of each query phrase first)."""
     if len(index.docs) == 0:
-        index.impact_order, index.neg_impact = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        index.impact_order, index.neg_impact = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
     else:
         f = index.tf @ np.asarray(weights, dtype=np.float64)
         k = K1 * (1.0 - B + B * index.doclen[index.docs] / avgdl)
         g = f * (K1 + 1.0) / (f + k)
         slot = np.repeat(np.arange(len(index.offsets) - 1), np.diff(index.offsets))
         order = np.lexsort((-g, slot))
-        index.impact_order = order.astype(np.int64)
+        index.impact_order = order.astype(np.int32)  # positions in docs (< 2**31)
         # float32 rounded up (an upper bound of the exact value), negated: ascending per slot
         index.neg_impact = -np.nextafter(g[order].astype(np.float32), np.float32(np.inf))
     index.impact_weights, index.impact_avgdl = weights, avgdl
