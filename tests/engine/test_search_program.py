@@ -259,3 +259,27 @@ async def test_the_likely_hits_are_read_while_the_query_is_embedded(
         monkeypatch.setattr(emb, "embed_sync", embed_sync)
         mem.search_engine.programs = False
         _same(await mem.search("what did alice say about the piano", user_id="u1"), new)
+
+
+def test_postgresql_takes_the_query_embedded_in_the_callers_thread(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL has no search program; the sync facade's query embedding (not SQLite's) still
+    runs in the caller's thread, and its hits are those of the engine embedding it."""
+    with Memory(pg_url, embedder="hash", sessions="null") as mem:
+        mem.add_many(_batches()[:1])
+        mem.drain_embeddings()
+        mem.search("warm up", user_id="u1")
+        sync_calls, batch_calls = _watch(mem, monkeypatch)
+        got = mem.search("what did alice say about the piano", user_id="u1")
+        assert sync_calls == [(threading.current_thread().name, ["what did alice say about the piano"])]
+        assert mem.engine._embeddings.prestarted == {}
+        assert got.hits
+        assert batch_calls == [0]
+        mem.engine._query_cache.clear()
+        monkeypatch.undo()
+        monkeypatch.setattr(mem.engine, "_search_prestart", lambda *a, **k: None)  # the engine embeds
+        sync_calls, batch_calls = _watch(mem, monkeypatch)
+        again = mem.search("what did alice say about the piano", user_id="u1")
+        assert batch_calls == [1] and sync_calls[0][0] != threading.current_thread().name
+        _same(again, got)
