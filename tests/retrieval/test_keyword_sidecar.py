@@ -161,6 +161,22 @@ async def test_appended_rows_are_searched_as_a_delta(store: SqliteFactStore) -> 
     assert [c.fact_id for c in got] == [new[0].id]
 
 
+async def test_a_large_delta_is_rebuilt_not_tokenized_on_the_search_path(store: SqliteFactStore) -> None:
+    sc = store.keyword_sidecars
+    await _ready(store, "u1")
+    sc.rebuild_fraction = 0.01  # 3 rows of u1's 300
+    served = sc.served
+    await store.put_facts(_facts("u1", 12, 98, start=400), None)
+    got = await store.keyword_search(_pf("u1"), ["coffee", "garden"], limit=10)
+    _same_top(got, _exact(store, "u1", ["coffee", "garden"]), 10)
+    assert sc.served == served and sc.delta_builds == 0  # FTS5 answered; no delta tokenized
+    assert sc.wait_idle(30)
+    assert sc.builds == 2  # rebuilt in the background
+    got = await store.keyword_search(_pf("u1"), ["coffee", "garden"], limit=10)
+    _same_top(got, _exact(store, "u1", ["coffee", "garden"]), 10)
+    assert sc.served == served + 1
+
+
 async def test_updates_deletes_and_forget_never_return_old_text(store: SqliteFactStore) -> None:
     sc = store.keyword_sidecars
     await _ready(store, "u1")

@@ -25,8 +25,10 @@ The database stays the truth. An index is a derived copy of one partition at one
   FTS5 until it is done;
 * only ``appends`` moved (new rows): rows above the index's rowid watermark, and every row of
   the sessions they joined (an appended turn rewrites its neighbours' ``ctx``), are read from
-  FTS5 and tokenized as a *delta*; the index's copies of those rows are masked. Exact again.
-  When the delta grows beyond ``rebuild_fraction`` of the partition, a rebuild is queued.
+  FTS5 and tokenized as a *delta* (on the search path, once per ``appends`` value); the
+  index's copies of those rows are masked. Exact again. A delta of more than
+  ``rebuild_fraction`` of the partition is not tokenized: a rebuild is queued and FTS5
+  answers until it is done.
 
 Searches with a fact filter, over several partitions, or with a term FTS5 splits into a
 phrase keep the FTS5 path (stores/sqlite/keyword.py).
@@ -544,7 +546,7 @@ class KeywordSidecars:
         self._small: dict[str, tuple[int, int, str | None]] = {}  # partitions under min_rows, by stamp
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._queue: dict[str, None] = {}
+        self._queue: dict[str, bool] = {}  # partition -> build fresh (not from the file)
         self._busy = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -583,10 +585,10 @@ class KeywordSidecars:
             self._indexes.clear()
 
     # ------------------------------------------------------------------ building
-    def load_or_build(self, c: sqlite3.Connection, part: str) -> PartitionIndex | None:
-        """``part``'s sidecar file when it is of this database state, else a new index
-        (written to the sidecar file)."""
-        if self.files is not None:
+    def load_or_build(self, c: sqlite3.Connection, part: str, *, fresh: bool = False) -> PartitionIndex | None:
+        """``part``'s sidecar file when it is of this database state, else (or ``fresh``) a
+        new index (written to the sidecar file)."""
+        if self.files is not None and not fresh:
             stamp = self.stamp(c, part)
             idx = self.files.load(c, part, stamp) if stamp is not None else None
             if idx is not None:
@@ -659,11 +661,13 @@ class KeywordSidecars:
             self.builds += 1
         return idx
 
-    def schedule(self, part: str) -> None:
+    def schedule(self, part: str, *, fresh: bool = False) -> None:
+        """Queue ``part``'s build (``fresh``: not from the sidecar file, whose delta is too
+        large)."""
         with self._cond:
-            if self._closed or part in self._queue:
+            if self._closed or (part in self._queue and not fresh):
                 return
-            self._queue[part] = None
+            self._queue[part] = self._queue.get(part, False) or fresh
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="memlane-keyword-builder", daemon=True)
                 self._thread.start()
@@ -692,9 +696,10 @@ class KeywordSidecars:
                     self._cond.notify_all()
                     return
                 part = next(iter(self._queue))
+                fresh = self._queue[part]
                 self._busy = True
             try:
-                self.load_or_build(self._connect(), part)
+                self.load_or_build(self._connect(), part, fresh=fresh)
             except Exception:  # a failed build leaves the FTS5 path in place
                 if not self._closed:
                     log.exception("memlane: keyword index build failed")
@@ -754,13 +759,15 @@ class KeywordSidecars:
             c.execute("COMMIT")
         if now != stamp:
             return False
+        if len(rows) > self.rebuild_fraction * max(idx.main.rows, 1) and self.background:
+            # too many to tokenize on the search path: FTS5 answers until the rebuild is done
+            self.schedule(idx.part, fresh=True)
+            return False
         delta = tokenize_rows(rows)
         mask = np.isin(idx.main.rowids, delta.rowids)
         with self._lock:
             idx.delta, idx.delta_mask, idx.delta_appends = delta, mask, stamp[0]
             self.delta_builds += 1
-        if len(rows) > self.rebuild_fraction * max(idx.main.rows, 1) and self.background:
-            self.schedule(idx.part)
         return True
 
     # ------------------------------------------------------------------ search
