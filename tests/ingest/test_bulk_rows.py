@@ -69,6 +69,7 @@ def test_message_facts_equal_validated_facts() -> None:
             exclude_unset=True
         )
         assert list(f.__dict__) == list(FACT_FIELDS)  # every field, in declaration order
+        assert not Fact.__private_attributes__  # (checked_fact sets none: a new one would need it)
         assert f.occurred_at is None or f.occurred_at.utcoffset() == timedelta(0)
         assert f.valid_from == (f.occurred_at or f.formed_at)
         assert f.metadata is not meta

@@ -214,6 +214,7 @@ def insert_facts(
     next_seq = {key: 0 if top is None else top + 1 for key, top in stored_max.items()}
     out: list[tuple[Fact, bool]] = []
     new: list[tuple[int, Fact]] = []  # (input index, stored fact)
+    turns: dict[tuple[str, str], list[tuple[int, int, str]]] = {}  # per session: (seq, index in new, text)
     for i, f in enumerate(facts):
         part, h = parts[i], hashes[i]
         hit = found.get((part, h))
@@ -228,14 +229,16 @@ def insert_facts(
             if seq is not None:
                 next_seq[key] = max(next_seq.get(key, 0), seq + 1)
         stored = fact_copy(f, {"hash": h, "seq": seq, "embedding": None})
-        new.append((i, stored))
         if stored.invalid_at is None:  # a later identical fact of this call finds this one
             found[(part, h)] = stored
+            if seq is not None and f.session_id:  # a turn: its neighbours' words index it
+                turns.setdefault(key, []).append((seq, len(new), f.content))
+        new.append((i, stored))
         out.append((stored, True))
     if not new:
         return out
     rowids = yield from d.new_rowids(len(new))
-    ctx = yield from _new_context(d, [(parts[i], r, f) for (i, f), r in zip(new, rowids, strict=True)], stored_max)
+    ctx = yield from _new_context(d, turns, len(new), stored_max)
     dates = Memo(date_words)
     rows_new = [
         NewFact(
@@ -244,10 +247,10 @@ def insert_facts(
             fact=s,
             vector=vectors[i] if vectors is not None else None,
             text=search_text(s.kind, s.content),
-            ctx=ctx.get(r, ""),
+            ctx=c,
             date=dates[s.occurred_at],
         )
-        for (i, s), r in zip(new, rowids, strict=True)
+        for (i, s), r, c in zip(new, rowids, ctx, strict=True)
     ]
     yield from run_all(d.insert_facts(rows_new))
     if windows is not None and vectors is not None:
@@ -286,20 +289,20 @@ def insert_facts(
 
 
 def _new_context(
-    d: Dialect, new: list[tuple[str, int, Fact]], stored_max: dict[tuple[str, str], int | None]
-) -> Program[dict[int, str]]:
-    """The neighbour-context text of new rows ``(partition, rowid, fact)`` by rowid, computed
-    before they are written; turns already stored within :data:`CONTEXT_RADIUS` of new ones get
+    d: Dialect,
+    turns: dict[tuple[str, str], list[tuple[int, int, str]]],
+    n: int,
+    stored_max: dict[tuple[str, str], int | None],
+) -> Program[list[str]]:
+    """The neighbour-context text of each of ``n`` new rows, computed before they are written
+    (``turns``: per ``(partition, session)``, its new valid turns ``(seq, row index, text)``;
+    the other rows get ""); turns already stored within :data:`CONTEXT_RADIUS` of new ones get
     theirs rewritten here (a session seen for the first time needs no read at all)."""
-    by_session: dict[tuple[str, str], list[tuple[int, int, str]]] = {}  # -> [(seq, rowid, text)]
-    for part, rowid, f in new:
-        if f.seq is not None and f.session_id and f.invalid_at is None:
-            by_session.setdefault((part, f.session_id), []).append((f.seq, rowid, f.content))
-    out: dict[int, str] = {}
-    for (part, session_id), turns in by_session.items():
-        seqs = [t[0] for t in turns]
+    out = [""] * n
+    for (part, session_id), new in turns.items():
+        seqs = [t[0] for t in new]
         lo, hi = min(seqs), max(seqs)
-        by_seq = {seq: text for seq, _, text in turns}
+        by_seq = {seq: text for seq, _, text in new}
         stored: list[tuple[int, int, Any]] = []  # (rowid, seq, ctx) of stored turns whose context changes
         top = stored_max.get((part, session_id))
         if top is not None and top >= lo - CONTEXT_RADIUS:
@@ -309,8 +312,8 @@ def _new_context(
             valid = [r for r in rows if r[3]]
             by_seq = {r[1]: r[2] for r in valid} | by_seq
             stored = [(r[0], r[1], r[4]) for r in valid if lo - CONTEXT_RADIUS <= r[1] <= hi + CONTEXT_RADIUS]
-        for (_, rowid, _), ctx in zip(turns, neighbour_contexts(by_seq, seqs), strict=True):
-            out[rowid] = keyword_text(ctx)
+        for (_, j, _), joined in zip(new, neighbour_contexts(by_seq, seqs), strict=True):
+            out[j] = keyword_text(joined)
         changes = [
             (ctx, rowid)
             for (rowid, _, old), joined in zip(stored, neighbour_contexts(by_seq, [r[1] for r in stored]), strict=True)
