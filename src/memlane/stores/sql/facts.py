@@ -224,10 +224,12 @@ def insert_facts(
         seq = f.seq
         if f.session_id:
             key = (part, f.session_id)
-            if seq is None and f.kind == "message":
-                seq = next_seq.get(key, 0)
-            if seq is not None:
-                next_seq[key] = max(next_seq.get(key, 0), seq + 1)
+            if seq is None:
+                if f.kind == "message":  # the next turn of its session
+                    seq = next_seq.get(key, 0)
+                    next_seq[key] = seq + 1
+            elif seq >= next_seq.get(key, 0):
+                next_seq[key] = seq + 1
         stored = fact_copy(f, {"hash": h, "seq": seq, "embedding": None})
         if stored.invalid_at is None:  # a later identical fact of this call finds this one
             found[(part, h)] = stored
@@ -246,7 +248,7 @@ def insert_facts(
             partition=parts[i],
             fact=s,
             vector=vectors[i] if vectors is not None else None,
-            text=search_text(s.kind, s.content),
+            text="" if s.kind == "document" else keyword_text(s.content),  # search_text, inlined
             ctx=c,
             date=dates[s.occurred_at],
         )
