@@ -18,7 +18,11 @@ Deterministic counts on a loaded machine (valgrind; instructions do not move wit
     valgrind --tool=cachegrind --cache-sim=no python bench/ingest_stages.py --rounds 3 --quiet
 
 ``(I refs of 3 rounds - I refs of 1 round) / 2 / turns`` is the instructions per turn of one
-``add_many`` (Python, SQLite and the collector included).
+``add_many`` (Python, SQLite and the collector included). ``--python-only``: no database, the
+rows' facts built (``to_facts``, per session) and the SQL core's insert program driven with
+canned answers (a new file's: nothing stored yet), in chunks of ``CHUNK_ROWS`` as ``add_many``
+does (collector on); ``--facts-only``: only the facts. Their instruction counts, the same way,
+split the Python cost between the two threads' work.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ from typing import Any, TypeVar
 
 from memlane import AddBatch, AsyncMemory
 from memlane.evaluation import locomo
-from memlane.stores.sql.stmt import MANY, Program, Stmt, drive
+from memlane.ingest.bulk import CHUNK_ROWS
+from memlane.ingest.messages import to_facts
+from memlane.stores.sql import facts as core
+from memlane.stores.sql.stmt import ALL, COUNT, MANY, ONE, Program, Stmt, drive
 from memlane.stores.sqlite import db as dbm
 from memlane.stores.sqlite import dialect as sd
 from memlane.stores.sqlite import facts as sf
@@ -88,6 +95,38 @@ def _timed_call(self: dbm.Database, fn: Callable[[sqlite3.Connection], T]) -> T:
             acc["sql thread"] += time.thread_time() - t
 
 
+def _canned(stmt: Stmt) -> Any:
+    """What a new, empty file answers: no stored hash, no stored turn, no row yet."""
+    return {ONE: (0,), ALL: [], COUNT: 0}.get(stmt.fetch)
+
+
+def python_only(batches: list[AddBatch], rounds: int, facts_only: bool) -> None:
+    for _ in range(rounds):
+        groups = [
+            to_facts(
+                b.messages,
+                scope="user",
+                user_id=b.user_id,
+                agent_id=None,
+                session_id=b.session_id,
+                metadata={},
+                timestamp=None,
+            )
+            for b in batches
+        ]
+        if facts_only:
+            continue
+        start = 0
+        while start < len(groups):
+            end, rows = start, 0
+            while end < len(groups) and (rows == 0 or rows + len(groups[end]) <= CHUNK_ROWS):
+                rows += len(groups[end])
+                end += 1
+            flat = [f for g in groups[start:end] for f in g]
+            drive(core.put_facts(sd.DIALECT, flat, None, "api", [len(g) for g in groups[start:end]]), _canned)
+            start = end
+
+
 KEYS = ("wall", "cpu", "loop", "sql thread", "run", "statements", "program python", "transaction")
 KEYS += ("fts", "facts", "history", "other sql")
 
@@ -98,6 +137,8 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--workdir", default="/tmp/memlane-bench/ingest-stages")
     ap.add_argument("--quiet", action="store_true", help="print nothing (instruction counts)")
+    ap.add_argument("--python-only", action="store_true", help="no database: facts + the core's program")
+    ap.add_argument("--facts-only", action="store_true", help="no database: only the facts")
     args = ap.parse_args()
     sf._run = _run  # type: ignore[assignment]
     dbm.Database._call = _timed_call  # type: ignore[method-assign]
@@ -115,6 +156,8 @@ async def main() -> None:
         for i, turns in enumerate(c.sessions)
     ]
     n = sum(len(b.messages) for b in batches[1:])
+    if args.python_only or args.facts_only:
+        return python_only(batches, args.rounds, args.facts_only)
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     path = os.path.join(args.workdir, f"stages-{os.getpid()}.db")
     rounds: list[dict[str, float]] = []

@@ -80,8 +80,8 @@ def message_fact(
     message without a time); one call's messages share one.
 
     Every value is checked here (typed errors name the message), so the :class:`Fact` is
-    built without pydantic's validation (:func:`memlane.models.checked_fact`: a fifth of
-    the cost; bulk ingest builds one per turn)."""
+    built without running pydantic's validation again (:func:`memlane.models.checked_fact`;
+    bulk ingest builds one per turn)."""
     when: datetime | None
     meta = metadata
     if isinstance(m, dict) or (not isinstance(m, Event) and isinstance(m, Mapping)):
