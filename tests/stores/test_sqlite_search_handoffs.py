@@ -77,7 +77,7 @@ async def test_small_scope_search_hand_offs(tmp_path: Path, monkeypatch: pytest.
             # one program; or keyword (+ authors), [vector load + scoring], the hits' rows
             assert count.runs == runs, (mode, count.names)
             if programs:
-                assert count.names == ["SqliteFactStore.run_search.<locals>.<lambda>"]
+                assert count.names == ["SqliteFactStore.run_search.<locals>.op"]
             assert not any("vector_search" in name for name in count.store_threads)
             assert [h.fact.id for h in got.hits] == [h.fact.id for h in warm.hits]
             assert got.hits[0].fact.author == "alice"  # the author boost had its authors
@@ -127,3 +127,28 @@ async def test_authors_follow_other_writers_and_forget(tmp_path: Path) -> None:
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_search_program_resolves_the_scope_s_partitions_once(tmp_path: Path) -> None:
+    """The keyword search, the vector index load and the hits' rows of one program share one
+    reading of the scope's partitions (the stage path read them in each call)."""
+    async with AsyncMemory(tmp_path / "m.db", embedder="hash", sessions="null") as mem:
+        await mem.add_many([{"messages": _turns(50), "user_id": "u1", "session_id": "s1"}])
+        await mem.drain_embeddings()
+        await mem.search("piano river", user_id="u1")
+        await mem.facts.settle_access()
+        seen: list[str] = []
+        db = mem.facts.database
+        for conn in db._conns:
+            conn.set_trace_callback(seen.append)
+        try:
+            for programs, reads in ((True, 1), (False, 3)):
+                mem.search_engine.programs = programs
+                seen.clear()
+                got = await mem.search("what did alice say about the piano", user_id="u1")
+                assert got.hits
+                await mem.facts.settle_access()
+                assert sum("FROM partitions WHERE partition >=" in q for q in seen) == reads, seen
+        finally:
+            for conn in db._conns:
+                conn.set_trace_callback(None)

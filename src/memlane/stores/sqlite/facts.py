@@ -146,6 +146,8 @@ class SqliteFactStore(SqlFactStore):
         # the SQL thread): the engine's author boost asks for them before and after its keyword
         # search, and is served from here without a thread hand-off (authors_cached).
         self._authors: dict[PartitionFilter, list[str]] = {}
+        # Per SQL thread, during a search program (run_search): the partitions of each filter.
+        self._program = threading.local()
         prewarm_usearch(self._db.path)
         if not isinstance(db, Database):
             self._load_meta(self._db.connection())
@@ -205,7 +207,13 @@ class SqliteFactStore(SqlFactStore):
         return await self._db.run(op)
 
     def _partitions(self, c: sqlite3.Connection, pf: PartitionFilter) -> list[str]:
-        return _run(c, core.partitions(_D, pf))
+        memo: dict[PartitionFilter, list[str]] | None = getattr(self._program, "parts", None)
+        if memo is None:
+            return _run(c, core.partitions(_D, pf))
+        found = memo.get(pf)
+        if found is None:  # a search program resolves each filter once
+            found = memo[pf] = _run(c, core.partitions(_D, pf))
+        return found
 
     async def _after_purge(self, partitions: list[str], any_fact: bool) -> None:
         """Leave none of the purged user's text in the file: drop their partitions' vector
@@ -283,7 +291,15 @@ class SqliteFactStore(SqlFactStore):
         """Run ``program`` on the SQL thread with synchronous reads (one thread hand-off for a
         whole small-scope search: :class:`memlane.stores.base.SearchPrograms`)."""
         await self._ready()
-        return await self._db.run(lambda c: program(_SyncReads(self, c)))
+
+        def op(c: sqlite3.Connection) -> T:
+            self._program.parts = {}
+            try:
+                return program(_SyncReads(self, c))
+            finally:
+                self._program.parts = None
+
+        return await self._db.run(op)
 
     @property
     def keyword_sidecars(self) -> KeywordSidecars:
