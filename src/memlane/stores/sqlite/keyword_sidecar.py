@@ -5,14 +5,16 @@ posting list, then scores every matching row through the auxiliary-function API 
 microsecond a row). At 100k memories in one scope a query with a common word spends 5-8 ms
 there (docs/benchmarks.md, issue 11). This index holds, per token, the partition's rows that
 contain it (as dense row numbers) with the token's count in each scored column (text, ctx,
-date), plus every row's length in tokens. A query is a few numpy passes over the query
-tokens' postings: accumulate BM25 into a dense score array, ``argpartition`` the top k.
+date), plus every row's length in tokens, and each token's postings in impact order too. A
+query scores a few hundred to a few thousand candidate rows with numpy (:func:`bm25_top`:
+impact-ordered seeds give a floor, MaxScore and per-token impact cut-offs bound the rest).
 
 It is exact, not approximate: the same formula as FTS5's ``bm25()`` (k1 1.2, b 0.75, IDF
 ``log((N - n + 0.5) / (n + 0.5))`` floored at 1e-6, the row length over every column, the
 average from FTS5's own averages record, column weights summed per instance), over the same
-tokens (the rows are tokenized by FTS5 itself, in an in-memory FTS5 table with the same
-tokenizer, and read back through ``fts5vocab``; query terms likewise). When the partition is
+tokens (read from the keyword index's own ``fts5vocab`` when the partition is the whole file,
+else tokenized by FTS5 in an in-memory table with the same tokenizer; query terms likewise;
+docs/retrieval.md "Keywords"). When the partition is
 the whole file, document frequencies come from the index (exact); otherwise from the
 keyword index's table-wide document-frequency cache (the split path's, recounted once the
 table moved by ``df_tolerance``).
@@ -30,8 +32,10 @@ The database stays the truth. An index is a derived copy of one partition at one
   ``rebuild_fraction`` of the partition is not tokenized: a rebuild is queued and FTS5
   answers until it is done.
 
-Searches with a fact filter, over several partitions, or with a term FTS5 splits into a
-phrase keep the FTS5 path (stores/sqlite/keyword.py).
+Indexes persist as ``<db>.keywords/*.npz`` (:class:`KeywordFiles`), loaded by the next
+process only when their stamp still holds. Searches with a fact filter, over several
+partitions, or with a term FTS5 splits into a phrase keep the FTS5 path
+(stores/sqlite/keyword.py).
 """
 
 from __future__ import annotations
