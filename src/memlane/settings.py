@@ -96,6 +96,11 @@ class MemorySettings(BaseModel):
     again with terms of its best keyword hits, and the hits are re-scored
     (``RetrievalConfig(feedback_docs=20)``; docs/retrieval.md). Off by default: on LoCoMo it
     lifted recall@10 a little and lowered recall@1, for a second keyword search per query."""
+    window_bonus: float = Field(0.0, ge=0.0, le=1.0)
+    """Added to the cosine of a memory longer than the embedder reads (embedded in windows)
+    before search's floors, so a sentence inside a long note is not lost under the 0.3 floor
+    (``RetrievalConfig.window_bonus``; docs/retrieval.md, "Long memories"). 0: off (the
+    default); 0.15 measured best on a small LongMemEval long-turn set."""
     llm: str = "offline"
     """Fast formation model: ``offline`` or ``provider:model`` (``openai:gpt-4o-mini``, ...)."""
     strong_llm: str | None = None
@@ -274,6 +279,7 @@ ENV_VARS: dict[str, str] = {
     "MEMLANE_REVIEW": "memory.review",
     "MEMLANE_SESSION_SUMMARIES": "memory.session_summaries",
     "MEMLANE_KEYWORD_FEEDBACK": "memory.keyword_feedback",
+    "MEMLANE_WINDOW_BONUS": "memory.window_bonus",
     "MEMLANE_LLM": "memory.llm",
     "MEMLANE_STRONG_LLM": "memory.strong_llm",
     "MEMLANE_EMBEDDER": "memory.embedder",
@@ -629,10 +635,13 @@ def engine_arguments(
 
 def retrieval_config(settings: MemlaneSettings) -> RetrievalConfig:
     """The :class:`~memlane.retrieval.hybrid.RetrievalConfig` the settings describe: the
-    defaults, with ``memory.keyword_feedback`` turning RM3 on."""
+    defaults, with ``memory.keyword_feedback`` turning RM3 on and ``memory.window_bonus``."""
     from memlane.retrieval.hybrid import FEEDBACK_DOCS, RetrievalConfig
 
-    return RetrievalConfig(feedback_docs=FEEDBACK_DOCS if settings.memory.keyword_feedback else 0)
+    return RetrievalConfig(
+        feedback_docs=FEEDBACK_DOCS if settings.memory.keyword_feedback else 0,
+        window_bonus=settings.memory.window_bonus,
+    )
 
 
 def recall_config(settings: MemlaneSettings) -> RecallConfig:

@@ -111,6 +111,7 @@ SAMPLES: dict[str, str] = {
     "memory.review": "true",
     "memory.session_summaries": "false",
     "memory.keyword_feedback": "true",
+    "memory.window_bonus": "0.15",
     "memory.llm": "openai:gpt-4o-mini",
     "memory.strong_llm": "openai:gpt-4o",
     "memory.embedder": "hash",

