@@ -357,3 +357,30 @@ def test_impact_search_equals_a_dense_scoring(drift: float) -> None:
         cut = want[-1] if want else 0.0
         top = {int(p.rowids[i]) for s, i in ranked if -s > cut + 1e-9}
         assert top <= {r for r, _ in got}
+
+
+async def test_close_does_not_wait_for_a_build_nor_save_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from memlane.stores.sqlite import keyword_sidecar as ks
+
+    s = await _open(tmp_path / "close.db")
+    await s.put_facts(_facts("u1", 150, 1), None)
+    entered, release = threading.Event(), threading.Event()
+    real = ks.postings_of
+
+    def slow(*args: object, **kw: object) -> Postings:
+        entered.set()
+        release.wait(30)
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ks, "postings_of", slow)
+    await s.keyword_search(_pf("u1"), ["coffee"], limit=3)  # queues the build
+    sc = s.keyword_sidecars
+    assert entered.wait(30)
+    thread = sc._thread
+    await s.close()  # returns while the build is still running
+    assert thread is not None and thread.is_alive()
+    release.set()
+    thread.join(30)
+    assert sc.files is not None and not sc.files.path("u|u1|").exists()  # a closed store saves nothing

@@ -601,7 +601,7 @@ class KeywordSidecars:
                     self.loads += 1
                 return idx
         idx = self.build(c, part)
-        if idx is not None and self.files is not None:
+        if idx is not None and self.files is not None and not self._closed:
             self.files.save(idx)
         return idx
 
@@ -655,6 +655,8 @@ class KeywordSidecars:
             c.execute("COMMIT")
         if stamp is None:
             return None
+        if self._closed:
+            return None
         if main is None:
             main = tokenize_rows(rows)
         order_by_impact(main, self.weights, tokens / total if total else 1.0)
@@ -682,7 +684,9 @@ class KeywordSidecars:
         with self._cond:
             return self._cond.wait_for(lambda: (not self._queue and not self._busy) or self._closed, timeout)
 
-    def close(self, timeout: float = 10.0) -> None:
+    def close(self, timeout: float = 1.0) -> None:
+        """Stop the builder: a build in progress stops at its next step (and is not saved); a
+        short wait, so a one-shot process (a CLI search) never waits for a build to finish."""
         with self._cond:
             self._closed = True
             self._queue.clear()
