@@ -440,7 +440,9 @@ class AsyncMemory(
         """Bulk :meth:`add`: many sessions' turns at once (an import, a migration). Stores
         exactly what one ``add`` per batch would (the same rows, session positions, neighbour
         context, history), in chunks of about 2,048 rows: one transaction per chunk and, with
-        ``embed="now"``, one embedding call per chunk across sessions.
+        ``embed="now"``, one embedding call per chunk across sessions. Python's cyclic garbage
+        collector is paused while it runs (reference counting frees memory as usual) and
+        restored as it was when it returns.
 
         Args:
             batches: :class:`~memlane.ingest.bulk.AddBatch` items (or dicts of their fields), one per
