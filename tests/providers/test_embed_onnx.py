@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -224,14 +225,96 @@ def test_int8_close_to_fp32(int8: LocalEmbedder, fp32: LocalEmbedder, capsys: py
     assert cos(ref[nearest], ref).min() >= 0.9999
 
 
+def _entry(options: Any, key: str) -> str:
+    """A session config entry, "" when unset (onnxruntime raises for a missing key)."""
+    try:
+        return str(options.get_session_config_entry(key))
+    except RuntimeError:
+        return ""
+
+
 def test_int8_integer_products_are_exact_on_every_x86_cpu(int8: LocalEmbedder) -> None:
     """The mechanism behind the bounds above: the int8 session asks onnxruntime for exact
-    (non-saturating) integer matrix products on x86 CPUs without VNNI."""
+    (non-saturating) integer matrix products exactly where the probe saw its default kernel
+    saturate (x86 without VNNI), and leaves the faster default where it is exact."""
     int8.embed_sync(["x"])
     encoder = int8._encoder
     assert isinstance(encoder, onnx_build.OnnxEncoder)
     options = encoder.session(1).get_session_options()
-    assert options.get_session_config_entry(onnx_build.X64_QUANT_PRECISION) == "1"
+    assert _entry(options, onnx_build.X64_QUANT_PRECISION) == ("" if onnx_build.u8s8_products_exact() else "1")
+    # whatever this CPU does, the exact kernel gives the exact sum, and the default agrees with it
+    # exactly when the probe says so
+    exact = onnx_build.probe_u8s8("1")
+    np.testing.assert_allclose(exact, onnx_build._PROBE_K * 127.0, rtol=1e-5)
+    assert np.allclose(onnx_build.probe_u8s8(), exact, rtol=1e-4) == onnx_build.u8s8_products_exact()
+
+
+def test_a_saturating_cpu_gets_the_exact_kernel(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the probe sees saturation (here faked: half the exact sum, as 16-bit pair sums give),
+    the sessions set the entry; where it sees the exact sum, they do not."""
+    for probed, expected in ((onnx_build._PROBE_K * 127.0 / 2, "1"), (onnx_build._PROBE_K * 127.0, "")):
+        monkeypatch.setattr(onnx_build, "_u8s8_exact", None)
+        monkeypatch.setattr(onnx_build, "probe_u8s8", lambda entry=None, v=probed: np.full((4, 8), v, np.float32))
+        onnx_build.forget_sessions()
+        emb = LocalEmbedder(backend="onnx", precision="int8", threads=1)
+        try:
+            emb.embed_sync(["x"])
+            encoder = emb._encoder
+            assert isinstance(encoder, onnx_build.OnnxEncoder)
+            options = encoder.session(1).get_session_options()
+            assert _entry(options, onnx_build.X64_QUANT_PRECISION) == expected
+        finally:
+            emb.close()
+    monkeypatch.setattr(onnx_build, "_u8s8_exact", None)
+    onnx_build.forget_sessions()
+
+
+def test_probe_model_is_the_one_the_onnx_helpers_build() -> None:
+    """The probe graph is stored as bytes (no ``onnx`` import when opening the encoder): it is the
+    one-node DynamicQuantizeMatMul graph described beside it."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    k, n = onnx_build._PROBE_K, 8
+    node = helper.make_node(
+        "DynamicQuantizeMatMul", ["a", "b", "b_scale", "b_zero_point"], ["y"], domain="com.microsoft"
+    )
+    graph = helper.make_graph(
+        [node],
+        "u8s8_probe",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["m", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])],
+        initializer=[
+            numpy_helper.from_array(np.full((k, n), 127, np.int8), "b"),
+            numpy_helper.from_array(np.ones(n, np.float32), "b_scale"),
+            numpy_helper.from_array(np.zeros(n, np.int8), "b_zero_point"),
+        ],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        producer_name="memlane",
+    )
+    model.ir_version = 8
+    assert model.SerializeToString() == onnx_build._PROBE_MODEL
+    assert onnx.load_from_string(onnx_build._PROBE_MODEL) == model
+
+
+def test_gelu_runs_as_one_fused_kernel(int8: LocalEmbedder, tmp_path: Path) -> None:
+    """The graph's GELU has the form onnxruntime fuses: one Gelu node per layer in the optimised
+    int8 graph, no Erf left (it was five passes over the activations per layer)."""
+    import onnx
+    import onnxruntime as ort
+
+    int8.embed_sync(["x"])
+    assert int8.onnx_path is not None
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(int8.onnx_path), opts, providers=["CPUExecutionProvider"])
+    ops = [node.op_type for node in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+    assert ops.count("Gelu") == 6 and "Erf" not in ops, sorted(set(ops))
 
 
 def test_int8_ranks_like_fp32(int8: LocalEmbedder, fp32: LocalEmbedder) -> None:

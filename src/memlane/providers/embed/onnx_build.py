@@ -44,8 +44,9 @@ from memlane.providers.embed import _bert
 
 log = logging.getLogger("memlane")
 
-#: Bumped whenever the graph changes, so older cached files are not used.
-BUILD_VERSION = 1
+#: Bumped whenever the graph changes, so older cached files are not used (2: GELU written
+#: with a division by sqrt(2), the form onnxruntime fuses into one Gelu kernel).
+BUILD_VERSION = 2
 OPSET = 17
 PRECISIONS = ("fp32", "int8")
 ENV_CACHE_DIR = "MEMLANE_CACHE_DIR"
@@ -172,7 +173,7 @@ def build_model(config: _bert.BertConfig, tensors: Mapping[str, _bert.F32], *, d
     split_sizes = g.const("qkv_split", [d, d, d], np.int64)
     half = g.const("half", 0.5)
     one = g.const("one", 1.0)
-    inv_sqrt2 = g.const("inv_sqrt2", 1.0 / math.sqrt(2.0))
+    sqrt2 = g.const("sqrt2", math.sqrt(2.0))
 
     for n, layer in enumerate(enc.layers):
         p = f"l{n}_"
@@ -200,7 +201,9 @@ def build_model(config: _bert.BertConfig, tensors: Mapping[str, _bert.F32], *, d
         inter = g.op("MatMul", [x, g.const(p + "w_1", layer.w_1)], node=p + WEIGHT_MATMUL + "ffn1")
         inter = g.op("Add", [inter, g.const(p + "b_1", layer.b_1)])
         if act in _GELU_EXACT:  # x * 0.5 * (1 + erf(x / sqrt(2))): the pattern ORT fuses to Gelu
-            e = g.op("Erf", [g.op("Mul", [inter, inv_sqrt2])])
+            # (a Div: onnxruntime's GeluFusion does not match a Mul by 1/sqrt(2), which left
+            # Erf, Mul and Add as five passes over the (tokens x 1,536) activations)
+            e = g.op("Erf", [g.op("Div", [inter, sqrt2])])
             inter = g.op("Mul", [g.op("Mul", [inter, g.op("Add", [e, one])]), half])
         elif act in _GELU_TANH:
             cube = g.op("Mul", [g.op("Mul", [inter, inter]), inter])
@@ -346,6 +349,63 @@ def available() -> str | None:
 #: onnxruntime's session entry for exact (non-saturating) int8 matrix products on every x86 CPU.
 X64_QUANT_PRECISION = "session.x64quantprecision"
 
+# A one-node int8 graph probing the default (u8s8) integer matrix product of this CPU:
+# ``y = a @ b`` with ``a`` dynamically quantised (all ones: uint8 255, scale 1/255) and ``b`` a
+# 32 x 8 int8 matrix of 127 (scale 1). Exact: y = 32 * 127 = 4064 in every cell. A kernel that
+# adds pairs of u8 x s8 products in 16 bits (AVX2 / AVX-512 without VNNI: vpmaddubsw) saturates
+# each pair at 32,767 (exact: 64,770), so y is about half. Built with the ``onnx`` helper API
+# (``tests/providers/test_embed_onnx.py`` rebuilds it and compares), kept as bytes so that
+# opening the encoder does not import ``onnx`` (~0.3 s).
+_PROBE_K = 32
+_PROBE_MODEL = (
+    b'\x08\x08\x12\x07memlane:\xde\x03\nF\n\x01a\n\x01b\n\x07b_scale\n\x0cb_zero_point\x12\x01y"\x15'
+    b"DynamicQuantizeMatMul:\rcom.microsoft\x12\nu8s8_probe*\x8c\x02\x08 \x08\x08\x10\x03B\x01bJ\x80\x02"
+    + b"\x7f" * 256
+    + b"*/\x08\x08\x10\x01B\x07b_scaleJ "
+    + b"\x00\x00\x80?" * 8
+    + b"*\x1c\x08\x08\x10\x03B\x0cb_zero_pointJ\x08"
+    + b"\x00" * 8
+    + b"Z\x14\n\x01a\x12\x0f\n\r\x08\x01\x12\t\n\x03\x12\x01m\n\x02\x08 b\x14\n\x01y\x12\x0f\n\r\x08\x01\x12\t"
+    b"\n\x03\x12\x01m\n\x02\x08\x08B\x04\n\x00\x10\x11B\x11\n\rcom.microsoft\x10\x01"
+)
+_u8s8_exact: bool | None = None
+_probe_lock = threading.Lock()
+
+
+def probe_u8s8(entry: str | None = None) -> npt.NDArray[np.float32]:
+    """Run the probe graph (``entry``: a value for :data:`X64_QUANT_PRECISION`, else unset)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    if entry is not None:
+        opts.add_session_config_entry(X64_QUANT_PRECISION, entry)
+    session = ort.InferenceSession(_PROBE_MODEL, opts, providers=["CPUExecutionProvider"])
+    (out,) = session.run(["y"], {"a": np.ones((4, _PROBE_K), dtype=np.float32)})
+    result: npt.NDArray[np.float32] = out
+    return result
+
+
+def u8s8_products_exact() -> bool:
+    """Whether onnxruntime's default int8 matrix product is exact on this CPU (probed once per process).
+
+    True with VNNI (AVX-512 VNNI, AVX-VNNI) and on non-x86 CPUs; False where it saturates (AVX2,
+    AVX-512 without VNNI), and when the probe cannot run (the safe answer: the sessions then ask
+    for the exact kernel).
+    """
+    global _u8s8_exact
+    with _probe_lock:
+        if _u8s8_exact is None:
+            try:
+                out = probe_u8s8()
+                _u8s8_exact = bool(np.allclose(out, _PROBE_K * 127.0, rtol=1e-4))
+            except Exception as exc:  # an onnxruntime without the contrib operator, say
+                log.debug("memlane: int8 probe failed (%s); asking for exact int8 products", exc)
+                _u8s8_exact = False
+        return _u8s8_exact
+
 
 class OnnxEncoder:
     """The BERT encoder run by onnxruntime; same ``forward(ids, mask)`` as :class:`_bert.BertEncoder`.
@@ -391,10 +451,12 @@ class OnnxEncoder:
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         # int8 on x86 without VNNI (AVX2, AVX-512 without VNNI): ORT's default u8s8 kernel adds
         # pairs of products in 16 bits, which saturates (min cosine to fp32 0.9695 on an AVX2-only
-        # EPYC, 0.974 with VNNI). This entry selects its u8u8 kernel there, whose integer sums are
-        # exact like VNNI's, so an int8 vector does not depend on the instruction set (a no-op on
-        # VNNI and other CPUs, and for fp32 graphs).
-        opts.add_session_config_entry(X64_QUANT_PRECISION, "1")
+        # EPYC, 0.974 with VNNI). This entry makes ORT use u8u8 products instead, whose integer sums
+        # are exact, so an int8 vector does not depend on the instruction set. It is set only where
+        # the probe saw the default kernel saturate: with VNNI the default is already exact (the
+        # same vectors bit for bit) and the entry measured 1.6x slower there (docs/benchmarks.md).
+        if precision == "int8" and not u8s8_products_exact():
+            opts.add_session_config_entry(X64_QUANT_PRECISION, "1")
         model = path if isinstance(path, bytes) else str(path)
         session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         meta = dict(session.get_modelmeta().custom_metadata_map)
