@@ -26,4 +26,9 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy
 echo "== pytest"
-.venv/bin/python -m pytest "$@"
+# Two worker processes (pytest-xdist), one per core: much of the suite waits on child processes,
+# servers and I/O, so the second core would otherwise sit idle. --dist loadscope keeps each test
+# module (and its module-scoped fixtures) whole in one worker; --no-loadscope-reorder hands the
+# modules out in collection order (not biggest first), so tests/ui, sorted last, still runs after
+# every other test of its worker. MEMLANE_TEST_WORKERS=0 runs everything in this one process.
+.venv/bin/python -m pytest -n "${MEMLANE_TEST_WORKERS:-2}" --dist loadscope --no-loadscope-reorder "$@"
