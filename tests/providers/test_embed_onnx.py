@@ -519,3 +519,68 @@ def test_sessions_shared_within_a_process(cache: Path) -> None:
     finally:
         first.close()
         other.close()
+
+
+def test_sessions_leave_out_the_slow_skip_layer_norm_fusion(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The encoder's sessions are opened without onnxruntime's SkipLayerNormFusion (measured slower
+    than the Add + LayerNormalization it replaces), and that name is one onnxruntime knows: the
+    fusion is in the optimised int8 graph unless it is left out."""
+    import onnx
+    import onnxruntime as ort
+
+    seen: list[list[str]] = []
+    real = ort.InferenceSession
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(list(kwargs.get("disabled_optimizers") or []))
+        return real(*args, **kwargs)
+
+    onnx_build.forget_sessions()
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    emb = LocalEmbedder(backend="onnx", precision="int8", threads=1)
+    try:
+        emb.embed_sync(["x"])
+    finally:
+        emb.close()
+    monkeypatch.undo()
+    onnx_build.forget_sessions()
+    assert seen and all("SkipLayerNormFusion" in d for d in seen[-1:]), seen
+    assert emb.onnx_path is not None
+
+    def fused_ops(disabled: list[str]) -> list[str]:
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+        ort.InferenceSession(str(emb.onnx_path), opts, providers=["CPUExecutionProvider"], disabled_optimizers=disabled)
+        return [node.op_type for node in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+
+    assert fused_ops([]).count("SkipLayerNormalization") == 12
+    assert "SkipLayerNormalization" not in fused_ops(list(onnx_build.DISABLED_OPTIMIZERS))
+
+
+def test_onnx_batches_of_16_numpy_of_64(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default texts per forward pass: 16 on onnxruntime (cheaper per text there, bench/embed_ab.py),
+    64 on numpy; an explicit batch_size still wins."""
+    assert LocalEmbedder(backend="onnx", precision="int8", threads=1).batch_size == 16
+    assert LocalEmbedder(backend="numpy", threads=1).batch_size == 64
+    emb = LocalEmbedder(backend="onnx", precision="int8", threads=1)
+    emb2 = LocalEmbedder(backend="onnx", precision="int8", threads=1, batch_size=40)
+    try:
+        for e, expected in ((emb, [16, 16, 8]), (emb2, [40])):
+            encoder = e._encoder
+            assert isinstance(encoder, onnx_build.OnnxEncoder)
+            rows: list[int] = []
+            forward = encoder.forward
+
+            def counting(ids: Any, mask: Any, threads: int = 1, forward: Any = forward, rows: list[int] = rows) -> Any:
+                rows.append(int(ids.shape[0]))
+                return forward(ids, mask, threads)
+
+            monkeypatch.setattr(encoder, "forward", counting)
+            e.embed_sync([f"text number {i}" for i in range(40)])
+            assert sorted(rows, reverse=True) == expected, rows
+    finally:
+        emb.close()
+        emb2.close()

@@ -349,6 +349,12 @@ def available() -> str | None:
 #: onnxruntime's session entry for exact (non-saturating) int8 matrix products on every x86 CPU.
 X64_QUANT_PRECISION = "session.x64quantprecision"
 
+#: onnxruntime graph fusions the sessions leave out: its fused SkipLayerNormalization kernel
+#: (residual Add + LayerNormalization in one) measured 1.2x slower per int8 encoder pass than the
+#: Add and LayerNormalization it replaces (onnxruntime 1.32; docs/benchmarks.md, "Issue 22:
+#: ingest with embeddings"). The same arithmetic, rounded in another order.
+DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
+
 # A one-node int8 graph probing the default (u8s8) integer matrix product of this CPU:
 # ``y = a @ b`` with ``a`` dynamically quantised (all ones: uint8 255, scale 1/255) and ``b`` a
 # 32 x 8 int8 matrix of 127 (scale 1). Exact: y = 32 * 127 = 4064 in every cell. A kernel that
@@ -458,7 +464,9 @@ class OnnxEncoder:
         if precision == "int8" and not u8s8_products_exact():
             opts.add_session_config_entry(X64_QUANT_PRECISION, "1")
         model = path if isinstance(path, bytes) else str(path)
-        session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(
+            model, opts, providers=["CPUExecutionProvider"], disabled_optimizers=list(DISABLED_OPTIMIZERS)
+        )
         meta = dict(session.get_modelmeta().custom_metadata_map)
         expected = metadata(self.weights_sha256, precision)
         if any(meta.get(k) != v for k, v in expected.items()):
