@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memlane import AsyncMemory, InvalidInputError, MemlaneError, Memory, ScopeError
+from memlane import AsyncMemory, FormationConfig, InvalidInputError, MemlaneError, Memory, ScopeError
 from memlane.inputs import MAX_ID_CHARS, MAX_METADATA_CHARS, MAX_METADATA_DEPTH, has_visible
 
 # --------------------------------------------------------------------------- helpers
@@ -463,7 +463,19 @@ def test_only_typed_errors_escape_and_rejections_change_nothing(tmp_path: Path) 
     seen: dict[str, int] = {}
     with asyncio.Runner() as runner, contextlib.ExitStack() as cleanup:
         stack = contextlib.AsyncExitStack()
-        m = runner.run(stack.enter_async_context(AsyncMemory(db, embedder="hash:64", sessions="sqlite", llm="offline")))
+        # no background formation worker: an accepted consolidate(wait=False) of an earlier example
+        # would otherwise run its job during a later call and look like that call's change
+        m = runner.run(
+            stack.enter_async_context(
+                AsyncMemory(
+                    db,
+                    embedder="hash:64",
+                    sessions="sqlite",
+                    llm="offline",
+                    formation=FormationConfig(background=False),
+                )
+            )
+        )
         cleanup.callback(lambda: runner.run(stack.aclose()))
         [fact] = runner.run(m.add("Sam waters the roses", user_id="u", session_id="s1"))
 

@@ -56,7 +56,10 @@ async def test_a_queued_consolidation_is_a_durable_job(mem: AsyncMemory) -> None
     await _reflect(mem, "Users like short answers.", agent_id="gaia")
     job = await mem.consolidate("agent", agent_id="gaia", wait=False)
     assert isinstance(job, Job) and job.kind == "consolidate" and job.status in ("queued", "running", "done")
+    # run here, unless the engine's background worker claimed it first (then wait for that worker:
+    # run_jobs only runs queued jobs, and reading right after it saw "running")
     await mem.run_jobs()
+    await mem.formation.wait_for(job, timeout=60)
     done = await mem.get_job(job.id)
     assert done.kind == "consolidate" and done.status == "done" and done.user_id is None
     assert done.result is not None and done.result["consolidated"][0]["version"] == 1
